@@ -1,0 +1,131 @@
+// FP8 GEMM API: validate every input, normalize the scale layouts, pick the kernel by arch and recipe.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../jit/device_runtime.hpp"
+#include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
+#include "../utils/tensor_checks.hpp"
+#include "layout.hpp"
+
+namespace dg::apis {
+
+using TensorPair = std::tuple<at::Tensor, at::Tensor>;
+using Recipe = std::optional<std::vector<int64_t>>;
+
+struct CompiledDims {
+    bool m = false, n = false, k = false;
+};
+
+inline CompiledDims parse_compiled_dims(const std::string& dims) {
+    CompiledDims out;
+    for (const char c: dims) {
+        DG_CHECK_INPUT(c == 'm' || c == 'n' || c == 'k', "compiled_dims must use only the letters m, n, k; got '{}'", dims);
+        (c == 'm' ? out.m : c == 'n' ? out.n : out.k) = true;
+    }
+    return out;
+}
+
+// (gran_m, gran_n, gran_k) from `recipe` or from `recipe_a`/`recipe_b`, defaulting by D's dtype.
+inline std::tuple<int64_t, int64_t, int64_t> resolve_recipe(const Recipe& recipe, const Recipe& recipe_a,
+                                                            const Recipe& recipe_b, const at::Tensor& d) {
+    if (recipe) {
+        DG_CHECK_INPUT(!recipe_a && !recipe_b, "give either recipe or recipe_a/recipe_b, not both");
+        DG_CHECK_INPUT(recipe->size() == 3, "recipe must be (gran_m, gran_n, gran_k), got {} values", recipe->size());
+        return {(*recipe)[0], (*recipe)[1], (*recipe)[2]};
+    }
+    if (recipe_a || recipe_b) {
+        DG_CHECK_INPUT(recipe_a && recipe_b, "recipe_a and recipe_b must be given together");
+        DG_CHECK_INPUT(recipe_a->size() == 2 && recipe_b->size() == 2,
+                       "recipe_a and recipe_b must each be (gran_mn, gran_k)");
+        DG_CHECK_INPUT((*recipe_a)[1] == (*recipe_b)[1], "recipe_a and recipe_b must share gran_k, got {} and {}",
+                       (*recipe_a)[1], (*recipe_b)[1]);
+        return {(*recipe_a)[0], (*recipe_b)[0], (*recipe_a)[1]};
+    }
+    return d.scalar_type() == at::kFloat ? std::make_tuple(1, 1, 128) : std::make_tuple(1, 128, 128);
+}
+
+// Host-checkable properties first (so that they are testable without a GPU), the device last.
+inline void check_fp8_operand(const at::Tensor& t, const char* name) {
+    check_defined(t, name);
+    check_dim(t, 2, name);
+    check_dtype(t, at::kFloat8_e4m3fn, name);
+    check_k_major_tma(t, name);
+}
+
+inline void check_sm90(const at::Tensor& t, const char* fn) {
+    const int major = jit::DeviceRuntime::instance().properties(t.device().index()).major;
+    if (major != 9)
+        throw NotImplementedError(fmt::format("{}: deep_gemm kernels target SM90 (Hopper); this device is SM{}x", fn,
+                                              major));
+}
+
+inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, const at::Tensor& d,
+                        const std::optional<at::Tensor>& c, const Recipe& recipe, const Recipe& recipe_a,
+                        const Recipe& recipe_b, const std::string& compiled_dims, bool disable_ue8m0_cast) {
+    const auto& [a, sfa_in] = a_pair;
+    const auto& [b, sfb_in] = b_pair;
+    check_fp8_operand(a, "a[0] (A)");
+    check_fp8_operand(b, "b[0] (B)");
+    check_defined(d, "d");
+    check_dim(d, 2, "d");
+    const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+    DG_CHECK_INPUT(b.size(1) == k, "b[0] (B) must be [N, K] with K = {} (A's K), got a {}", k, describe(b));
+    DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
+    DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
+    DG_CHECK_INPUT(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "M, N and K must each be below 2^31");
+    const auto cdims = parse_compiled_dims(compiled_dims);
+    const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);
+    (void)disable_ue8m0_cast;  // SM90 takes FP32 scales: nothing to cast
+
+    DG_CHECK_INPUT(gran_m == 1 && gran_k == 128 && (gran_n == 128 || gran_n == 1),
+                   "recipe must be (1, 128, 128) or (1, 1, 128) on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
+    if (gran_n == 1)
+        throw NotImplementedError("fp8_gemm_nt: recipe (1, 1, 128) (per-row B scales, FP32 output) is not "
+                                  "implemented yet; use recipe (1, 128, 128)");
+    check_dtype(d, at::kBFloat16, "d (recipe (1, 128, 128) writes BF16)");
+    DG_CHECK_INPUT(!c.has_value(), "c must be None with BF16 output: accumulation into C needs recipe (1, 1, 128) "
+                                   "and FP32 d");
+
+    const int64_t sf_k = (k + 127) / 128;
+    check_defined(sfa_in, "a[1] (sfa)");
+    check_dtype(sfa_in, at::kFloat, "a[1] (sfa)");
+    DG_CHECK_INPUT(sfa_in.dim() == 2 && sfa_in.size(0) == m && sfa_in.size(1) == sf_k,
+                   "a[1] (sfa) must be [M, ceil(K/128)] = [{}, {}], got a {}", m, sf_k, describe(sfa_in));
+    check_defined(sfb_in, "b[1] (sfb)");
+    check_dtype(sfb_in, at::kFloat, "b[1] (sfb)");
+    DG_CHECK_INPUT(sfb_in.dim() == 2 && sfb_in.size(0) == (n + 127) / 128 && sfb_in.size(1) == sf_k,
+                   "b[1] (sfb) must be [ceil(N/128), ceil(K/128)] = [{}, {}], got a {}", (n + 127) / 128, sf_k,
+                   describe(sfb_in));
+
+    // Devices last
+    check_cuda(a, "a[0] (A)");
+    for (const auto& [t, name]: {std::pair{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"}}) {
+        check_cuda(*t, name);
+        check_same_device(*t, a, name, "a[0] (A)");
+    }
+    check_sm90(a, "fp8_gemm_nt");
+
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        d.zero_();
+        return;
+    }
+    const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in);
+    const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
+    kernels::Sm90Fp8Gemm1d2dRunner::run({a, sfa, b, sfb, d, cdims.m, cdims.n, cdims.k});
+}
+
+// The other layouts: FP8 wgmma reads only K-major operands on SM90.
+inline void fp8_gemm_unsupported_layout(const std::string& name, const std::string& hint) {
+    throw NotImplementedError(fmt::format(
+        "{}: FP8 wgmma on SM90 reads only K-major operands; {} and call fp8_gemm_nt", name, hint));
+}
+
+}  // namespace dg::apis

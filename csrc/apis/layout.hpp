@@ -1,0 +1,123 @@
+// Scaling-factor layout API: TMA alignment, MN-major transposition, UE8M0 packing, and the
+// per-recipe transform the GEMMs apply to their scale inputs.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "../jit/device_runtime.hpp"
+#include "../jit_kernels/impls/smxx_layout.hpp"
+#include "../utils/tensor_checks.hpp"
+
+namespace dg::apis {
+
+inline int64_t get_tma_aligned_size(int64_t x, int64_t element_size) {
+    DG_CHECK_INPUT(element_size > 0 && 16 % element_size == 0,
+                   "get_tma_aligned_size: element_size must divide 16 bytes, got {}", element_size);
+    DG_CHECK_INPUT(x >= 0, "get_tma_aligned_size: x must be non-negative, got {}", x);
+    const int64_t alignment = 16 / element_size;
+    return (x + alignment - 1) / alignment * alignment;
+}
+
+// Whether `sf` ([MN, K'] or [G, MN, K']) is already MN-major with TMA-aligned MN stride.
+inline bool is_mn_major_tma_aligned(const at::Tensor& sf) {
+    const int64_t mn = sf.size(-2), k = sf.size(-1);
+    const int64_t aligned_mn = get_tma_aligned_size(mn, sf.element_size());
+    if (sf.stride(-2) != 1 && mn > 1)
+        return false;
+    if (k > 1 && sf.stride(-1) != aligned_mn)
+        return false;
+    if (sf.dim() == 3 && sf.size(0) > 1 && sf.stride(0) != k * aligned_mn)
+        return false;
+    return reinterpret_cast<uintptr_t>(sf.data_ptr()) % 16 == 0;
+}
+
+namespace detail {
+
+inline void check_sf(const at::Tensor& sf, const char* fn) {
+    check_defined(sf, "sf");
+    DG_CHECK_INPUT(sf.dim() == 2 || sf.dim() == 3, "{}: sf must be 2-D [MN, SF_K] or 3-D [G, MN, SF_K], got a {}", fn,
+                   describe(sf));
+    check_dtype(sf, at::kFloat, "sf");
+    check_cuda(sf, "sf");
+}
+
+// Run `kind` over `sf` and return the [G?, MN, out_k] view of an MN-major, TMA-aligned result.
+inline at::Tensor run_layout_kernel(const at::Tensor& sf, kernels::LayoutKernel kind) {
+    const bool batched = sf.dim() == 3;
+    const int64_t num_groups = batched ? sf.size(0) : 1;
+    const int64_t mn = sf.size(-2), sf_k = sf.size(-1);
+    const int64_t aligned_mn = get_tma_aligned_size(mn, 4);
+    const bool pack = kind == kernels::LayoutKernel::kPackUe8m0;
+    const int64_t out_k = pack ? (sf_k + 3) / 4 : sf_k;
+    DG_CHECK_INPUT(mn <= UINT32_MAX / 2, "sf: MN = {} too large", mn);
+    auto storage = at::empty({num_groups, out_k, aligned_mn}, sf.options().dtype(pack ? at::kInt : at::kFloat));
+    if (num_groups > 0 && out_k > 0 && aligned_mn > 0)
+        kernels::launch_layout_kernel(kind, sf.device().index(), sf.data_ptr<float>(), storage.data_ptr(),
+                                      static_cast<uint32_t>(mn), static_cast<uint32_t>(sf_k),
+                                      static_cast<uint32_t>(aligned_mn), static_cast<uint32_t>(num_groups),
+                                      batched ? sf.stride(0) : 0, sf.stride(-2), sf.stride(-1));
+    auto view = storage.transpose(1, 2).narrow(1, 0, mn);
+    return batched ? view : view.squeeze(0);
+}
+
+}  // namespace detail
+
+inline at::Tensor get_mn_major_tma_aligned_tensor(const at::Tensor& sf) {
+    detail::check_sf(sf, "get_mn_major_tma_aligned_tensor");
+    if (is_mn_major_tma_aligned(sf))
+        return sf;
+    return detail::run_layout_kernel(sf, kernels::LayoutKernel::kTransposeSf);
+}
+
+inline at::Tensor get_mn_major_tma_aligned_packed_ue8m0_tensor(const at::Tensor& sf) {
+    detail::check_sf(sf, "get_mn_major_tma_aligned_packed_ue8m0_tensor");
+    return detail::run_layout_kernel(sf, kernels::LayoutKernel::kPackUe8m0);
+}
+
+// (gran_mn, gran_k) of one operand from a 2-tuple recipe or a 3-tuple (gran_m, gran_n, gran_k).
+inline std::pair<int64_t, int64_t> operand_granularity(const std::vector<int64_t>& recipe, std::optional<bool> is_sfa) {
+    if (recipe.size() == 2)
+        return {recipe[0], recipe[1]};
+    DG_CHECK_INPUT(recipe.size() == 3, "recipe must be (gran_mn, gran_k) or (gran_m, gran_n, gran_k), got {} values",
+                   recipe.size());
+    DG_CHECK_INPUT(is_sfa.has_value(), "is_sfa must be given with a 3-value recipe (gran_m, gran_n, gran_k)");
+    return {*is_sfa ? recipe[0] : recipe[1], recipe[2]};
+}
+
+inline at::Tensor transform_sf_into_required_layout(const at::Tensor& sf, int64_t mn, int64_t k,
+                                                    const std::vector<int64_t>& recipe,
+                                                    std::optional<int64_t> num_groups, std::optional<bool> is_sfa,
+                                                    bool disable_ue8m0_cast) {
+    check_defined(sf, "sf");
+    const auto [gran_mn, gran_k] = operand_granularity(recipe, is_sfa);
+    DG_CHECK_INPUT(gran_mn == 1 || gran_mn == 128, "recipe: scale granularity along MN must be 1 or 128, got {}", gran_mn);
+    DG_CHECK_INPUT(gran_k == 128, "recipe: scale granularity along K must be 128 on SM90, got {}", gran_k);
+    DG_CHECK_INPUT(mn >= 0 && k >= 0, "mn and k must be non-negative, got mn={} k={}", mn, k);
+    const int64_t expected_mn = (mn + gran_mn - 1) / gran_mn, expected_k = (k + gran_k - 1) / gran_k;
+    const bool batched = num_groups.has_value();
+    DG_CHECK_INPUT(sf.dim() == (batched ? 3 : 2), "sf must be {}-D{}, got a {}", batched ? 3 : 2,
+                   batched ? " [num_groups, MN, SF_K]" : " [MN, SF_K]", describe(sf));
+    DG_CHECK_INPUT(sf.size(-2) == expected_mn && sf.size(-1) == expected_k && (!batched || sf.size(0) == *num_groups),
+                   "sf must have shape {}[{}, {}] for mn={}, k={} and granularity ({}, {}), got a {}",
+                   batched ? fmt::format("[{}, ...] ", *num_groups) : "", expected_mn, expected_k, mn, k, gran_mn,
+                   gran_k, describe(sf));
+
+    DG_CHECK_INPUT(sf.scalar_type() == at::kFloat,
+                   "sf must be float32 on SM90 (packed UE8M0 scales are an SM100 layout), got a {}", describe(sf));
+    check_cuda(sf, "sf");
+    const int arch_major = jit::DeviceRuntime::instance().properties(sf.device().index()).major;
+    if (arch_major != 9)
+        throw NotImplementedError(fmt::format(
+            "transform_sf_into_required_layout: only SM90 (Hopper) is supported, device has compute capability {}.x",
+            arch_major));
+    (void)disable_ue8m0_cast;  // SM90 kernels take FP32 scales: there is no UE8M0 cast to disable
+    if (gran_mn == 1)
+        return get_mn_major_tma_aligned_tensor(sf);
+    return sf.contiguous();  // 128x128 blocks: read K-major by pointer
+}
+
+}  // namespace dg::apis

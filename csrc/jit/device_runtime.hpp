@@ -1,0 +1,92 @@
+// Per-process runtime settings (set_num_sms, set_tc_util, set_pdl, the contiguous-layout alignment)
+// and cached device properties (SM count, arch, shared memory), read from the driver once per device.
+#pragma once
+
+#include <array>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "../utils/cuda_driver.hpp"
+#include "../utils/exception.hpp"
+
+namespace dg::jit {
+
+struct DeviceProperties {
+    int num_sms = 0;
+    int major = 0;
+    int minor = 0;
+    int smem_optin_bytes = 0;
+    int l2_bytes = 0;
+    // The arch-specific target the JIT compiles for, e.g. "sm_90a".
+    std::string arch() const { return fmt::format("sm_{}{}{}", major, minor, major >= 9 ? "a" : ""); }
+};
+
+class DeviceRuntime {
+public:
+    static DeviceRuntime& instance() {
+        static DeviceRuntime runtime;
+        return runtime;
+    }
+
+    const DeviceProperties& properties(int device_index) {
+        DG_CHECK_INPUT(device_index >= 0 && device_index < kMaxDevices, "device index {} out of range", device_index);
+        std::lock_guard lock(mutex_);
+        auto& slot = properties_[device_index];
+        if (!slot) {
+            const auto& api = driver::api();
+            driver::CUdevice dev = 0;
+            DG_CUDA_DRIVER_CHECK(api.cuDeviceGet(&dev, device_index));
+            DeviceProperties p;
+            DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.num_sms, driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+            DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.major, driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+            DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.minor, driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+            DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.smem_optin_bytes,
+                                                          driver::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+            DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.l2_bytes, driver::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
+            slot = p;
+        }
+        return *slot;
+    }
+
+    // SMs kernels may use on `device_index`: the user's limit if set, else all of them.
+    int num_sms(int device_index) {
+        const int available = properties(device_index).num_sms;
+        return num_sms_limit_ > 0 ? std::min(num_sms_limit_, available) : available;
+    }
+
+    void set_num_sms(int num_sms) {
+        DG_CHECK_INPUT(num_sms > 0, "set_num_sms: num_sms must be positive, got {}", num_sms);
+        num_sms_limit_ = num_sms;
+    }
+    // The limit set by set_num_sms, or the SM count of the current device when none is set.
+    int num_sms_setting() const { return num_sms_limit_; }
+
+    void set_tc_util(int percent) {
+        DG_CHECK_INPUT(percent >= 1 && percent <= 100, "set_tc_util: tc_util must be in [1, 100], got {}", percent);
+        tc_util_ = percent;
+    }
+    int tc_util() const { return tc_util_; }
+
+    void set_pdl(bool enable) { pdl_ = enable; }
+    bool pdl() const { return pdl_; }
+
+    void set_mk_alignment(int alignment) {
+        DG_CHECK_INPUT(alignment > 0 && alignment % 64 == 0 && alignment <= 1024,
+                       "set_mk_alignment_for_contiguous_layout: alignment must be a multiple of 64 in [64, 1024], got {}",
+                       alignment);
+        mk_alignment_ = alignment;
+    }
+    int mk_alignment() const { return mk_alignment_; }
+
+private:
+    static constexpr int kMaxDevices = 64;
+    std::mutex mutex_;
+    std::array<std::optional<DeviceProperties>, kMaxDevices> properties_{};
+    int num_sms_limit_ = 0;
+    int tc_util_ = 100;
+    bool pdl_ = false;
+    int mk_alignment_ = 128;
+};
+
+}  // namespace dg::jit

@@ -1,0 +1,52 @@
+// Building TMA descriptors (CUtensorMap) for 2-D tiles on the host.
+//
+// `make_tma_2d` encodes once; the GEMMs memoize descriptors per shape signature and only swap in
+// the new base address with cuTensorMapReplaceAddress on later calls.
+#pragma once
+
+#include <cstdint>
+
+#include "../utils/cuda_driver.hpp"
+#include "../utils/exception.hpp"
+
+namespace dg::jit {
+
+using driver::CUtensorMap;
+using driver::CUtensorMapDataType;
+using driver::CUtensorMapSwizzle;
+
+// The swizzle mode for a box whose inner extent is `inner_bytes` (0 bytes: none).
+inline CUtensorMapSwizzle swizzle_for_bytes(uint32_t inner_bytes) {
+    switch (inner_bytes) {
+        case 0: return driver::CU_TENSOR_MAP_SWIZZLE_NONE;
+        case 32: return driver::CU_TENSOR_MAP_SWIZZLE_32B;
+        case 64: return driver::CU_TENSOR_MAP_SWIZZLE_64B;
+        case 128: return driver::CU_TENSOR_MAP_SWIZZLE_128B;
+        default: throw RuntimeError(fmt::format("TMA: no swizzle mode for {}-byte rows", inner_bytes));
+    }
+}
+
+// A 2-D row-major tensor: `outer` rows of `inner` elements, `row_stride_bytes` apart; boxes of
+// `box_outer` x `box_inner` elements.
+inline CUtensorMap make_tma_2d(const void* base, CUtensorMapDataType dtype, uint64_t inner,
+                               uint64_t outer, uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer,
+                               CUtensorMapSwizzle swizzle) {
+    DG_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "TMA: base address must be 16-byte aligned");
+    DG_CHECK(row_stride_bytes % 16 == 0, "TMA: row stride {} bytes is not a multiple of 16", row_stride_bytes);
+    CUtensorMap map{};
+    const driver::cuuint64_t dims[2] = {inner, outer};
+    const driver::cuuint64_t strides[1] = {row_stride_bytes};
+    const driver::cuuint32_t box[2] = {box_inner, box_outer};
+    const driver::cuuint32_t element_strides[2] = {1, 1};
+    DG_CUDA_DRIVER_CHECK(driver::api().cuTensorMapEncodeTiled(
+        &map, dtype, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+        driver::CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, driver::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    return map;
+}
+
+inline void replace_tma_address(CUtensorMap& map, const void* base) {
+    DG_CUDA_DRIVER_CHECK(driver::api().cuTensorMapReplaceAddress(&map, const_cast<void*>(base)));
+}
+
+}  // namespace dg::jit

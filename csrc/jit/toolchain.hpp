@@ -1,0 +1,175 @@
+// Where the JIT finds what it compiles with, resolved once per process at first use:
+//   - deep_gemm's own kernel headers: `<package>/include` (next to the loaded _C module);
+//   - the CUDA toolkit: $CUDA_HOME, $CUDA_PATH, the nvcc on $PATH, /usr/local/cuda;
+//     NVCC is $DG_JIT_NVCC_COMPILER or `<cuda_home>/bin/nvcc`;
+//   - CUDA headers for NVRTC: `<cuda_home>/include` plus `include/cccl` (CUDA 13 moved CCCL there),
+//     or the `nvidia/cu13/include` folder of the CUDA wheels when there is no toolkit;
+//   - NVRTC: the toolkit's libnvrtc, else the `nvidia-cuda-nvrtc` wheel's, else the loader's;
+//   - CUTLASS/CuTe (optional for our kernels, always on the include path when found):
+//     $DG_CUTLASS_INCLUDE, else headers shipped in the package (copied from third-party/cutlass at
+//     build time), else the `nvidia-cutlass` wheel's `cutlass_library/source/include`.
+// Python's sys.path is read (the GIL is held: we are called from Python) to find the wheels.
+#pragma once
+
+#include <dlfcn.h>
+#include <pybind11/pybind11.h>
+
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "../utils/env.hpp"
+#include "../utils/exception.hpp"
+#include "../utils/system.hpp"
+
+namespace dg::jit {
+
+struct Toolchain {
+    fs::path package_include;           // .../deep_gemm/include
+    std::optional<fs::path> cuda_home;  // toolkit root, if any
+    std::string nvcc;                   // path of nvcc (may not exist)
+    std::vector<fs::path> cuda_includes;
+    std::vector<std::string> nvrtc_candidates;
+    std::optional<fs::path> cutlass_include;
+    std::string cutlass_version;        // "4.2.0", or "none"
+};
+
+namespace detail {
+
+inline fs::path this_module_dir() {
+    Dl_info info{};
+    DG_CHECK(::dladdr(reinterpret_cast<void*>(&this_module_dir), &info) != 0 && info.dli_fname != nullptr,
+             "JIT: cannot locate the deep_gemm extension module");
+    return fs::canonical(fs::path(info.dli_fname)).parent_path();
+}
+
+inline std::vector<fs::path> python_sys_path() {
+    std::vector<fs::path> out;
+    namespace py = pybind11;
+    if (!Py_IsInitialized())
+        return out;
+    py::gil_scoped_acquire gil;
+    for (const auto& entry: py::module_::import("sys").attr("path")) {
+        const auto text = py::str(entry).cast<std::string>();
+        if (!text.empty())
+            out.emplace_back(text);
+    }
+    return out;
+}
+
+inline std::optional<fs::path> find_cuda_home() {
+    for (const char* name: {"CUDA_HOME", "CUDA_PATH"}) {
+        const std::string value = get_env(name);
+        if (!value.empty() && fs::exists(fs::path(value) / "include" / "cuda.h"))
+            return fs::path(value);
+    }
+    const auto which = run_command("command -v nvcc");
+    if (which.exit_code == 0) {
+        std::string line = which.output.substr(0, which.output.find('\n'));
+        std::error_code ec;
+        const fs::path nvcc = fs::canonical(line, ec);
+        if (!ec && fs::exists(nvcc.parent_path().parent_path() / "include" / "cuda.h"))
+            return nvcc.parent_path().parent_path();
+    }
+    if (fs::exists("/usr/local/cuda/include/cuda.h"))
+        return fs::path("/usr/local/cuda");
+    return std::nullopt;
+}
+
+inline std::string read_cutlass_version(const fs::path& include) {
+    const auto text = read_file(include / "cutlass" / "version.h");
+    if (!text)
+        return "unknown";
+    std::string version;
+    for (const char* part: {"MAJOR", "MINOR", "PATCH"}) {
+        const std::regex re(std::string("#define\\s+CUTLASS_") + part + "\\s+(\\d+)");
+        std::smatch m;
+        version += (version.empty() ? "" : ".") + (std::regex_search(*text, m, re) ? m[1].str() : "?");
+    }
+    return version;
+}
+
+inline Toolchain discover() {
+    Toolchain tc;
+    tc.package_include = this_module_dir() / "include";
+    DG_CHECK(fs::exists(tc.package_include / "deep_gemm"),
+             "JIT: kernel headers not found at {} (is the package installed completely?)",
+             tc.package_include.string());
+
+    const auto sys_path = python_sys_path();
+    tc.cuda_home = find_cuda_home();
+    const std::string nvcc_override = get_env("DG_JIT_NVCC_COMPILER");
+    tc.nvcc = !nvcc_override.empty() ? nvcc_override
+              : tc.cuda_home       ? (*tc.cuda_home / "bin" / "nvcc").string()
+                                   : std::string("nvcc");
+
+    // CUDA headers (for NVRTC; NVCC knows its own)
+    if (tc.cuda_home) {
+        tc.cuda_includes.push_back(*tc.cuda_home / "include");
+        if (fs::exists(*tc.cuda_home / "include" / "cccl"))
+            tc.cuda_includes.push_back(*tc.cuda_home / "include" / "cccl");
+    } else {
+        for (const auto& dir: sys_path) {
+            const fs::path inc = dir / "nvidia" / "cu13" / "include";
+            if (fs::exists(inc / "cuda_runtime.h")) {
+                tc.cuda_includes.push_back(inc);
+                if (fs::exists(inc / "cccl"))
+                    tc.cuda_includes.push_back(inc / "cccl");
+                break;
+            }
+        }
+    }
+
+    // NVRTC libraries, best first
+    if (tc.cuda_home) {
+        for (const char* name: {"libnvrtc.so.13", "libnvrtc.so"}) {
+            for (const char* lib: {"lib64", "lib"}) {
+                const fs::path p = *tc.cuda_home / lib / name;
+                if (fs::exists(p))
+                    tc.nvrtc_candidates.push_back(p.string());
+            }
+        }
+    }
+    for (const auto& dir: sys_path) {
+        const fs::path p = dir / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13";
+        if (fs::exists(p))
+            tc.nvrtc_candidates.push_back(p.string());
+    }
+    tc.nvrtc_candidates.push_back("libnvrtc.so.13");
+
+    // CUTLASS
+    const std::string cutlass_env = get_env("DG_CUTLASS_INCLUDE");
+    if (!cutlass_env.empty()) {
+        DG_CHECK(fs::exists(fs::path(cutlass_env) / "cutlass" / "version.h"),
+                 "DG_CUTLASS_INCLUDE={} has no cutlass/version.h", cutlass_env);
+        tc.cutlass_include = fs::path(cutlass_env);
+    } else if (fs::exists(tc.package_include / "cutlass" / "version.h")) {
+        tc.cutlass_include = tc.package_include;
+    } else {
+        for (const auto& dir: sys_path) {
+            const fs::path inc = dir / "cutlass_library" / "source" / "include";
+            if (fs::exists(inc / "cutlass" / "version.h")) {
+                tc.cutlass_include = inc;
+                break;
+            }
+        }
+    }
+    tc.cutlass_version = tc.cutlass_include ? read_cutlass_version(*tc.cutlass_include) : "none";
+    return tc;
+}
+
+}  // namespace detail
+
+inline const Toolchain& toolchain() {
+    static std::optional<Toolchain> cached;
+    static std::mutex mutex;
+    std::lock_guard lock(mutex);
+    if (!cached)
+        cached = detail::discover();
+    return *cached;
+}
+
+}  // namespace dg::jit

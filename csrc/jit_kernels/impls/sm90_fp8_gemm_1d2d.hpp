@@ -1,0 +1,158 @@
+// Host side of deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh: render the kernel for a
+// config, build its TMA descriptors, launch. Everything that depends only on the shape signature
+// (config, loaded kernel, descriptor templates) is memoized, so a repeated call renders, hashes and
+// encodes nothing: it patches four base addresses and launches.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "../../jit/device_runtime.hpp"
+#include "../../jit/kernel_runtime.hpp"
+#include "../../jit/tma.hpp"
+#include "../../utils/env.hpp"
+#include "../heuristics/sm90_fp8_gemm.hpp"
+
+namespace dg::kernels {
+
+inline jit::KernelSource render_sm90_fp8_gemm(const Fp8GemmConfig& c) {
+    return {"sm90_fp8_gemm_1d2d",
+            fmt::format("#include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>\n\n"
+                        "using namespace deep_gemm;\n\n"
+                        "static void __instantiate_kernel() {{\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_kernel<\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "}}\n",
+                        c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
+                        c.num_group_n, c.store_chunk_n, c.use_tma_store ? "true" : "false")};
+}
+
+// A config from named integer parameters (the compile-only entry point); unspecified fields keep
+// their defaults, and the shared-memory size is derived.
+inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& params) {
+    Fp8GemmConfig c;
+    const auto get = [&](const char* key, uint32_t fallback) {
+        const auto it = params.find(key);
+        return it == params.end() ? fallback : static_cast<uint32_t>(it->second);
+    };
+    c.shape_m = get("shape_m", 0), c.shape_n = get("shape_n", 0), c.shape_k = get("shape_k", 0);
+    c.block_m = get("block_m", c.block_m), c.block_n = get("block_n", c.block_n);
+    c.num_math_warpgroups = get("num_math_warpgroups", c.block_m == 64 ? 1 : 2);
+    c.num_stages = get("num_stages", c.num_stages);
+    c.num_group_n = get("num_group_n", c.num_group_n);
+    c.use_tma_store = get("use_tma_store", 1) != 0;
+    c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
+    c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store);
+    return c;
+}
+
+// Arguments of one call, already validated by the API layer.
+struct Fp8GemmArgs {
+    const at::Tensor& a;    // [M, K] e4m3, K-major
+    const at::Tensor& sfa;  // [M, ceil(K/128)] FP32, MN-major, TMA-aligned
+    const at::Tensor& b;    // [N, K] e4m3, K-major
+    const at::Tensor& sfb;  // [ceil(N/128), ceil(K/128)] FP32, contiguous
+    const at::Tensor& d;    // [M, N] BF16, row stride `d.stride(0)`
+    bool compile_m, compile_n, compile_k;
+};
+
+class Sm90Fp8Gemm1d2dRunner {
+public:
+    static void run(const Fp8GemmArgs& args) {
+        const int device = args.a.device().index();
+        const uint32_t m = args.a.size(0), k = args.a.size(1), n = args.b.size(0);
+        const int64_t ldd_bytes = args.d.stride(0) * 2;
+        const bool use_tma_store = ldd_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
+        const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
+
+        // With one K block the stride of sfa's K dimension is meaningless: use the aligned row length
+        const int64_t sfa_stride = args.sfa.size(1) > 1 ? args.sfa.stride(1) : (m + 3) / 4 * 4;
+        const Signature sig{device, m, n, k, args.a.stride(0), args.b.stride(0), args.d.stride(0), sfa_stride,
+                            num_sms, use_tma_store, args.compile_m, args.compile_n, args.compile_k};
+        Plan& plan = get_plan(sig, args);
+
+        auto tma_a = plan.tma_a, tma_b = plan.tma_b, tma_sfa = plan.tma_sfa, tma_d = plan.tma_d;
+        jit::replace_tma_address(tma_a, args.a.data_ptr());
+        jit::replace_tma_address(tma_b, args.b.data_ptr());
+        jit::replace_tma_address(tma_sfa, args.sfa.data_ptr());
+        if (use_tma_store)
+            jit::replace_tma_address(tma_d, args.d.data_ptr());
+
+        plan.launch.stream = jit::current_stream(device);
+        plan.launch.enable_pdl = jit::DeviceRuntime::instance().pdl();
+        uint32_t shape_m = m, shape_n = n, shape_k = k;
+        const float* sfb = args.sfb.data_ptr<float>();
+        void* d = args.d.data_ptr();
+        uint32_t ldd = static_cast<uint32_t>(args.d.stride(0));
+        plan.kernel->launch(device, plan.launch, shape_m, shape_n, shape_k, sfb, d, ldd, tma_a, tma_b, tma_sfa, tma_d);
+    }
+
+private:
+    struct Signature {
+        int device;
+        uint32_t m, n, k;
+        int64_t lda, ldb, ldd, sfa_stride;
+        int num_sms;
+        bool use_tma_store, compile_m, compile_n, compile_k;
+        bool operator==(const Signature&) const = default;
+    };
+    struct SignatureHash {
+        size_t operator()(const Signature& s) const {
+            size_t h = 1469598103934665603ull;
+            const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+            mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.sfa_stride);
+            mix(s.num_sms), mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3));
+            return h;
+        }
+    };
+    struct Plan {
+        Fp8GemmConfig config;
+        const jit::Kernel* kernel;
+        jit::LaunchConfig launch;
+        jit::CUtensorMap tma_a, tma_b, tma_sfa, tma_d;
+    };
+
+    static Plan& get_plan(const Signature& sig, const Fp8GemmArgs& args) {
+        static std::unordered_map<Signature, std::unique_ptr<Plan>, SignatureHash> plans;
+        static std::mutex mutex;
+        std::lock_guard lock(mutex);
+        if (auto it = plans.find(sig); it != plans.end()) [[likely]]
+            return *it->second;
+
+        auto plan = std::make_unique<Plan>();
+        auto& c = plan->config;
+        c = get_fp8_gemm_config(sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n,
+                                sig.compile_k);
+        if (get_env_flag("DG_PRINT_CONFIGS"))
+            fmt::print(stderr, "[deep_gemm] fp8_gemm_nt m={} n={} k={}: {}\n", sig.m, sig.n, sig.k, c.describe());
+
+        const auto stream = jit::current_stream(sig.device);
+        const auto arch = jit::DeviceRuntime::instance().properties(sig.device).arch();
+        plan->kernel = &jit::get_kernel(render_sm90_fp8_gemm(c), arch, sig.device, stream);
+
+        const uint32_t sf_k = (sig.k + 127) / 128;
+        plan->tma_a = jit::make_tma_2d(args.a.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.m,
+                                       sig.lda, 128, c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+        plan->tma_b = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.n,
+                                       sig.ldb, 128, c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+        plan->tma_sfa = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
+                                         sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+        if (sig.use_tma_store)
+            plan->tma_d = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
+                                           sig.ldd * 2, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
+                                           jit::swizzle_for_bytes(c.store_chunk_n * 2));
+
+        const uint64_t tiles = uint64_t((sig.m + c.block_m - 1) / c.block_m) * ((sig.n + c.block_n - 1) / c.block_n);
+        plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(tiles, c.num_sms)), 1, 1};
+        plan->launch.num_threads = c.num_threads();
+        plan->launch.smem_bytes = c.smem_bytes;
+        return *plans.emplace(sig, std::move(plan)).first->second;
+    }
+};
+
+}  // namespace dg::kernels

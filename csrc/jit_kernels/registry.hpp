@@ -1,0 +1,33 @@
+// Every kernel family the JIT can render, by name, with its configuration given as integer
+// parameters: what the compile-only entry point (tests, precompilation) uses to build kernels for
+// a named arch without a GPU.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "../jit/cache.hpp"
+#include "impls/sm90_fp8_gemm_1d2d.hpp"
+#include "impls/smxx_layout.hpp"
+
+namespace dg::kernels {
+
+using KernelParams = std::map<std::string, int64_t>;
+
+inline int64_t param(const KernelParams& params, const std::string& key) {
+    const auto it = params.find(key);
+    DG_CHECK_INPUT(it != params.end(), "kernel parameter '{}' is missing", key);
+    return it->second;
+}
+
+inline const std::map<std::string, std::function<jit::KernelSource(const KernelParams&)>>& kernel_registry() {
+    static const std::map<std::string, std::function<jit::KernelSource(const KernelParams&)>> registry = {
+        {"smxx_transpose_sf", [](const KernelParams&) { return render_layout_kernel(LayoutKernel::kTransposeSf); }},
+        {"smxx_pack_ue8m0", [](const KernelParams&) { return render_layout_kernel(LayoutKernel::kPackUe8m0); }},
+        {"sm90_fp8_gemm_1d2d", [](const KernelParams& p) { return render_sm90_fp8_gemm(config_from_params(p)); }},
+    };
+    return registry;
+}
+
+}  // namespace dg::kernels

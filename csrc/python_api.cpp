@@ -1,0 +1,123 @@
+// The deep_gemm._C module: Python bindings of csrc/apis, nothing else.
+#include <torch/python.h>
+
+#include "apis/gemm.hpp"
+#include "apis/jit.hpp"
+#include "apis/layout.hpp"
+#include "apis/runtime.hpp"
+
+namespace py = pybind11;
+using namespace py::literals;
+
+PYBIND11_MODULE(_C, m) {
+    m.doc() = "deep_gemm C++ extension: input validation, the CUDA JIT runtime and kernel launches";
+
+    py::register_exception<dg::NotImplementedError>(m, "NotImplementedError", PyExc_NotImplementedError);
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p)
+                std::rethrow_exception(p);
+        } catch (const dg::InputError& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const dg::RuntimeError& e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+        }
+    });
+
+    // Runtime settings
+    m.def("set_num_sms", &dg::apis::set_num_sms, "num_sms"_a,
+          "Limit the number of SMs deep_gemm kernels use (persistent grids); raises ValueError if num_sms <= 0.");
+    m.def("get_num_sms", &dg::apis::get_num_sms,
+          "SMs deep_gemm kernels use on the current device: the set_num_sms limit, else all of them.");
+    m.def("set_tc_util", &dg::apis::set_tc_util, "tc_util"_a,
+          "Set the tensor-core utilization hint in percent, 1..100 (ValueError otherwise).");
+    m.def("get_tc_util", &dg::apis::get_tc_util, "The tensor-core utilization hint in percent (default 100).");
+    m.def("set_pdl", &dg::apis::set_pdl, "enable"_a,
+          "Enable or disable programmatic dependent launch for the kernels launched from now on.");
+    m.def("get_pdl", &dg::apis::get_pdl, "Whether programmatic dependent launch is enabled (default False).");
+    m.def("set_mk_alignment_for_contiguous_layout", &dg::apis::set_mk_alignment_for_contiguous_layout, "alignment"_a,
+          "Set the row alignment of each group in M/K-grouped contiguous layouts (a multiple of 64, at most 1024).");
+    m.def("get_mk_alignment_for_contiguous_layout", &dg::apis::get_mk_alignment_for_contiguous_layout,
+          "Row alignment of each group's segment in M/K-grouped contiguous layouts (default 128).");
+
+    // Layouts
+    m.def("get_tma_aligned_size", &dg::apis::get_tma_aligned_size, "x"_a, "element_size"_a,
+          "Round x up so that x * element_size is a multiple of 16 bytes (TMA stride alignment).\n"
+          "element_size must divide 16; raises ValueError otherwise.");
+    m.def("get_mn_major_tma_aligned_tensor", &dg::apis::get_mn_major_tma_aligned_tensor, "sf"_a,
+          "Return FP32 scales sf ([MN, SF_K] or [G, MN, SF_K], CUDA, any strides) with the same values, stored\n"
+          "MN-major with the MN stride padded to 16 bytes: strides (1, align(MN, 4)) or (SF_K * align(MN, 4), 1,\n"
+          "align(MN, 4)). Returns sf itself when it already has that layout; otherwise runs a JIT-compiled\n"
+          "transpose kernel on the current stream. Raises ValueError on a bad dtype, rank or device.");
+    m.def("get_mn_major_tma_aligned_packed_ue8m0_tensor", &dg::apis::get_mn_major_tma_aligned_packed_ue8m0_tensor,
+          "sf"_a,
+          "Pack FP32 power-of-two scales sf ([MN, SF_K] or [G, MN, SF_K], CUDA) into UE8M0 bytes, four per int32\n"
+          "(byte i of word j = biased exponent of sf[..., 4j + i], 0 past SF_K): int32 [.., MN, ceil(SF_K / 4)],\n"
+          "MN-major and TMA-aligned. Runs a JIT-compiled kernel. Raises ValueError on bad input.");
+    m.def("transform_sf_into_required_layout", &dg::apis::transform_sf_into_required_layout, "sf"_a, "mn"_a, "k"_a,
+          "recipe"_a, "num_groups"_a = py::none(), "is_sfa"_a = py::none(), "disable_ue8m0_cast"_a = false,
+          "Bring scales into the layout the GEMM kernels read. recipe is (gran_mn, gran_k) or (gran_m, gran_n,\n"
+          "gran_k) with is_sfa choosing the operand. sf: FP32 [ceil(mn / gran_mn), ceil(k / gran_k)] (with a\n"
+          "leading num_groups dimension when given). On SM90 per-row scales (gran_mn = 1) become MN-major\n"
+          "TMA-aligned FP32; 128x128 block scales stay K-major and contiguous. Raises ValueError on a shape or\n"
+          "dtype mismatch, NotImplementedError off SM90.");
+
+    // FP8 GEMMs
+    m.def("fp8_gemm_nt", &dg::apis::fp8_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "recipe"_a = py::none(),
+          "recipe_a"_a = py::none(), "recipe_b"_a = py::none(), "compiled_dims"_a = "nk",
+          "disable_ue8m0_cast"_a = false,
+          "D = A @ B.T with fine-grained FP8 scaling, written into d in place (SM90).\n\n"
+          "a = (A, sfa): A float8_e4m3fn [M, K], K-major (row stride a multiple of 16 bytes); sfa FP32\n"
+          "    [M, ceil(K / 128)], one scale per token per 128 of K, any layout (pass it MN-major and\n"
+          "    TMA-aligned, from get_mn_major_tma_aligned_tensor, to skip the layout kernel on every call).\n"
+          "b = (B, sfb): B float8_e4m3fn [N, K], K-major; sfb FP32 [ceil(N / 128), ceil(K / 128)], one scale\n"
+          "    per 128x128 block.\n"
+          "d: BF16 [M, N], row-major (any row stride); c must be None.\n"
+          "recipe: (1, 128, 128) (default with BF16 d), or recipe_a=(1, 128), recipe_b=(128, 128).\n"
+          "compiled_dims: which of m, n, k are compile-time constants (default 'nk': one kernel per weight).\n"
+          "disable_ue8m0_cast: accepted for API compatibility; SM90 takes FP32 scales.\n"
+          "Any M, N >= 0 (0 is a no-op); K a multiple of 16 (K = 0 zero-fills d). Raises ValueError on a bad\n"
+          "dtype, shape, stride, alignment or device; NotImplementedError for recipe (1, 1, 128) and off SM90.");
+    m.def("fp8_gemm_nn",
+          [](py::args, py::kwargs) {
+              dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_nn", "transpose B to K-major ([N, K] contiguous)");
+          },
+          "Not available on SM90: raises NotImplementedError (FP8 wgmma reads K-major operands only; "
+          "use fp8_gemm_nt with B transposed to [N, K]).");
+    m.def("fp8_gemm_tn",
+          [](py::args, py::kwargs) {
+              dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_tn", "transpose A to K-major ([M, K] contiguous)");
+          },
+          "Not available on SM90: raises NotImplementedError (use fp8_gemm_nt with A transposed to [M, K]).");
+    m.def("fp8_gemm_tt",
+          [](py::args, py::kwargs) {
+              dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_tt", "transpose both A and B to K-major");
+          },
+          "Not available on SM90: raises NotImplementedError (use fp8_gemm_nt with A and B K-major).");
+    m.def("get_fp8_gemm_config",
+          [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store) {
+              const auto c = dg::kernels::get_fp8_gemm_config(m, n, k, num_sms, use_tma_store, false, true, true);
+              return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
+                              "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
+                              "store_chunk_n"_a = c.store_chunk_n, "smem_bytes"_a = c.smem_bytes,
+                              "use_tma_store"_a = c.use_tma_store);
+          },
+          "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "use_tma_store"_a = true,
+          "The config the SM90 FP8 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).");
+
+    // JIT
+    m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",
+          "use_nvrtc"_a = py::none(),
+          "Render kernel `family` with integer `params` and compile it for `arch` (no GPU needed), through the\n"
+          "disk cache. use_nvrtc: None follows DG_JIT_USE_NVRTC. Returns a dict: cubin_path, entry_dir,\n"
+          "cache_hit, compiler, source, ptxas_report, registers, stack_frame_bytes, spill_store_bytes,\n"
+          "spill_load_bytes. Raises ValueError for an unknown family, RuntimeError with the compiler log on a\n"
+          "failed compile.");
+    m.def("kernel_families", [] {
+              std::vector<std::string> names;
+              for (const auto& [name, _]: dg::kernels::kernel_registry())
+                  names.push_back(name);
+              return names;
+          },
+          "Names of the kernel families compile_kernel knows.");
+}

@@ -1,0 +1,63 @@
+"""deep_gemm: JIT-compiled FP8 tensor-core GEMMs with fine-grained scaling for NVIDIA Hopper.
+
+The public API re-exports the C++ extension (`deep_gemm._C`) and the pure-Python helpers
+(`deep_gemm.utils`, `deep_gemm.testing`). Kernels are compiled at run time, per shape, and cached
+on disk (`$DG_JIT_CACHE_DIR`, default `~/.deep_gemm`).
+"""
+
+import torch  # noqa: F401  (loads libc10/libtorch before the extension)
+
+from deep_gemm import testing, utils
+from deep_gemm._C import (
+    compile_kernel,
+    fp8_gemm_nn,
+    fp8_gemm_nt,
+    fp8_gemm_tn,
+    fp8_gemm_tt,
+    get_mk_alignment_for_contiguous_layout,
+    get_mn_major_tma_aligned_packed_ue8m0_tensor,
+    get_mn_major_tma_aligned_tensor,
+    get_num_sms,
+    get_pdl,
+    get_tc_util,
+    get_tma_aligned_size,
+    kernel_families,
+    set_mk_alignment_for_contiguous_layout,
+    set_num_sms,
+    set_pdl,
+    set_tc_util,
+    transform_sf_into_required_layout,
+)
+
+# Aliases engines call
+fp8_fp4_gemm_nt = fp8_gemm_nt
+get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
+get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "compile_kernel",
+    "fp8_fp4_gemm_nt",
+    "fp8_gemm_nn",
+    "fp8_gemm_nt",
+    "fp8_gemm_tn",
+    "fp8_gemm_tt",
+    "get_k_alignment_for_contiguous_layout",
+    "get_m_alignment_for_contiguous_layout",
+    "get_mk_alignment_for_contiguous_layout",
+    "get_mn_major_tma_aligned_packed_ue8m0_tensor",
+    "get_mn_major_tma_aligned_tensor",
+    "get_num_sms",
+    "get_pdl",
+    "get_tc_util",
+    "get_tma_aligned_size",
+    "kernel_families",
+    "set_mk_alignment_for_contiguous_layout",
+    "set_num_sms",
+    "set_pdl",
+    "set_tc_util",
+    "testing",
+    "transform_sf_into_required_layout",
+    "utils",
+]

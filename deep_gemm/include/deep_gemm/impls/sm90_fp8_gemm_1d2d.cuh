@@ -1,0 +1,349 @@
+// SM90 FP8 GEMM with fine-grained scaling ("1d2d": A scaled per 1x128, B per 128x128).
+//
+// Computes   D[m, n] = sum_kb  sfa[m, kb] * sfb[n / 128, kb] * sum_{k in block kb} A[m, k] * B[n, k]
+// A [M, K] and B [N, K] float8_e4m3fn, both K-major; sfa FP32 MN-major [ceil(K/128)][align(M, 4)];
+// sfb FP32 K-major [ceil(N/128)][ceil(K/128)]; D BF16 [M, N] with any row stride.
+//
+// Launch: persistent, grid = #SMs, (kNumMathWarpgroups + 1) * 128 threads, 1 CTA/SM.
+// Roles:
+//   warpgroups 0 .. kNumMathWarpgroups-1  math (setmaxnreg 232): each owns WG_M = BLOCK_M / kNumMathWarpgroups
+//       rows of the tile. Per 128-deep K block: wait full[s]; read its sfa rows from smem; issue
+//       4 x wgmma m64nBLOCK_Nk32 per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp);
+//       promote: accum += partial * sfa[row] * sfb[col block] on the CUDA cores (two-level
+//       accumulation: FP8 tensor-core sums never run longer than 128 of K).
+//   last warpgroup  producer (setmaxnreg 40): one thread issues, per K block, TMA loads of the A tile,
+//       the B tile and the BLOCK_M sfa values into stage s after waiting empty[s]; arms full[s] with
+//       the byte count.
+// Stage ring: kNumStages stages of A (BLOCK_M x 128 B) + B (BLOCK_N x 128 B) + sfa (BLOCK_M x 4 B),
+//   A and B 128B-swizzled as TMA writes them and as wgmma reads them; full[s] (1 arrival + TMA bytes)
+//   and empty[s] (4 * kNumMathWarpgroups arrivals). Both roles walk the same tile sequence, so the
+//   ring runs on across tiles without draining.
+// sfb: read with __ldg by the math threads at the top of each K block. A tile of BLOCK_N columns
+//   spans at most two 128-column scale blocks (the host picks BLOCK_N so); columns left of
+//   `boundary` take the first, the others the second.
+// Shared memory: [D staging (TMA store), BLOCK_M x BLOCK_N BF16] [A x stages] [B x stages]
+//   [sfa x stages] [full, empty barriers], 1024-byte aligned.
+// Epilogue (kUseTmaStore): each math warpgroup converts its accumulators to BF16, writes them with
+//   stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
+//   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
+//   read shared memory before overwriting it, so the store of tile i overlaps the K loop of tile i+1.
+//   Without TMA store (D's row stride not 16-byte aligned), threads store BF16 directly with bounds checks.
+// Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
+// Limits: BLOCK_M in {64, 128, 256}; BLOCK_N a multiple of 16 (TMA store) or 8, at most 256;
+//   K a multiple of 16 (TMA strides); the tails of M, N, K are zero-filled by TMA loads and clipped
+//   by the TMA store.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <deep_gemm/common/pipeline.cuh>
+#include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/mbarrier.cuh>
+#include <deep_gemm/ptx/sync.cuh>
+#include <deep_gemm/ptx/tma.cuh>
+#include <deep_gemm/ptx/wgmma.cuh>
+#include <deep_gemm/scheduler/gemm_scheduler.cuh>
+
+namespace deep_gemm {
+
+template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
+          uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kStoreChunkN,
+          bool kUseTmaStore>
+struct Sm90Fp8Gemm1d2d {
+    static constexpr uint32_t BLOCK_K = 128;
+    static constexpr uint32_t WG_M = BLOCK_M / kNumMathWarpgroups;
+    static constexpr uint32_t kNumWgmmaM = WG_M / 64;
+    static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
+    static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
+    using Wgmma = ptx::WgmmaFp8E4m3<BLOCK_N>;
+    static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
+
+    static constexpr uint32_t SMEM_D_SIZE = kUseTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
+    static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K;
+    static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K;
+    static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = align_up(BLOCK_M * 4u, 128u);
+    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_D_SIZE +
+                                          kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
+                                                        SMEM_SFA_SIZE_PER_STAGE + 2 * 8);
+    static constexpr uint32_t kStoreChunkBytes = kStoreChunkN * 2;
+    static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
+    static constexpr uint32_t kStoreSwizzleMask = kStoreChunkBytes / 16 - 1;  // 7, 3, 1 for 128/64/32-byte rows
+
+    static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "BLOCK_M must be 64, 128 or 256");
+    static_assert(WG_M % 64 == 0 && kNumWgmmaM >= 1 && kNumWgmmaM <= 2, "each math warpgroup owns 64 or 128 rows");
+    static_assert(BLOCK_N % 8 == 0 && BLOCK_N <= 256, "BLOCK_N must be a multiple of 8, at most 256");
+    static_assert(!kUseTmaStore || (BLOCK_N % 16 == 0 && BLOCK_N % kStoreChunkN == 0 &&
+                                    (kStoreChunkN == 16 || kStoreChunkN == 32 || kStoreChunkN == 64)),
+                  "TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
+    static_assert(SMEM_A_SIZE_PER_STAGE % 1024 == 0 && SMEM_B_SIZE_PER_STAGE % 1024 == 0,
+                  "stage buffers must keep 1024-byte alignment for the 128B swizzle");
+
+    // Shared-memory map; stage buffers are found by arithmetic (a pointer array indexed by the
+    // run-time stage would live in local memory).
+    struct SharedStorage {
+        uint8_t* base;
+        __device__ __forceinline__ __nv_bfloat16* d() const { return reinterpret_cast<__nv_bfloat16*>(base); }
+        __device__ __forceinline__ uint8_t* a(uint32_t stage) const {
+            return base + SMEM_D_SIZE + stage * SMEM_A_SIZE_PER_STAGE;
+        }
+        __device__ __forceinline__ uint8_t* b(uint32_t stage) const {
+            return base + SMEM_D_SIZE + kNumStages * SMEM_A_SIZE_PER_STAGE + stage * SMEM_B_SIZE_PER_STAGE;
+        }
+        __device__ __forceinline__ float* sfa(uint32_t stage) const {
+            return reinterpret_cast<float*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE) +
+                                            stage * SMEM_SFA_SIZE_PER_STAGE);
+        }
+        __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
+            return reinterpret_cast<uint64_t*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE +
+                                               SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE)) + stage;
+        }
+        __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
+    };
+
+    // ---------------------------------------------------------------- producer (one thread)
+    __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
+                                                    uint32_t num_k_blocks, const TmaDescriptor* tma_a,
+                                                    const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa) {
+        constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + BLOCK_M * 4;
+        GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN> scheduler(shape_m, shape_n);
+        PipelineState<kNumStages> pipe;
+        uint32_t m_block, n_block;
+        while (scheduler.next(m_block, n_block)) {
+            for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block, pipe.advance()) {
+                ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
+                uint64_t* full = s.full(pipe.stage);
+                ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+                ptx::tma_load_2d(s.a(pipe.stage), tma_a, full, k_block * BLOCK_K, m_block * BLOCK_M);
+                ptx::tma_load_2d(s.b(pipe.stage), tma_b, full, k_block * BLOCK_K, n_block * BLOCK_N);
+                ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, k_block);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- math warpgroups
+    __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
+                                                uint32_t num_k_blocks, const float* __restrict__ sfb,
+                                                __nv_bfloat16* __restrict__ d, uint32_t ldd,
+                                                const TmaDescriptor* tma_d) {
+        const uint32_t wg_idx = threadIdx.x / 128;
+        const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
+        const uint32_t lane = threadIdx.x % 32;
+        const uint32_t num_sfb_blocks = ceil_div(shape_n, 128u);
+
+        GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN> scheduler(shape_m, shape_n);
+        PipelineState<kNumStages> pipe;
+        float accum[kNumWgmmaM][kNumAccum];
+        float partial[kNumWgmmaM][kNumAccum];
+        uint32_t m_block, n_block;
+        while (scheduler.next(m_block, n_block)) {
+            // Columns [n0, n0 + boundary) of the tile use sfb block `first`, the rest block `last`
+            const uint32_t n0 = n_block * BLOCK_N;
+            const uint32_t first_sfb = n0 / 128;
+            const uint32_t last_sfb = min((n0 + BLOCK_N - 1) / 128, num_sfb_blocks - 1);
+            const uint32_t boundary = (first_sfb + 1) * 128 - n0;
+            const float* sfb_first = sfb + first_sfb * num_k_blocks;
+            const float* sfb_last = sfb + last_sfb * num_k_blocks;
+
+            #pragma unroll
+            for (uint32_t im = 0; im < kNumWgmmaM; ++im)
+                #pragma unroll
+                for (uint32_t i = 0; i < kNumAccum; ++i)
+                    accum[im][i] = 0.0f;
+
+            for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block, pipe.advance()) {
+                const float sfb_0 = __ldg(sfb_first + k_block);
+                const float sfb_1 = __ldg(sfb_last + k_block);
+                ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
+
+                // This thread's two rows per 64-row slice: r and r + 8
+                float sfa[kNumWgmmaM][2];
+                #pragma unroll
+                for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+                    const uint32_t row = wg_idx * WG_M + im * 64 + warp_in_wg * 16 + lane / 4;
+                    sfa[im][0] = s.sfa(pipe.stage)[row];
+                    sfa[im][1] = s.sfa(pipe.stage)[row + 8];
+                }
+
+                // partial = A_slice (64 x 128) * B_tile^T (128 x BLOCK_N), in four k32 steps
+                #pragma unroll
+                for (uint32_t im = 0; im < kNumWgmmaM; ++im)
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        ptx::wgmma_fence_operand(partial[im][i]);
+                ptx::wgmma_fence();
+                #pragma unroll
+                for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+                    const uint8_t* a_slice = s.a(pipe.stage) + (wg_idx * WG_M + im * 64) * BLOCK_K;
+                    #pragma unroll
+                    for (uint32_t kk = 0; kk < BLOCK_K / 32; ++kk) {
+                        const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(a_slice + kk * 32);
+                        const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(s.b(pipe.stage) + kk * 32);
+                        Wgmma::mma(desc_a, desc_b, partial[im], kk > 0);
+                    }
+                }
+                ptx::wgmma_commit();
+                #pragma unroll
+                for (uint32_t im = 0; im < kNumWgmmaM; ++im)
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        ptx::wgmma_fence_operand(partial[im][i]);
+                ptx::wgmma_wait<0>();
+                #pragma unroll
+                for (uint32_t im = 0; im < kNumWgmmaM; ++im)
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        ptx::wgmma_fence_operand(partial[im][i]);
+
+                // The stage's operands are consumed: hand it back to the producer
+                if (lane == 0)
+                    ptx::mbarrier_arrive(&*s.empty(pipe.stage));
+
+                // Promotion: accum += partial * sfa[row] * sfb[column block]
+                #pragma unroll
+                for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+                    const float scale_00 = sfa[im][0] * sfb_0, scale_01 = sfa[im][0] * sfb_1;
+                    const float scale_10 = sfa[im][1] * sfb_0, scale_11 = sfa[im][1] * sfb_1;
+                    #pragma unroll
+                    for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
+                        const bool in_first = j * 8 + (lane % 4) * 2 < boundary;
+                        const float scale_top = in_first ? scale_00 : scale_01;
+                        const float scale_bottom = in_first ? scale_10 : scale_11;
+                        accum[im][j * 4 + 0] = fmaf(partial[im][j * 4 + 0], scale_top, accum[im][j * 4 + 0]);
+                        accum[im][j * 4 + 1] = fmaf(partial[im][j * 4 + 1], scale_top, accum[im][j * 4 + 1]);
+                        accum[im][j * 4 + 2] = fmaf(partial[im][j * 4 + 2], scale_bottom, accum[im][j * 4 + 2]);
+                        accum[im][j * 4 + 3] = fmaf(partial[im][j * 4 + 3], scale_bottom, accum[im][j * 4 + 3]);
+                    }
+                }
+            }
+
+            const uint32_t m0 = m_block * BLOCK_M + wg_idx * WG_M;
+            if constexpr (kUseTmaStore)
+                store_tile_tma(s, accum, m0, n0, tma_d, wg_idx, warp_in_wg, lane);
+            else
+                store_tile_direct(accum, m0, n0, shape_m, shape_n, d, ldd, warp_in_wg, lane);
+        }
+        if constexpr (kUseTmaStore) {
+            if (threadIdx.x % 128 == 0)
+                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
+    }
+
+    // ---------------------------------------------------------------- epilogues
+    // BF16 via stmatrix into this warpgroup's WG_M rows of the staging tile, then TMA stores.
+    __device__ __forceinline__ static void store_tile_tma(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
+                                                          uint32_t m0, uint32_t n0, const TmaDescriptor* tma_d,
+                                                          uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
+        constexpr uint32_t kChunkSize = WG_M * kStoreChunkBytes;  // bytes of one column chunk of this warpgroup
+        uint8_t* staging = reinterpret_cast<uint8_t*>(s.d()) + wg_idx * WG_M * BLOCK_N * 2;
+        const bool is_leader = threadIdx.x % 128 == 0;
+
+        // The previous tile's stores must have finished reading the staging tile
+        if (is_leader)
+            ptx::tma_store_wait_read();
+        ptx::named_barrier_sync(1 + wg_idx, 128);
+
+        // Lane l addresses row l % 8 of matrix l / 8: (rows +8 if matrix is odd, columns +8 if matrix >= 2)
+        const uint32_t row_in_slice = warp_in_wg * 16 + (lane / 8 % 2) * 8 + lane % 8;
+        const uint32_t col_offset = (lane / 16) * 8;
+        #pragma unroll
+        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+            #pragma unroll
+            for (uint32_t j = 0; j < kNumAccum / 4; j += 2) {
+                const uint32_t col = j * 8 + col_offset;
+                const uint32_t chunk = col / kStoreChunkN;
+                const uint32_t row = im * 64 + row_in_slice;
+                uint32_t offset = row * kStoreChunkBytes + (col % kStoreChunkN) * 2;
+                offset ^= ((offset >> 7) & kStoreSwizzleMask) << 4;
+                const float* v = &accum[im][j * 4];
+                ptx::stmatrix_x4(staging + chunk * kChunkSize + offset, ptx::pack_bf16x2(v[0], v[1]),
+                                 ptx::pack_bf16x2(v[2], v[3]), ptx::pack_bf16x2(v[4], v[5]),
+                                 ptx::pack_bf16x2(v[6], v[7]));
+            }
+        }
+        ptx::fence_proxy_async_smem();
+        ptx::named_barrier_sync(1 + wg_idx, 128);
+        if (is_leader) {
+            #pragma unroll
+            for (uint32_t c = 0; c < kNumStoreChunks; ++c)
+                ptx::tma_store_2d(tma_d, staging + c * kChunkSize, n0 + c * kStoreChunkN, m0);
+            ptx::tma_store_commit();
+        }
+    }
+
+    // BF16 stores straight from registers, bounds-checked (D rows not 16-byte aligned).
+    __device__ __forceinline__ static void store_tile_direct(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0,
+                                                             uint32_t n0, uint32_t shape_m, uint32_t shape_n,
+                                                             __nv_bfloat16* d, uint32_t ldd, uint32_t warp_in_wg,
+                                                             uint32_t lane) {
+        #pragma unroll
+        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+            #pragma unroll
+            for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
+                #pragma unroll
+                for (uint32_t half = 0; half < 2; ++half) {
+                    const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
+                    const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
+                    if (row >= shape_m)
+                        continue;
+                    __nv_bfloat16* out = d + static_cast<uint64_t>(row) * ldd + col;
+                    if (col < shape_n)
+                        out[0] = __float2bfloat16_rn(accum[im][j * 4 + half * 2]);
+                    if (col + 1 < shape_n)
+                        out[1] = __float2bfloat16_rn(accum[im][j * 4 + half * 2 + 1]);
+                }
+            }
+        }
+    }
+};
+
+template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
+          uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kStoreChunkN,
+          bool kUseTmaStore>
+__global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
+sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
+                          __nv_bfloat16* __restrict__ d, uint32_t ldd,
+                          const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
+                          const __grid_constant__ TmaDescriptor tma_sfa, const __grid_constant__ TmaDescriptor tma_d) {
+    using Gemm = Sm90Fp8Gemm1d2d<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups,
+                                 kNumGroupN, kStoreChunkN, kUseTmaStore>;
+    shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
+    shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
+    shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
+    const uint32_t num_k_blocks = ceil_div(shape_k, Gemm::BLOCK_K);
+
+    // Shared memory, 1024-byte aligned for the 128B swizzle
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(smem_raw), uintptr_t(1024)));
+    const typename Gemm::SharedStorage storage{smem};
+
+    // Barriers and descriptor prefetch, by the producer's first thread
+    if (threadIdx.x == Gemm::kNumMathThreads) {
+        ptx::prefetch_tma_descriptor(&tma_a);
+        ptx::prefetch_tma_descriptor(&tma_b);
+        ptx::prefetch_tma_descriptor(&tma_sfa);
+        if constexpr (kUseTmaStore)
+            ptx::prefetch_tma_descriptor(&tma_d);
+        #pragma unroll
+        for (uint32_t i = 0; i < kNumStages; ++i) {
+            ptx::mbarrier_init(storage.full(i), 1);
+            ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4);
+        }
+        ptx::fence_barrier_init();
+    }
+    __syncthreads();
+
+    // Programmatic dependent launch: inputs may come from the previous kernel
+    ptx::grid_dependency_wait();
+    ptx::grid_dependency_launch_dependents();
+
+    if (threadIdx.x >= Gemm::kNumMathThreads) {
+        ptx::warpgroup_reg_dealloc<40>();
+        if (threadIdx.x == Gemm::kNumMathThreads)
+            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa);
+    } else {
+        ptx::warpgroup_reg_alloc<232>();
+        Gemm::math(storage, shape_m, shape_n, num_k_blocks, sfb, d, ldd, &tma_d);
+    }
+}
+
+}  // namespace deep_gemm

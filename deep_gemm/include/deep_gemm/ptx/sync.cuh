@@ -1,0 +1,46 @@
+// Warp-specialization and synchronization primitives: register reallocation, named barriers,
+// stmatrix, and programmatic dependent launch.
+#pragma once
+
+#include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/mbarrier.cuh>
+
+namespace deep_gemm::ptx {
+
+template <uint32_t kNumRegs>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kNumRegs));
+}
+
+template <uint32_t kNumRegs>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kNumRegs));
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads) over `num_threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
+// Store four 8x8 b16 matrices; lane l gives the row address of matrix l/8, row l%8.
+__device__ __forceinline__ void stmatrix_x4(void* smem, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(smem_addr(smem)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// Programmatic dependent launch: wait for the previous grid's memory, let the next grid start.
+__device__ __forceinline__ void grid_dependency_wait() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void grid_dependency_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    uint32_t out;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+    return out;
+}
+
+}  // namespace deep_gemm::ptx

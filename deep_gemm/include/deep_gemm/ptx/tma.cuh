@@ -1,0 +1,42 @@
+// TMA (cp.async.bulk.tensor) wrappers: 2-D tile loads completing on an mbarrier, 2-D tile stores
+// from shared memory with bulk-group completion, and the proxy fence that orders them.
+#pragma once
+
+#include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/mbarrier.cuh>
+
+namespace deep_gemm::ptx {
+
+__device__ __forceinline__ void prefetch_tma_descriptor(const TmaDescriptor* desc) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(desc)) : "memory");
+}
+
+// Load the box at (x = inner coordinate, y = outer coordinate) into `dst`; completes on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* desc, uint64_t* bar, int32_t x, int32_t y) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+        ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(x), "r"(y)
+        : "memory");
+}
+
+// Store the box at (x, y) from `src`; out-of-bounds parts of the box are not written.
+__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* desc, const void* src, int32_t x, int32_t y) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 ::"l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(src)), "r"(x), "r"(y) : "memory");
+}
+
+__device__ __forceinline__ void tma_store_commit() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until the committed stores have finished reading shared memory (it may be rewritten).
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+// Order this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+}  // namespace deep_gemm::ptx

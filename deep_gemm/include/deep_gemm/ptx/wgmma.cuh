@@ -1,0 +1,43 @@
+// wgmma helpers: shared-memory matrix descriptors and the fence/commit/wait protocol.
+// The per-N instructions themselves are in wgmma_ops.cuh (generated).
+#pragma once
+
+#include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/mbarrier.cuh>
+#include <deep_gemm/ptx/wgmma_ops.cuh>
+
+namespace deep_gemm::ptx {
+
+// Descriptor of a K-major tile stored with the 128-byte swizzle, as TMA writes it: rows of 128 bytes,
+// 8-row groups 1024 bytes apart (stride byte offset), the tile 1024-byte aligned (base offset 0).
+// The leading byte offset is unused for swizzled K-major layouts. To step along K inside the
+// 128-byte row, add the byte offset to `smem` (the hardware swizzles the final address).
+__device__ __forceinline__ uint64_t make_smem_desc_k_major_sw128(const void* smem) {
+    const uint64_t addr = smem_addr(smem);
+    uint64_t desc = 0;
+    desc |= (addr & 0x3ffffull) >> 4;          // bits  0-13: start address >> 4
+    desc |= uint64_t(1) << 16;                 // bits 16-29: leading byte offset >> 4 (unused)
+    desc |= uint64_t(1024 >> 4) << 32;         // bits 32-45: stride byte offset >> 4
+    desc |= uint64_t(1) << 62;                 // bits 62-63: swizzle mode 1 = 128B
+    return desc;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+template <int kNumPending>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kNumPending) : "memory");
+}
+
+// Tell the compiler the accumulator registers are live across the asynchronous wgmma.
+__device__ __forceinline__ void wgmma_fence_operand(float& reg) {
+    asm volatile("" : "+f"(reg)::"memory");
+}
+
+}  // namespace deep_gemm::ptx

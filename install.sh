@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install deep_gemm and what it needs into the current Python environment.
+#   ./install.sh                      online (PyPI)
+#   WHEELHOUSE=dir ./install.sh       offline, from wheels downloaded beforehand with `pip download`
+# PyTorch must already be installed (any build: CPU-only is enough to build and to run the CPU tests).
+# Also installed: the CUTLASS/CuTe headers (nvidia-cutlass, WITHOUT its Python dependencies: deep_gemm
+# only needs its header folder), NVRTC (nvidia-cuda-nvrtc, for DG_JIT_USE_NVRTC=1), and for the tests
+# pytest and cuobjdump/nvdisasm (SASS checks).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY=${PYTHON:-python3}
+PIP=("$PY" -m pip install --disable-pip-version-check)
+if [[ -n "${WHEELHOUSE:-}" ]]; then
+    PIP+=(--no-index --find-links "$WHEELHOUSE")
+fi
+
+if ! "$PY" -c "import torch" 2>/dev/null; then
+    echo "install.sh: PyTorch is not installed in $($PY -c 'import sys; print(sys.executable)')." >&2
+    echo "            Install it first (e.g. 'pip install torch'), then run ./install.sh again." >&2
+    exit 1
+fi
+
+# Header-only dependency: no cuda-python/scipy/networkx/pydot/treelib in the user's environment.
+"${PIP[@]}" --no-deps "nvidia-cutlass>=4.2"
+# NVRTC and test tools: only those matching the installed CUDA 13 toolchain.
+"${PIP[@]}" --no-deps "nvidia-cuda-nvrtc>=13.0,<14" "nvidia-cuda-cuobjdump>=13.0,<14" "nvidia-cuda-nvdisasm>=13.0,<14"
+"${PIP[@]}" "pytest>=7" "setuptools>=64" "wheel"
+
+# The package itself: builds deep_gemm._C against the installed PyTorch (no CUDA compiled here).
+CXX=${CXX:-g++} "${PIP[@]}" --no-build-isolation --no-deps .
+(cd / && "$PY" -c "import deep_gemm; print('deep_gemm', deep_gemm.__version__, 'installed at', deep_gemm.__path__[0])")

@@ -1,0 +1,66 @@
+"""Helpers for the JIT tests: isolated cache directories, subprocess compiles, SASS dumps."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def find_tool(name: str) -> str | None:
+    """Path of a CUDA binary tool (cuobjdump, nvdisasm): PATH, the toolkit, or the nvidia-cuda-* wheels."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / name]
+    for entry in sys.path:
+        candidates.append(Path(entry) / "nvidia" / "cu13" / "bin" / name)
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def dump_sass(cubin_path: str) -> str:
+    """Disassemble a cubin with cuobjdump (nvdisasm must be findable too)."""
+    cuobjdump = find_tool("cuobjdump")
+    nvdisasm = find_tool("nvdisasm")
+    assert cuobjdump and nvdisasm, "cuobjdump/nvdisasm not found: install nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm"
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    result = subprocess.run([cuobjdump, "--dump-sass", cubin_path], capture_output=True, text=True, env=env, check=True)
+    return result.stdout
+
+
+COMPILE_SCRIPT = """
+import json, sys
+import deep_gemm
+family, params, use_nvrtc = json.loads(sys.argv[1])
+r = deep_gemm.compile_kernel(family, params, use_nvrtc=use_nvrtc)
+print(json.dumps({k: r[k] for k in ("cache_hit", "entry_dir", "cubin_path")}))
+"""
+
+
+def compile_in_subprocess(cache_dir: Path, family: str, params: dict, use_nvrtc: bool = False) -> subprocess.Popen:
+    """Start a fresh Python process that compiles one kernel into `cache_dir`; read it with `finish`."""
+    env = dict(os.environ, DG_JIT_CACHE_DIR=str(cache_dir))
+    return subprocess.Popen(
+        [sys.executable, "-c", COMPILE_SCRIPT, json.dumps([family, params, use_nvrtc])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(cache_dir.parent),
+    )
+
+
+def finish(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, f"compile subprocess failed:\n{err}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_python(code: str, env_updates: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter (outside the source tree, so the installed package is used)."""
+    env = dict(os.environ, **env_updates)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(cwd))

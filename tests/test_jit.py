@@ -1,0 +1,165 @@
+"""CPU tier: the JIT renders and compiles every kernel family for sm_90a with NVCC and NVRTC, and
+its disk cache is content-addressed, atomic, process-safe and self-healing."""
+
+import os
+from pathlib import Path
+
+import pytest
+from jit_helpers import compile_in_subprocess, dump_sass, finish, run_python
+
+import deep_gemm
+
+LAYOUT_FAMILIES = ["smxx_transpose_sf", "smxx_pack_ue8m0"]
+GEMM_CONFIGS = [
+    dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5),
+    dict(shape_n=2112, shape_k=7168, block_m=128, block_n=128, num_stages=5),
+    dict(shape_n=4096, shape_k=7168, block_m=64, block_n=144, num_stages=6),
+    dict(shape_n=576, shape_k=7168, block_m=64, block_n=112, num_stages=7, use_tma_store=0),
+    dict(shape_n=24576, shape_k=1536, block_m=256, block_n=64, num_stages=4),
+    dict(block_m=128, block_n=128, num_stages=4),  # all dimensions at run time
+]
+
+
+def gemm_id(cfg: dict) -> str:
+    return "-".join(f"{k.replace('shape_', '').replace('block_', 'b').replace('num_', '')}{v}" for k, v in cfg.items())
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "cache"
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(path))
+    return path
+
+
+def check_clean(result: dict) -> None:
+    assert result["registers"] > 0, result["ptxas_report"]
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    assert os.path.getsize(result["cubin_path"]) > 0
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+@pytest.mark.parametrize("family", LAYOUT_FAMILIES)
+def test_layout_kernels_compile(cache_dir: Path, family: str, use_nvrtc: bool) -> None:
+    result = deep_gemm.compile_kernel(family, {}, use_nvrtc=use_nvrtc)
+    assert result["compiler"] == ("nvrtc" if use_nvrtc else "nvcc")
+    assert not result["cache_hit"]
+    check_clean(result)
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+@pytest.mark.parametrize("cfg", GEMM_CONFIGS, ids=gemm_id)
+def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: bool) -> None:
+    result = deep_gemm.compile_kernel("sm90_fp8_gemm_1d2d", cfg, use_nvrtc=use_nvrtc)
+    check_clean(result)
+    sass = dump_sass(result["cubin_path"])
+    lines = sass.splitlines()
+    # FP8 tensor-core MMAs, 4 per 64 rows per 128-deep K block
+    num_qgmma = sum("QGMMA" in line for line in lines)
+    rows_per_wg = cfg["block_m"] // (1 if cfg["block_m"] == 64 else 2)
+    assert num_qgmma == 4 * (rows_per_wg // 64), f"expected QGMMA per K block, found {num_qgmma}"
+    assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
+    assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
+    # Register reallocation between producer and math warpgroups
+    assert sum("USETMAXREG" in line for line in lines) == 2
+    # TMA loads; TMA stores unless disabled
+    assert any("UTMALDG" in line for line in lines)
+    assert any("UTMASTG" in line for line in lines) == bool(cfg.get("use_tma_store", 1))
+
+
+def test_nvcc_and_nvrtc_keep_separate_entries(cache_dir: Path) -> None:
+    a = deep_gemm.compile_kernel("smxx_transpose_sf", {}, use_nvrtc=False)
+    b = deep_gemm.compile_kernel("smxx_transpose_sf", {}, use_nvrtc=True)
+    assert a["entry_dir"] != b["entry_dir"]
+    assert a["source"] == b["source"]
+
+
+def test_second_compile_in_new_process_is_a_cache_hit(cache_dir: Path) -> None:
+    first = finish(compile_in_subprocess(cache_dir, "smxx_transpose_sf", {}))
+    second = finish(compile_in_subprocess(cache_dir, "smxx_transpose_sf", {}))
+    assert not first["cache_hit"]
+    assert second["cache_hit"]
+    assert first["entry_dir"] == second["entry_dir"]
+
+
+def test_cache_key_has_no_absolute_path(tmp_path: Path) -> None:
+    # The same kernel in two cache roots gets the same entry name: nothing of the location is hashed.
+    names = []
+    for root in ("one", "two"):
+        proc = compile_in_subprocess(tmp_path / root, "smxx_pack_ue8m0", {})
+        names.append(Path(finish(proc)["entry_dir"]).name)
+    assert names[0] == names[1]
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+def test_concurrent_compiles_leave_one_entry(cache_dir: Path, use_nvrtc: bool) -> None:
+    cfg = dict(shape_n=2112, shape_k=7168, block_m=128, block_n=112, num_stages=5)
+    procs = [compile_in_subprocess(cache_dir, "sm90_fp8_gemm_1d2d", cfg, use_nvrtc) for _ in range(4)]
+    results = [finish(p) for p in procs]
+    assert len({r["entry_dir"] for r in results}) == 1
+    entries = [p for p in (cache_dir / "kernels").iterdir()]
+    assert len(entries) == 1, entries
+    tmp = cache_dir / "tmp"
+    assert not tmp.exists() or not any(tmp.iterdir()), list(tmp.iterdir())
+    assert sorted(p.name for p in entries[0].iterdir()) == ["kernel.cu", "kernel.cubin", "manifest", "ptxas.log"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble", "drop_manifest", "drop_cubin"])
+def test_corrupt_entry_is_rebuilt(cache_dir: Path, damage: str) -> None:
+    first = deep_gemm.compile_kernel("smxx_pack_ue8m0", {})
+    cubin = Path(first["cubin_path"])
+    good = cubin.read_bytes()
+    if damage == "truncate":
+        cubin.write_bytes(good[: len(good) // 2])
+    elif damage == "garble":
+        cubin.write_bytes(bytes(b ^ 0xFF for b in good))
+    elif damage == "drop_manifest":
+        (cubin.parent / "manifest").unlink()
+    else:
+        cubin.unlink()
+    # A new process (the in-memory map of this one does not matter for the disk cache)
+    again = finish(compile_in_subprocess(cache_dir, "smxx_pack_ue8m0", {}))
+    assert not again["cache_hit"], "a damaged entry must be recompiled"
+    assert Path(again["cubin_path"]).read_bytes() == good
+    assert finish(compile_in_subprocess(cache_dir, "smxx_pack_ue8m0", {}))["cache_hit"]
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+def test_failed_compile_raises_with_log_and_leaves_no_entry(cache_dir: Path, use_nvrtc: bool) -> None:
+    # BLOCK_N = 8 cannot use the TMA-store epilogue: a static_assert in the kernel fails
+    with pytest.raises(RuntimeError, match="TMA store"):
+        deep_gemm.compile_kernel("sm90_fp8_gemm_1d2d", dict(block_m=128, block_n=8, store_chunk_n=16), use_nvrtc=use_nvrtc)
+    kernels = cache_dir / "kernels"
+    assert not kernels.exists() or not any(kernels.iterdir())
+    tmp = cache_dir / "tmp"
+    assert not tmp.exists() or not any(tmp.iterdir())
+
+
+def test_unknown_family_raises(cache_dir: Path) -> None:
+    with pytest.raises(ValueError, match="unknown kernel family 'nope'"):
+        deep_gemm.compile_kernel("nope", {})
+    assert set(LAYOUT_FAMILIES + ["sm90_fp8_gemm_1d2d"]) <= set(deep_gemm.kernel_families())
+
+
+def test_bad_arch_raises(cache_dir: Path) -> None:
+    with pytest.raises(ValueError, match="arch must look like"):
+        deep_gemm.compile_kernel("smxx_transpose_sf", {}, arch="hopper")
+
+
+def test_missing_nvcc_raises_clearly(cache_dir: Path) -> None:
+    # The toolchain is resolved once per process: check in a fresh one
+    env = dict(DG_JIT_NVCC_COMPILER="/nonexistent/nvcc", DG_JIT_CACHE_DIR=str(cache_dir))
+    code = "import deep_gemm; deep_gemm.compile_kernel('smxx_transpose_sf', {}, use_nvrtc=False)"
+    result = run_python(code, env, cache_dir.parent)
+    assert result.returncode != 0
+    assert "NVCC not found" in result.stderr and "/nonexistent/nvcc" in result.stderr
+
+
+def test_ptxas_verbose_and_check_flags(cache_dir: Path) -> None:
+    env = dict(DG_JIT_CACHE_DIR=str(cache_dir), DG_JIT_PTXAS_VERBOSE="1", DG_JIT_PTXAS_CHECK="1",
+               DG_JIT_PRINT_COMPILER_COMMAND="1")
+    code = "import deep_gemm; deep_gemm.compile_kernel('smxx_transpose_sf', {}, use_nvrtc=False)"
+    result = run_python(code, env, cache_dir.parent)
+    assert result.returncode == 0, result.stderr
+    assert "ptxas report of smxx_transpose_sf" in result.stderr
+    assert "nvcc" in result.stderr and "-gencode=arch=compute_90a,code=sm_90a" in result.stderr
