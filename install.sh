@@ -28,5 +28,7 @@ fi
 "${PIP[@]}" "pytest>=7" "setuptools>=64" "wheel"
 
 # The package itself: builds deep_gemm._C against the installed PyTorch (no CUDA compiled here).
+# setuptools does not track header dependencies: start from a clean build folder.
+rm -rf build
 CXX=${CXX:-g++} "${PIP[@]}" --no-build-isolation --no-deps .
 (cd / && "$PY" -c "import deep_gemm; print('deep_gemm', deep_gemm.__version__, 'installed at', deep_gemm.__path__[0])")

@@ -26,7 +26,9 @@ def dump_sass(cubin_path: str) -> str:
     """Disassemble a cubin with cuobjdump (nvdisasm must be findable too)."""
     cuobjdump = find_tool("cuobjdump")
     nvdisasm = find_tool("nvdisasm")
-    assert cuobjdump and nvdisasm, "cuobjdump/nvdisasm not found: install nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm"
+    assert cuobjdump and nvdisasm, (
+        "cuobjdump/nvdisasm not found: install nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm"
+    )
     env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
     result = subprocess.run([cuobjdump, "--dump-sass", cubin_path], capture_output=True, text=True, env=env, check=True)
     return result.stdout

@@ -128,7 +128,9 @@ def test_corrupt_entry_is_rebuilt(cache_dir: Path, damage: str) -> None:
 def test_failed_compile_raises_with_log_and_leaves_no_entry(cache_dir: Path, use_nvrtc: bool) -> None:
     # BLOCK_N = 8 cannot use the TMA-store epilogue: a static_assert in the kernel fails
     with pytest.raises(RuntimeError, match="TMA store"):
-        deep_gemm.compile_kernel("sm90_fp8_gemm_1d2d", dict(block_m=128, block_n=8, store_chunk_n=16), use_nvrtc=use_nvrtc)
+        deep_gemm.compile_kernel(
+            "sm90_fp8_gemm_1d2d", dict(block_m=128, block_n=8, store_chunk_n=16), use_nvrtc=use_nvrtc
+        )
     kernels = cache_dir / "kernels"
     assert not kernels.exists() or not any(kernels.iterdir())
     tmp = cache_dir / "tmp"
@@ -156,8 +158,12 @@ def test_missing_nvcc_raises_clearly(cache_dir: Path) -> None:
 
 
 def test_ptxas_verbose_and_check_flags(cache_dir: Path) -> None:
-    env = dict(DG_JIT_CACHE_DIR=str(cache_dir), DG_JIT_PTXAS_VERBOSE="1", DG_JIT_PTXAS_CHECK="1",
-               DG_JIT_PRINT_COMPILER_COMMAND="1")
+    env = dict(
+        DG_JIT_CACHE_DIR=str(cache_dir),
+        DG_JIT_PTXAS_VERBOSE="1",
+        DG_JIT_PTXAS_CHECK="1",
+        DG_JIT_PRINT_COMPILER_COMMAND="1",
+    )
     code = "import deep_gemm; deep_gemm.compile_kernel('smxx_transpose_sf', {}, use_nvrtc=False)"
     result = run_python(code, env, cache_dir.parent)
     assert result.returncode == 0, result.stderr

@@ -9,8 +9,23 @@
 
 namespace dg {
 
+// The name users write in Python: "torch.float8_e4m3fn", "torch.bfloat16", ...
+inline std::string dtype_name(at::ScalarType dtype) {
+    switch (dtype) {
+        case at::kFloat8_e4m3fn: return "torch.float8_e4m3fn";
+        case at::kBFloat16: return "torch.bfloat16";
+        case at::kHalf: return "torch.float16";
+        case at::kFloat: return "torch.float32";
+        case at::kDouble: return "torch.float64";
+        case at::kInt: return "torch.int32";
+        case at::kLong: return "torch.int64";
+        case at::kByte: return "torch.uint8";
+        default: return c10::toString(dtype);
+    }
+}
+
 inline std::string describe(const at::Tensor& t) {
-    return fmt::format("{} tensor of shape {} and strides {} on {}", c10::toString(t.scalar_type()),
+    return fmt::format("{} tensor of shape {} and strides {} on {}", dtype_name(t.scalar_type()),
                        fmt::join(t.sizes(), "x"), fmt::join(t.strides(), ","), t.device().str());
 }
 
@@ -29,7 +44,7 @@ inline void check_same_device(const at::Tensor& t, const at::Tensor& ref, const 
 }
 
 inline void check_dtype(const at::Tensor& t, at::ScalarType dtype, const char* name) {
-    DG_CHECK_INPUT(t.scalar_type() == dtype, "{} must have dtype {}, got a {}", name, c10::toString(dtype), describe(t));
+    DG_CHECK_INPUT(t.scalar_type() == dtype, "{} must have dtype {}, got a {}", name, dtype_name(dtype), describe(t));
 }
 
 inline void check_dim(const at::Tensor& t, int64_t dim, const char* name) {

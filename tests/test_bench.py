@@ -1,0 +1,72 @@
+"""CPU tier: the ``python -m deep_gemm.bench`` driver (registry, shape parsing, tables, exit codes)."""
+
+import json
+
+import pytest
+
+import deep_gemm
+from deep_gemm.bench import BenchOptions, Suite, SuiteReport, get_suite, register_suite, suite_names
+from deep_gemm.bench.__main__ import main
+from deep_gemm.bench.fp8_gemm import DENSE_SHAPES, parse_mnk
+from deep_gemm.bench.report import Column, Table, geomean
+
+
+def test_dense_suite_is_registered() -> None:
+    assert "dense" in suite_names()
+    suite = get_suite("dense")
+    assert suite.parse_shape("4096x7168x2048") == (4096, 7168, 2048)
+    with pytest.raises(KeyError, match="dense"):
+        get_suite("nope")
+
+
+def test_register_suite_rejects_duplicates() -> None:
+    dup = Suite("dense", "dup", "", parse_mnk, lambda options: SuiteReport({}, True))
+    with pytest.raises(ValueError, match="already registered"):
+        register_suite(dup)
+
+
+def test_dense_shapes() -> None:
+    assert len(DENSE_SHAPES) == len(set(DENSE_SHAPES))
+    assert (8192, 8192, 8192) in DENSE_SHAPES
+    assert (1, 2112, 7168) in DENSE_SHAPES and (4096, 129280, 7168) in DENSE_SHAPES
+    assert {m for m, _, _ in DENSE_SHAPES} == {1, 16, 32, 64, 128, 4096, 8192}
+
+
+@pytest.mark.parametrize("text", ["4096x7168", "4096x7168x0", "ax1x1", "", "1x2x3x4"], ids=lambda t: t or "empty")
+def test_parse_mnk_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="MxNxK"):
+        parse_mnk(text)
+
+
+def test_geomean_and_table() -> None:
+    assert geomean([2.0, 8.0, None]) == pytest.approx(4.0)
+    assert geomean([None]) is None
+    table = Table([Column("M", 5), Column("speedup")])
+    assert table.row(["1", "1.25"]) == "    1     1.25"
+    assert table.header().splitlines()[0] == "    M  speedup"
+    with pytest.raises(ValueError, match="cells"):
+        table.row(["1"])
+
+
+def test_main_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list"]) == 0
+    assert "dense" in capsys.readouterr().out
+
+
+def test_main_rejects_bad_shape() -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--shapes", "4096x7168"])
+    assert info.value.code == 2
+
+
+def test_main_without_fp8_gemm_exits_non_zero(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.delattr(deep_gemm, "fp8_gemm_nt", raising=False)
+    out = tmp_path / "out.json"
+    assert main(["--shapes", "128x256x512", "--json", str(out)]) == 2
+    assert "fp8_gemm_nt is missing" in capsys.readouterr().out
+    assert "error" in json.loads(out.read_text())
+
+
+def test_bench_options_defaults() -> None:
+    options = BenchOptions()
+    assert options.shapes is None and options.num_tests > 0 and options.flush_l2

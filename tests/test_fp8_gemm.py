@@ -1,0 +1,288 @@
+"""fp8_gemm_nt: input validation everywhere; on a GPU, results against float64 and BF16 references.
+
+Bounds (per case): calc_diff against the float64 product of the dequantized FP8 inputs < 5e-6
+(what BF16 rounding of the output leaves: about 2^-9 relative per element, ~1e-6 in calc_diff), and
+< 1e-3 against the unquantized BF16 product; every element within 2^-7 * |ref| + 2^-7 * rms(ref)
+of the float64 reference; padding untouched; two runs bitwise equal."""
+
+import random
+
+import pytest
+import torch
+
+import deep_gemm
+from deep_gemm.testing import calc_diff
+from deep_gemm.utils import ceil_div, per_block_cast_to_fp8, per_token_cast_to_fp8
+
+gpu = pytest.mark.gpu
+
+NK_PAIRS = [
+    (2112, 7168),
+    (576, 7168),
+    (24576, 1536),
+    (32768, 512),
+    (7168, 16384),
+    (4096, 7168),
+    (7168, 2048),
+    (129280, 7168),
+]
+MS = [1, 7, 64, 128, 129, 1000, 4096]
+
+
+# ----------------------------------------------------------------------------- validation (CPU tier)
+def cpu_operands(m: int = 64, n: int = 128, k: int = 256):
+    a = torch.zeros(m, k, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(n, k, dtype=torch.float8_e4m3fn)
+    sfa = torch.ones(m, ceil_div(k, 128))
+    sfb = torch.ones(ceil_div(n, 128), ceil_div(k, 128))
+    d = torch.empty(m, n, dtype=torch.bfloat16)
+    return a, sfa, b, sfb, d
+
+
+@pytest.mark.parametrize(
+    ("case", "pattern"),
+    [
+        ("a_dtype", r"a\[0\] \(A\) must have dtype torch.float8_e4m3fn"),
+        ("b_dtype", r"b\[0\] \(B\) must have dtype torch.float8_e4m3fn"),
+        ("a_rank", r"a\[0\] \(A\) must be 2-D"),
+        ("k_mismatch", r"b\[0\] \(B\) must be \[N, K\] with K = 256"),
+        ("d_shape", r"d must be \[M, N\] = \[64, 128\]"),
+        ("d_dtype", r"d \(recipe \(1, 128, 128\) writes BF16\) must have dtype torch.bfloat16"),
+        ("a_not_k_major", r"a\[0\] \(A\) must be contiguous in its last dimension"),
+        ("a_unaligned_k", r"a\[0\] \(A\): stride 100 of dim 0 must be a multiple of 16 bytes"),
+        ("sfa_shape", r"a\[1\] \(sfa\) must be \[M, ceil\(K/128\)\] = \[64, 2\]"),
+        ("sfb_shape", r"b\[1\] \(sfb\) must be \[ceil\(N/128\), ceil\(K/128\)\] = \[1, 2\]"),
+        ("sfa_dtype", r"a\[1\] \(sfa\) must have dtype torch.float32"),
+        ("compiled_dims", r"compiled_dims must use only the letters m, n, k"),
+        ("recipe", r"recipe must be \(1, 128, 128\) or \(1, 1, 128\)"),
+        ("with_c", r"c must be None with BF16 output"),
+        ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
+    ],
+)
+def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
+    a, sfa, b, sfb, d = cpu_operands()
+    kwargs = {}
+    if case == "a_dtype":
+        a = a.to(torch.bfloat16)
+    elif case == "b_dtype":
+        b = b.view(torch.uint8)
+    elif case == "a_rank":
+        a = a[None]
+    elif case == "k_mismatch":
+        b = torch.zeros(128, 384, dtype=torch.float8_e4m3fn)
+    elif case == "d_shape":
+        d = d[:, :64]
+    elif case == "d_dtype":
+        d = d.float()
+        kwargs["recipe"] = (1, 128, 128)
+    elif case == "a_not_k_major":
+        a = torch.zeros(256, 64, dtype=torch.float8_e4m3fn).t()
+    elif case == "a_unaligned_k":
+        a = torch.zeros(64, 100, dtype=torch.float8_e4m3fn)
+        b = torch.zeros(128, 100, dtype=torch.float8_e4m3fn)
+        sfa, sfb = torch.ones(64, 1), torch.ones(1, 1)
+    elif case == "sfa_shape":
+        sfa = torch.ones(64, 3)
+    elif case == "sfb_shape":
+        sfb = torch.ones(2, 2)
+    elif case == "sfa_dtype":
+        sfa = sfa.double()
+    elif case == "compiled_dims":
+        kwargs["compiled_dims"] = "nx"
+    elif case == "recipe":
+        kwargs["recipe"] = (1, 64, 128)
+    elif case == "with_c":
+        kwargs["c"] = d.clone()
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, **kwargs)
+
+
+def test_per_row_recipe_not_implemented_yet() -> None:
+    a, sfa, b, sfb, d = cpu_operands()
+    with pytest.raises(NotImplementedError, match=r"recipe \(1, 1, 128\)"):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, torch.ones(128, 2)), d.float(), recipe=(1, 1, 128))
+
+
+@pytest.mark.parametrize("name", ["fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt"])
+def test_other_layouts_raise_not_implemented(name: str) -> None:
+    with pytest.raises(NotImplementedError, match="fp8_gemm_nt"):
+        getattr(deep_gemm, name)(None, None, None)
+
+
+def test_aliases() -> None:
+    assert deep_gemm.fp8_fp4_gemm_nt is deep_gemm.fp8_gemm_nt
+
+
+def test_heuristic_configs_fit() -> None:
+    for m in (1, 64, 128, 129, 1000, 4096, 8192):
+        for n, k in NK_PAIRS:
+            cfg = deep_gemm._C.get_fp8_gemm_config(m, n, k)
+            assert cfg["smem_bytes"] <= 232448
+            assert cfg["block_n"] % 16 == 0 and cfg["block_m"] in (64, 128, 256)
+            assert cfg["num_stages"] >= 2
+            if m <= 64:
+                assert cfg["block_m"] == 64
+    # Non-power-of-two BLOCK_N fills the last wave: 4096 x 7168 takes 160-wide tiles
+    assert deep_gemm._C.get_fp8_gemm_config(4096, 7168, 7168)["block_n"] == 160
+
+
+# ----------------------------------------------------------------------------- GPU tier
+def make_inputs(m: int, n: int, k: int):
+    a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b_bf16 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a, sfa = per_token_cast_to_fp8(a_bf16)
+    b, sfb = per_block_cast_to_fp8(b_bf16)
+    return a_bf16, b_bf16, a, sfa, b, sfb
+
+
+def dequantized_reference(a, sfa, b, sfb) -> torch.Tensor:
+    """float64 product of exactly the FP8 values and scales the kernel sees."""
+    m, k = a.shape
+    n = b.shape[0]
+    sfa_full = sfa.double().repeat_interleave(128, dim=1)[:, :k]
+    sfb_full = sfb.double().repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[:n, :k]
+    return (a.double() * sfa_full) @ (b.double() * sfb_full).t()
+
+
+def check_result(d: torch.Tensor, ref64: torch.Tensor, ref_bf16: torch.Tensor, case: str) -> dict:
+    assert d.shape == ref64.shape and d.dtype == torch.bfloat16
+    assert torch.isfinite(d).all(), f"{case}: non-finite (unwritten?) outputs"
+    diff64 = calc_diff(d, ref64)
+    diff_bf16 = calc_diff(d, ref_bf16)
+    err = (d.double() - ref64).abs()
+    tol = 2.0**-7 * ref64.abs() + 2.0**-7 * ref64.pow(2).mean().sqrt()
+    worst = (err - tol).argmax()
+    assert (err <= tol).all(), (
+        f"{case}: element {divmod(worst.item(), d.shape[1])} = {d.flatten()[worst].item()}, "
+        f"reference {ref64.flatten()[worst].item()}"
+    )
+    assert diff64 < 5e-6, f"{case}: calc_diff vs float64 = {diff64}"
+    assert diff_bf16 < 1e-3, f"{case}: calc_diff vs BF16 = {diff_bf16}"
+    return {"diff64": diff64, "diff_bf16": diff_bf16}
+
+
+def run_case(m: int, n: int, k: int, row_pad: int = 0, col_pad: int = 0, **kwargs) -> torch.Tensor:
+    a_bf16, b_bf16, a, sfa, b, sfb = make_inputs(m, n, k)
+    # D inside a larger poisoned buffer: the kernel must write exactly the [M, N] window
+    buf = torch.full((m + row_pad, n + col_pad), float("nan"), device="cuda", dtype=torch.bfloat16)
+    d = buf[:m, :n]
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, **kwargs)
+    ref64 = dequantized_reference(a, sfa, b, sfb)
+    ref_bf16 = a_bf16.float() @ b_bf16.float().t()
+    check_result(d, ref64, ref_bf16, f"m{m}-n{n}-k{k}")
+    if row_pad or col_pad:
+        untouched = torch.ones_like(buf, dtype=torch.bool)
+        untouched[:m, :n] = False
+        assert buf[untouched].isnan().all(), "padding of d was written"
+    # Bitwise repeatable
+    d2 = torch.empty_like(d)
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d2, **kwargs)
+    assert torch.equal(d.view(torch.int16), d2.view(torch.int16)), "two runs differ"
+    return d
+
+
+@gpu
+@pytest.mark.parametrize("nk", NK_PAIRS, ids=lambda p: f"n{p[0]}-k{p[1]}")
+@pytest.mark.parametrize("m", MS, ids=lambda m: f"m{m}")
+def test_fp8_gemm_deepseek_shapes(m: int, nk: tuple[int, int]) -> None:
+    torch.manual_seed(m * 7919 + nk[0] + nk[1])
+    run_case(m, *nk)
+
+
+@gpu
+@pytest.mark.parametrize("seed", range(12))
+def test_fp8_gemm_random_odd_shapes(seed: int) -> None:
+    rng = random.Random(seed)
+    m = rng.choice([1, 3, 17, 65, 200, 333, 1025, 2049])
+    n = rng.choice([8, 24, 100, 129, 255, 1000, 3001, 4104])
+    k = rng.choice([16, 48, 112, 144, 1040, 4112, 7168 + 16])
+    torch.manual_seed(seed)
+    # Odd N gives D rows that are not 16-byte aligned: the direct-store epilogue
+    run_case(m, n, k, row_pad=3, col_pad=rng.choice([0, 5, 8]))
+
+
+@gpu
+@pytest.mark.parametrize("compiled_dims", ["nk", "mnk", "k", ""], ids=lambda c: c or "none")
+def test_fp8_gemm_compiled_dims(compiled_dims: str) -> None:
+    torch.manual_seed(1)
+    run_case(257, 1536, 1024, compiled_dims=compiled_dims)
+
+
+@gpu
+def test_fp8_gemm_padded_d_tma_and_direct() -> None:
+    torch.manual_seed(2)
+    run_case(300, 2112, 7168, row_pad=5, col_pad=8)  # row stride 4240 B: TMA store
+    run_case(300, 2112, 7168, row_pad=5, col_pad=3)  # row stride 4230 B: direct stores
+
+
+@gpu
+def test_fp8_gemm_sfa_layouts_agree() -> None:
+    torch.manual_seed(3)
+    m, n, k = 1000, 4096, 7168
+    _, _, a, sfa, b, sfb = make_inputs(m, n, k)
+    d1 = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    d2 = torch.empty_like(d1)
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d1)
+    deep_gemm.fp8_gemm_nt((a, deep_gemm.get_mn_major_tma_aligned_tensor(sfa)), (b, sfb), d2)
+    assert torch.equal(d1, d2)
+
+
+@gpu
+def test_fp8_gemm_empty_dims() -> None:
+    _, _, a, sfa, b, sfb = make_inputs(0, 256, 512)
+    d = torch.empty(0, 256, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    _, _, a, sfa, b, sfb = make_inputs(64, 0, 512)
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), torch.empty(64, 0, device="cuda", dtype=torch.bfloat16))
+    a = torch.empty(64, 0, device="cuda", dtype=torch.float8_e4m3fn)
+    b = torch.empty(32, 0, device="cuda", dtype=torch.float8_e4m3fn)
+    d = torch.full((64, 32), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.fp8_gemm_nt((a, torch.empty(64, 0, device="cuda")), (b, torch.empty(1, 0, device="cuda")), d)
+    assert (d == 0).all()
+
+
+@gpu
+def test_fp8_gemm_cuda_graph_replay() -> None:
+    torch.manual_seed(4)
+    m, n, k = 128, 7168, 2048
+    _, _, a, sfa, b, sfb = make_inputs(m, n, k)
+    sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)  # warm-up
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    _, _, a2, sfa2, b2, sfb2 = make_inputs(m, n, k)
+    a.copy_(a2), sfa.copy_(sfa2), b.copy_(b2), sfb.copy_(sfb2)
+    d.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = torch.empty_like(d)
+    deep_gemm.fp8_gemm_nt((a2, sfa2), (b2, sfb2), expected)
+    assert torch.equal(d, expected)
+
+
+@gpu
+def test_first_compile_inside_graph_capture_raises() -> None:
+    m, n, k = 64, 1360, 2064  # a shape no other test compiles
+    _, _, a, sfa, b, sfb = make_inputs(m, n, k)
+    sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="capturing a CUDA graph.*warm-up"):
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    torch.cuda.synchronize()
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)  # outside capture it compiles and runs
+
+
+@gpu
+def test_fp8_gemm_bad_device_inputs() -> None:
+    _, _, a, sfa, b, sfb = make_inputs(64, 256, 512)
+    d = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"b\[1\] \(sfb\) must be on a CUDA device"):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb.cpu()), d)
+    with pytest.raises(ValueError, match=r"a\[0\] \(A\): data pointer must be 16-byte aligned"):
+        deep_gemm.fp8_gemm_nt((a.view(-1)[8 : 8 + 64 * 512 - 512].view(63, 512), sfa[:63]), (b, sfb), d[:63])

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: install, GPU + CPU tests, JIT timings, benchmark; logs and JSON to $1.
+#   tools/gpu_run.sh OUTDIR [pytest-args...]
+# Offline machines: wheels for what the image lacks in .whl/ (see README, "Offline machines").
+# Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_BENCH_ARGS="--shapes ...".
+set -uo pipefail
+OUT=${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}
+shift
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 CXX=${CXX:-/usr/bin/g++}
+export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dg_cache}
+
+{
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv
+    python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
+} > "$OUT/env.txt" 2>&1
+
+if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$OUT/install.log" 2>&1 || {
+    tail -50 "$OUT/install.log"; exit 1; }
+
+if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
+    (cd tests && timeout 420 python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "$@" .) > "$OUT/pytest.log" 2>&1
+    echo "pytest exit code $?"; tail -25 "$OUT/pytest.log"
+fi
+python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
+if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
+    timeout 300 python3 -m deep_gemm.bench --json "$OUT/bench.json" ${DG_BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+    echo "bench exit code $?"; tail -60 "$OUT/bench.log"
+fi
+cat "$OUT/jit.json" 2>/dev/null
