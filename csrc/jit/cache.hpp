@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <regex>
 #include <set>
 #include <string>
 
@@ -54,11 +53,27 @@ inline fs::path cache_root() {
 namespace detail {
 
 // `#include <deep_gemm/...>` or `#include "deep_gemm/..."` targets of one file.
+// NOTES: plain string scanning, not std::regex: libstdc++'s regex crashed inside its locale facets
+// in an extension loaded into PyTorch's process (seen on the H200 image, 2026-12-02).
 inline std::vector<std::string> project_includes(const std::string& text) {
-    static const std::regex re(R"(#\s*include\s*[<"](deep_gemm/[^>"]+)[>"])");
     std::vector<std::string> out;
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
-        out.push_back((*it)[1].str());
+    size_t pos = 0;
+    while ((pos = text.find("#", pos)) != std::string::npos) {
+        size_t i = text.find_first_not_of(" \t", pos + 1);
+        pos += 1;
+        if (i == std::string::npos || text.compare(i, 7, "include") != 0)
+            continue;
+        i = text.find_first_not_of(" \t", i + 7);
+        if (i == std::string::npos || (text[i] != '<' && text[i] != '"'))
+            continue;
+        const char close = text[i] == '<' ? '>' : '"';
+        const size_t end = text.find(close, i + 1);
+        if (end == std::string::npos)
+            continue;
+        const std::string target = text.substr(i + 1, end - i - 1);
+        if (target.rfind("deep_gemm/", 0) == 0)
+            out.push_back(target);
+    }
     return out;
 }
 

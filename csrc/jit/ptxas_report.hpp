@@ -2,7 +2,6 @@
 #pragma once
 
 #include <algorithm>
-#include <regex>
 #include <string>
 
 #include "../utils/env.hpp"
@@ -18,17 +17,36 @@ struct ResourceUsage {
     bool uses_local_memory() const { return stack_frame_bytes > 0 || spill_store_bytes > 0 || spill_load_bytes > 0; }
 };
 
+namespace detail {
+
+// The integer just before `suffix` at or after `pos` ("... 168 registers"), or -1.
+inline int number_before(const std::string& text, size_t suffix_pos) {
+    size_t end = suffix_pos;
+    while (end > 0 && text[end - 1] == ' ')
+        --end;
+    size_t start = end;
+    while (start > 0 && text[start - 1] >= '0' && text[start - 1] <= '9')
+        --start;
+    return start == end ? -1 : std::stoi(text.substr(start, end - start));
+}
+
+// Largest value over all occurrences of "<number> <suffix>" in the report.
+inline int max_of(const std::string& report, const std::string& suffix, int initial) {
+    int best = initial;
+    for (size_t pos = report.find(suffix); pos != std::string::npos; pos = report.find(suffix, pos + 1))
+        best = std::max(best, number_before(report, pos));
+    return best;
+}
+
+}  // namespace detail
+
+// NOTES: string scanning rather than std::regex (see cache.hpp for why).
 inline ResourceUsage parse_ptxas_report(const std::string& report) {
     ResourceUsage usage;
-    static const std::regex registers_re(R"(Used (\d+) registers)");
-    static const std::regex frame_re(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
-    for (auto it = std::sregex_iterator(report.begin(), report.end(), registers_re); it != std::sregex_iterator(); ++it)
-        usage.registers = std::max(usage.registers, std::stoi((*it)[1].str()));
-    for (auto it = std::sregex_iterator(report.begin(), report.end(), frame_re); it != std::sregex_iterator(); ++it) {
-        usage.stack_frame_bytes = std::max(usage.stack_frame_bytes, std::stoi((*it)[1].str()));
-        usage.spill_store_bytes = std::max(usage.spill_store_bytes, std::stoi((*it)[2].str()));
-        usage.spill_load_bytes = std::max(usage.spill_load_bytes, std::stoi((*it)[3].str()));
-    }
+    usage.registers = detail::max_of(report, " registers", -1);
+    usage.stack_frame_bytes = detail::max_of(report, " bytes stack frame", 0);
+    usage.spill_store_bytes = detail::max_of(report, " bytes spill stores", 0);
+    usage.spill_load_bytes = detail::max_of(report, " bytes spill loads", 0);
     return usage;
 }
 

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -79,15 +78,28 @@ inline std::optional<fs::path> find_cuda_home() {
     return std::nullopt;
 }
 
+// "MAJOR.MINOR.PATCH" from cutlass/version.h (`#define CUTLASS_MAJOR 4` ...).
 inline std::string read_cutlass_version(const fs::path& include) {
     const auto text = read_file(include / "cutlass" / "version.h");
     if (!text)
         return "unknown";
     std::string version;
     for (const char* part: {"MAJOR", "MINOR", "PATCH"}) {
-        const std::regex re(std::string("#define\\s+CUTLASS_") + part + "\\s+(\\d+)");
-        std::smatch m;
-        version += (version.empty() ? "" : ".") + (std::regex_search(*text, m, re) ? m[1].str() : "?");
+        const std::string key = std::string("#define CUTLASS_") + part;
+        std::string value = "?";
+        size_t pos = 0;
+        while ((pos = text->find(key, pos)) != std::string::npos) {
+            pos += key.size();
+            const size_t start = text->find_first_not_of(" \t", pos);
+            if (pos < text->size() && (*text)[pos] != ' ' && (*text)[pos] != '\t')
+                continue;  // CUTLASS_MAJOR_SOMETHING
+            const size_t end = text->find_first_not_of("0123456789", start);
+            if (start != std::string::npos && end != start) {
+                value = text->substr(start, end - start);
+                break;
+            }
+        }
+        version += (version.empty() ? "" : ".") + value;
     }
     return version;
 }

@@ -2,16 +2,15 @@
 // directories, and running a command with its combined output captured.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 
 #include "exception.hpp"
@@ -20,20 +19,35 @@ namespace dg {
 
 namespace fs = std::filesystem;
 
+// NOTES: POSIX I/O rather than iostreams: std::locale facets (which file streams consult) crashed in
+// this extension inside PyTorch's process on the H200 image, as std::regex did.
 inline std::optional<std::string> read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return std::nullopt;
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    std::string data;
+    char buffer[65536];
+    ssize_t n;
+    while ((n = ::read(fd, buffer, sizeof(buffer))) > 0)
+        data.append(buffer, static_cast<size_t>(n));
+    ::close(fd);
+    if (n < 0)
+        return std::nullopt;
+    return data;
 }
 
 inline void write_file(const fs::path& path, const std::string& data) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.close();
-    DG_CHECK(out.good(), "JIT: failed to write {}", path.string());
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    DG_CHECK(fd >= 0, "JIT: cannot open {} for writing", path.string());
+    size_t written = 0;
+    while (written < data.size()) {
+        const ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+        if (n <= 0)
+            break;
+        written += static_cast<size_t>(n);
+    }
+    const bool ok = written == data.size() && ::close(fd) == 0;
+    DG_CHECK(ok, "JIT: failed to write {}", path.string());
 }
 
 // A fresh directory `<parent>/<prefix><pid>-<random>`, created exclusively.
