@@ -4,7 +4,7 @@
 # Offline machines: wheels for what the image lacks in .whl/ (see README, "Offline machines").
 # Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_BENCH_ARGS="--shapes ...".
 set -uo pipefail
-OUT=${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}
+OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
 shift
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
