@@ -44,7 +44,7 @@ setup(
             name="deep_gemm._C",
             sources=["csrc/python_api.cpp"],
             include_dirs=include_dirs,
-            extra_compile_args=["-std=c++20", "-O2", "-Wno-unused-function", "-fvisibility=hidden"],
+            extra_compile_args=["-std=c++20", "-O2", "-Wno-unused-function"],
             extra_link_args=["-ldl"],
         )
     ],

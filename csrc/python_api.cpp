@@ -100,6 +100,7 @@ PYBIND11_MODULE(_C, m) {
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
                               "store_chunk_n"_a = c.store_chunk_n, "smem_bytes"_a = c.smem_bytes,
+                              "num_multicast"_a = c.num_multicast, "is_multicast_on_a"_a = c.is_multicast_on_a,
                               "use_tma_store"_a = c.use_tma_store);
           },
           "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "use_tma_store"_a = true,

@@ -23,6 +23,16 @@ if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
     (cd tests && timeout 420 python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "$@" .) > "$OUT/pytest.log" 2>&1
     echo "pytest exit code $?"; tail -25 "$OUT/pytest.log"
 fi
+if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
+    # Hardware counters of one large GEMM; memcheck of small ones (odd tile pairs, direct stores)
+    timeout 120 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis -k regex:sm90_fp8 -s 1 -c 1 \
+        python3 tools/profile_gemm.py 4096 7168 7168 > "$OUT/ncu.txt" 2>&1
+    for shape in "300 2112 7168" "129 1001 1040"; do
+        timeout 120 compute-sanitizer --tool memcheck python3 tools/profile_gemm.py $shape --calls 1
+    done > "$OUT/sanitizer.txt" 2>&1
+    grep -E "ERROR SUMMARY|calc_diff" "$OUT/sanitizer.txt"
+fi
 python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     (cd /tmp && timeout 300 python3 -m deep_gemm.bench --json "$OUT/bench.json" ${DG_BENCH_ARGS:-}) > "$OUT/bench.log" 2>&1

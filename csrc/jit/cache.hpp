@@ -13,6 +13,8 @@
 // aside and rebuilt.
 #pragma once
 
+#include <stdio.h>
+
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -53,8 +55,7 @@ inline fs::path cache_root() {
 namespace detail {
 
 // `#include <deep_gemm/...>` or `#include "deep_gemm/..."` targets of one file.
-// NOTES: plain string scanning, not std::regex: libstdc++'s regex crashed inside its locale facets
-// in an extension loaded into PyTorch's process (seen on the H200 image, 2026-12-02).
+// NOTES: plain string scanning, not std::regex (see read_file in utils/system.hpp).
 inline std::vector<std::string> project_includes(const std::string& text) {
     std::vector<std::string> out;
     size_t pos = 0;
@@ -130,10 +131,9 @@ inline std::optional<std::string> read_valid_entry(const fs::path& dir) {
 
 // Move a bad entry out of the way (atomically) and delete it; losing a race here is fine.
 inline void discard_entry(const fs::path& dir, const fs::path& root) {
-    std::error_code ec;
     const fs::path trash = make_unique_dir(root / "tmp", "trash-");
-    fs::rename(dir, trash / "entry", ec);
-    fs::remove_all(trash, ec);
+    ::rename(dir.c_str(), (trash / "entry").c_str());
+    remove_tree(trash);
 }
 
 }  // namespace detail
@@ -189,17 +189,14 @@ inline BuildResult build_kernel(const KernelSource& source, const std::string& a
         result.cubin = std::move(output.cubin);
         result.ptxas_report = std::move(output.ptxas_report);
     } catch (...) {
-        std::error_code ec;
-        fs::remove_all(build_dir, ec);
+        remove_tree(build_dir);
         throw;
     }
 
     fs::create_directories(entry.parent_path());
-    std::error_code ec;
-    fs::rename(build_dir, entry, ec);
-    if (ec) {
-        // Another process published first: use its entry if it is valid, else retry ours once.
-        fs::remove_all(build_dir, ec);
+    if (::rename(build_dir.c_str(), entry.c_str()) != 0) {
+        // Another process published first: use its entry if it is valid, else rebuild.
+        remove_tree(build_dir);
         if (!detail::read_valid_entry(entry)) {
             detail::discard_entry(entry, root);
             return build_kernel(source, arch, use_nvrtc);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,8 +21,9 @@ namespace dg {
 
 namespace fs = std::filesystem;
 
-// NOTES: POSIX I/O rather than iostreams: std::locale facets (which file streams consult) crashed in
-// this extension inside PyTorch's process on the H200 image, as std::regex did.
+// NOTES: POSIX I/O keeps the JIT off libstdc++'s locale machinery: built with -fvisibility=hidden, the
+// extension got private copies of the facet ids, and std::regex crashed inside PyTorch's process on
+// the H200 image (2026-12-02). The flag is gone; the plain calls stayed.
 inline std::optional<std::string> read_file(const fs::path& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -61,6 +64,17 @@ inline fs::path make_unique_dir(const fs::path& parent, const std::string& prefi
             return path;
     }
     throw RuntimeError(fmt::format("JIT: cannot create a temporary directory under {}", parent.string()));
+}
+
+// Delete a directory tree; missing paths are fine. Returns false if something could not be removed.
+// NOTES: nftw rather than std::filesystem::remove_all, which crashed on the H200 image while the
+// extension was built with -fvisibility=hidden (see read_file).
+inline bool remove_tree(const fs::path& path) {
+    const auto remove_one = [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); };
+    struct stat st{};
+    if (::lstat(path.c_str(), &st) != 0)
+        return true;
+    return ::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0;
 }
 
 // Quote one argument for /bin/sh.

@@ -3,6 +3,9 @@
 //
 // Model: the kernel is persistent, so time ~ waves x per-tile cost, with
 //   waves = ceil(#tiles / #SMs)   and   per-tile cost ~ BLOCK_M x (BLOCK_N + 32)
+// (with two or more row blocks, tiles go in pairs along M to 2-CTA clusters that multicast B: each
+// SM then streams half of the B tile from L2, which is what limits large shapes; waves count pairs
+// over #SMs / 2)
 // (the +32 stands for what every tile pays regardless of its width: loading A, promotion
 // bookkeeping, the epilogue). Among the candidates that fit the registers and shared memory, the
 // cheapest wins; ties go to the wider tile. Stages: as many as shared memory holds (at most 8).
@@ -24,6 +27,8 @@ struct Fp8GemmConfig {
     uint32_t num_stages = 4;
     uint32_t num_math_warpgroups = 2;
     uint32_t num_group_n = 8;
+    uint32_t num_multicast = 1;       // CTAs per cluster sharing one operand through TMA multicast
+    bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
     uint32_t store_chunk_n = 64;
     bool use_tma_store = true;
     uint32_t num_sms = 132;
@@ -31,9 +36,10 @@ struct Fp8GemmConfig {
 
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
-        return fmt::format("BLOCK_M={} BLOCK_N={} stages={} math_wgs={} group_n={} store_chunk_n={} tma_store={} "
-                           "sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_stages, num_math_warpgroups,
-                           num_group_n, store_chunk_n, use_tma_store, num_sms, smem_bytes, shape_m, shape_n, shape_k);
+        return fmt::format("BLOCK_M={} BLOCK_N={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
+                           "tma_store={} sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_stages,
+                           num_math_warpgroups, num_group_n, num_multicast, num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "",
+                           store_chunk_n, use_tma_store, num_sms, smem_bytes, shape_m, shape_n, shape_k);
     }
 };
 
@@ -86,8 +92,12 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                 continue;
             if (fp8_gemm_smem_bytes(block_m, block_n, 2, use_tma_store) > kSm90MaxSmemBytes)
                 continue;
-            const uint64_t tiles = uint64_t((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n);
-            const uint64_t waves = (tiles + num_sms - 1) / num_sms;
+            // With two or more row blocks, pairs of tiles along M share B through a 2-CTA cluster
+            const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
+            const bool multicast = m_blocks >= 2 && num_sms >= 2;
+            const uint64_t units = multicast ? (m_blocks + 1) / 2 * n_blocks : m_blocks * n_blocks;
+            const uint64_t slots = multicast ? num_sms / 2 : num_sms;
+            const uint64_t waves = (units + slots - 1) / slots;
             const double cost = double(waves) * block_m * (block_n + 32);
             const bool better = best_cost < 0 || cost < best_cost ||
                                 (cost == best_cost && block_m * block_n > best.block_m * best.block_n);
@@ -96,6 +106,8 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                 best.block_m = block_m;
                 best.block_n = block_n;
                 best.num_math_warpgroups = wgs;
+                best.num_multicast = multicast ? 2 : 1;
+                best.is_multicast_on_a = false;
             }
         }
     }

@@ -26,10 +26,11 @@ inline jit::KernelSource render_sm90_fp8_gemm(const Fp8GemmConfig& c) {
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
-                        c.num_group_n, c.store_chunk_n, c.use_tma_store ? "true" : "false")};
+                        c.num_group_n, c.num_multicast, c.is_multicast_on_a ? "true" : "false", c.store_chunk_n,
+                        c.use_tma_store ? "true" : "false")};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
@@ -45,6 +46,8 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     c.num_math_warpgroups = get("num_math_warpgroups", c.block_m == 64 ? 1 : 2);
     c.num_stages = get("num_stages", c.num_stages);
     c.num_group_n = get("num_group_n", c.num_group_n);
+    c.num_multicast = get("num_multicast", 1);
+    c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
     c.use_tma_store = get("use_tma_store", 1) != 0;
     c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
     c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store);
@@ -136,10 +139,13 @@ private:
         plan->kernel = &jit::get_kernel(render_sm90_fp8_gemm(c), arch, sig.device, stream);
 
         const uint32_t sf_k = (sig.k + 127) / 128;
+        // The multicast operand is loaded in halves, one by each CTA of the pair
+        const bool halve_a = c.num_multicast > 1 && c.is_multicast_on_a;
+        const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
         plan->tma_a = jit::make_tma_2d(args.a.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.m,
-                                       sig.lda, 128, c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+                                       sig.lda, 128, halve_a ? c.block_m / 2 : c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
         plan->tma_b = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.n,
-                                       sig.ldb, 128, c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+                                       sig.ldb, 128, halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
         plan->tma_sfa = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
                                          sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
         if (sig.use_tma_store)
@@ -147,8 +153,14 @@ private:
                                            sig.ldd * 2, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
                                            jit::swizzle_for_bytes(c.store_chunk_n * 2));
 
-        const uint64_t tiles = uint64_t((sig.m + c.block_m - 1) / c.block_m) * ((sig.n + c.block_n - 1) / c.block_n);
-        plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(tiles, c.num_sms)), 1, 1};
+        // Persistent grid: one CTA per SM at most, no more CTAs (clusters) than tiles (tile pairs)
+        const uint64_t m_blocks = (sig.m + c.block_m - 1) / c.block_m, n_blocks = (sig.n + c.block_n - 1) / c.block_n;
+        const uint64_t units = c.num_multicast == 1 ? m_blocks * n_blocks
+                               : c.is_multicast_on_a ? m_blocks * ((n_blocks + 1) / 2)
+                                                     : ((m_blocks + 1) / 2) * n_blocks;
+        const uint64_t num_ctas = std::min<uint64_t>(units, c.num_sms / c.num_multicast) * c.num_multicast;
+        plan->launch.grid = {static_cast<unsigned>(num_ctas), 1, 1};
+        plan->launch.cluster_dim = c.num_multicast;
         plan->launch.num_threads = c.num_threads();
         plan->launch.smem_bytes = c.smem_bytes;
         return *plans.emplace(sig, std::move(plan)).first->second;

@@ -4,7 +4,9 @@
 // A [M, K] and B [N, K] float8_e4m3fn, both K-major; sfa FP32 MN-major [ceil(K/128)][align(M, 4)];
 // sfb FP32 K-major [ceil(N/128)][ceil(K/128)]; D BF16 [M, N] with any row stride.
 //
-// Launch: persistent, grid = #SMs, (kNumMathWarpgroups + 1) * 128 threads, 1 CTA/SM.
+// Launch: persistent, grid = #SMs (even with clusters), (kNumMathWarpgroups + 1) * 128 threads, 1 CTA/SM;
+//   with kNumMulticast = 2, clusters of 2 CTAs work on tile pairs that share B (or A, kIsMulticastOnA):
+//   each CTA's producer loads half of the shared tile and multicasts it into both CTAs.
 // Roles:
 //   warpgroups 0 .. kNumMathWarpgroups-1  math (setmaxnreg 232): each owns WG_M = BLOCK_M / kNumMathWarpgroups
 //       rows of the tile. Per 128-deep K block: wait full[s]; read its sfa rows from smem; issue
@@ -16,8 +18,9 @@
 //       the byte count.
 // Stage ring: kNumStages stages of A (BLOCK_M x 128 B) + B (BLOCK_N x 128 B) + sfa (BLOCK_M x 4 B),
 //   A and B 128B-swizzled as TMA writes them and as wgmma reads them; full[s] (1 arrival + TMA bytes)
-//   and empty[s] (4 * kNumMathWarpgroups arrivals). Both roles walk the same tile sequence, so the
-//   ring runs on across tiles without draining.
+//   and empty[s] (4 * kNumMathWarpgroups arrivals per CTA of the cluster: a multicast stage is free
+//   only when both CTAs consumed it). Both roles walk the same tile sequence, so the ring runs on
+//   across tiles without draining. Clusters sync after barrier init and before exit.
 // sfb: read with __ldg by the math threads at the top of each K block. A tile of BLOCK_N columns
 //   spans at most two 128-column scale blocks (the host picks BLOCK_N so); columns left of
 //   `boundary` take the first, the others the second.
@@ -38,6 +41,7 @@
 
 #include <deep_gemm/common/pipeline.cuh>
 #include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/cluster.cuh>
 #include <deep_gemm/ptx/mbarrier.cuh>
 #include <deep_gemm/ptx/sync.cuh>
 #include <deep_gemm/ptx/tma.cuh>
@@ -47,8 +51,8 @@
 namespace deep_gemm {
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
-          uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kStoreChunkN,
-          bool kUseTmaStore>
+          uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore>
 struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t BLOCK_K = 128;
     static constexpr uint32_t WG_M = BLOCK_M / kNumMathWarpgroups;
@@ -56,6 +60,7 @@ struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     using Wgmma = ptx::WgmmaFp8E4m3<BLOCK_N>;
+    using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
 
     static constexpr uint32_t SMEM_D_SIZE = kUseTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
@@ -75,6 +80,9 @@ struct Sm90Fp8Gemm1d2d {
     static_assert(!kUseTmaStore || (BLOCK_N % 16 == 0 && BLOCK_N % kStoreChunkN == 0 &&
                                     (kStoreChunkN == 16 || kStoreChunkN == 32 || kStoreChunkN == 64)),
                   "TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
+    static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
+    static_assert(kNumMulticast == 1 || (kIsMulticastOnA ? BLOCK_M % 16 == 0 : BLOCK_N % 16 == 0),
+                  "each CTA of a pair loads half of the shared tile: 8-row (1024-byte) aligned halves");
     static_assert(SMEM_A_SIZE_PER_STAGE % 1024 == 0 && SMEM_B_SIZE_PER_STAGE % 1024 == 0,
                   "stage buffers must keep 1024-byte alignment for the 128B swizzle");
 
@@ -103,9 +111,12 @@ struct Sm90Fp8Gemm1d2d {
     // ---------------------------------------------------------------- producer (one thread)
     __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                     uint32_t num_k_blocks, const TmaDescriptor* tma_a,
-                                                    const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa) {
+                                                    const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa,
+                                                    uint32_t rank) {
+        // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer)
         constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + BLOCK_M * 4;
-        GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN> scheduler(shape_m, shape_n);
+        constexpr uint16_t kBothCtas = 0b11;
+        Scheduler scheduler(shape_m, shape_n, rank);
         PipelineState<kNumStages> pipe;
         uint32_t m_block, n_block;
         while (scheduler.next(m_block, n_block)) {
@@ -113,8 +124,22 @@ struct Sm90Fp8Gemm1d2d {
                 ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
                 uint64_t* full = s.full(pipe.stage);
                 ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
-                ptx::tma_load_2d(s.a(pipe.stage), tma_a, full, k_block * BLOCK_K, m_block * BLOCK_M);
-                ptx::tma_load_2d(s.b(pipe.stage), tma_b, full, k_block * BLOCK_K, n_block * BLOCK_N);
+                if constexpr (kNumMulticast > 1 && kIsMulticastOnA) {
+                    // Same m_block in both CTAs: each loads half of A's rows into both
+                    constexpr uint32_t kHalf = BLOCK_M / 2;
+                    ptx::tma_load_2d_multicast(s.a(pipe.stage) + rank * kHalf * BLOCK_K, tma_a, full, k_block * BLOCK_K,
+                                               m_block * BLOCK_M + rank * kHalf, kBothCtas);
+                } else {
+                    ptx::tma_load_2d(s.a(pipe.stage), tma_a, full, k_block * BLOCK_K, m_block * BLOCK_M);
+                }
+                if constexpr (kNumMulticast > 1 && !kIsMulticastOnA) {
+                    // Same n_block in both CTAs: each loads half of B's rows into both
+                    constexpr uint32_t kHalf = BLOCK_N / 2;
+                    ptx::tma_load_2d_multicast(s.b(pipe.stage) + rank * kHalf * BLOCK_K, tma_b, full, k_block * BLOCK_K,
+                                               n_block * BLOCK_N + rank * kHalf, kBothCtas);
+                } else {
+                    ptx::tma_load_2d(s.b(pipe.stage), tma_b, full, k_block * BLOCK_K, n_block * BLOCK_N);
+                }
                 ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, k_block);
             }
         }
@@ -124,13 +149,13 @@ struct Sm90Fp8Gemm1d2d {
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, const float* __restrict__ sfb,
                                                 __nv_bfloat16* __restrict__ d, uint32_t ldd,
-                                                const TmaDescriptor* tma_d) {
+                                                const TmaDescriptor* tma_d, uint32_t rank) {
         const uint32_t wg_idx = threadIdx.x / 128;
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
         const uint32_t num_sfb_blocks = ceil_div(shape_n, 128u);
 
-        GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN> scheduler(shape_m, shape_n);
+        Scheduler scheduler(shape_m, shape_n, rank);
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
@@ -138,7 +163,7 @@ struct Sm90Fp8Gemm1d2d {
         while (scheduler.next(m_block, n_block)) {
             // Columns [n0, n0 + boundary) of the tile use sfb block `first`, the rest block `last`
             const uint32_t n0 = n_block * BLOCK_N;
-            const uint32_t first_sfb = n0 / 128;
+            const uint32_t first_sfb = min(n0 / 128, num_sfb_blocks - 1);  // clamped for a pair's phantom tile
             const uint32_t last_sfb = min((n0 + BLOCK_N - 1) / 128, num_sfb_blocks - 1);
             const uint32_t boundary = (first_sfb + 1) * 128 - n0;
             const float* sfb_first = sfb + first_sfb * num_k_blocks;
@@ -194,9 +219,14 @@ struct Sm90Fp8Gemm1d2d {
                     for (uint32_t i = 0; i < kNumAccum; ++i)
                         ptx::wgmma_fence_operand(partial[im][i]);
 
-                // The stage's operands are consumed: hand it back to the producer
+                // The stage's operands are consumed: hand it back to the producers (the peer's too, whose
+                // multicast writes into this CTA's stage)
                 if (lane == 0)
-                    ptx::mbarrier_arrive(&*s.empty(pipe.stage));
+                    ptx::mbarrier_arrive(s.empty(pipe.stage));
+                if constexpr (kNumMulticast > 1) {
+                    if (lane == 1)
+                        ptx::mbarrier_arrive_cluster(s.empty(pipe.stage), rank ^ 1);
+                }
 
                 // Promotion: accum += partial * sfa[row] * sfb[column block]
                 #pragma unroll
@@ -297,15 +327,15 @@ struct Sm90Fp8Gemm1d2d {
 };
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
-          uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kStoreChunkN,
-          bool kUseTmaStore>
+          uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
                           __nv_bfloat16* __restrict__ d, uint32_t ldd,
                           const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                           const __grid_constant__ TmaDescriptor tma_sfa, const __grid_constant__ TmaDescriptor tma_d) {
     using Gemm = Sm90Fp8Gemm1d2d<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups,
-                                 kNumGroupN, kStoreChunkN, kUseTmaStore>;
+                                 kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
@@ -326,11 +356,16 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
             ptx::mbarrier_init(storage.full(i), 1);
-            ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4);
+            ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4 * kNumMulticast);
         }
         ptx::fence_barrier_init();
     }
-    __syncthreads();
+    // The peer's barriers must be initialized before any multicast or remote arrival
+    if constexpr (kNumMulticast > 1)
+        ptx::cluster_sync();
+    else
+        __syncthreads();
+    const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_cta_rank() : 0;
 
     // Programmatic dependent launch: inputs may come from the previous kernel
     ptx::grid_dependency_wait();
@@ -339,11 +374,14 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
     if (threadIdx.x >= Gemm::kNumMathThreads) {
         ptx::warpgroup_reg_dealloc<40>();
         if (threadIdx.x == Gemm::kNumMathThreads)
-            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa);
+            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, rank);
     } else {
         ptx::warpgroup_reg_alloc<232>();
-        Gemm::math(storage, shape_m, shape_n, num_k_blocks, sfb, d, ldd, &tma_d);
+        Gemm::math(storage, shape_m, shape_n, num_k_blocks, sfb, d, ldd, &tma_d, rank);
     }
+    // No CTA may leave while its peer can still arrive on its barriers
+    if constexpr (kNumMulticast > 1)
+        ptx::cluster_sync();
 }
 
 }  // namespace deep_gemm

@@ -19,6 +19,18 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* desc
         : "memory");
 }
 
+// Load the box at (x, y) into `dst` of every CTA in `cta_mask` (same shared-memory offset); each
+// destination CTA's mbarrier at `bar`'s offset receives the completed bytes.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TmaDescriptor* desc, uint64_t* bar, int32_t x,
+                                                      int32_t y, uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4}], [%2], %5;"
+        ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(x), "r"(y),
+          "h"(cta_mask)
+        : "memory");
+}
+
 // Store the box at (x, y) from `src`; out-of-bounds parts of the box are not written.
 __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* desc, const void* src, int32_t x, int32_t y) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
