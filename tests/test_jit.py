@@ -17,6 +17,8 @@ GEMM_CONFIGS = [
     dict(shape_n=576, shape_k=7168, block_m=64, block_n=112, num_stages=7, use_tma_store=0),
     dict(shape_n=24576, shape_k=1536, block_m=256, block_n=64, num_stages=4),
     dict(block_m=128, block_n=128, num_stages=4),  # all dimensions at run time
+    dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5, num_multicast=2),
+    dict(shape_n=4096, shape_k=7168, block_m=128, block_n=144, num_stages=5, num_multicast=2, is_multicast_on_a=1),
 ]
 
 
