@@ -2,7 +2,8 @@
 # One call on a GPU machine: install, GPU + CPU tests, JIT timings, benchmark; logs and JSON to $1.
 #   tools/gpu_run.sh OUTDIR [pytest-args...]
 # Offline machines: wheels for what the image lacks in .whl/ (see README, "Offline machines").
-# Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_BENCH_ARGS="--shapes ...".
+# Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_GPU_RUN_SKIP_JIT=1, DG_GPU_RUN_PROFILE=1,
+#      DG_BENCH_ARGS="--shapes ...".
 set -uo pipefail
 OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
 shift
@@ -33,7 +34,7 @@ if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
     done > "$OUT/sanitizer.txt" 2>&1
     grep -E "ERROR SUMMARY|calc_diff" "$OUT/sanitizer.txt"
 fi
-python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
+[[ -n "${DG_GPU_RUN_SKIP_JIT:-}" ]] || python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     (cd /tmp && timeout 300 python3 -m deep_gemm.bench --json "$OUT/bench.json" ${DG_BENCH_ARGS:-}) > "$OUT/bench.log" 2>&1
     echo "bench exit code $?"; tail -60 "$OUT/bench.log"

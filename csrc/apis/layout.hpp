@@ -24,13 +24,11 @@ inline int64_t get_tma_aligned_size(int64_t x, int64_t element_size) {
 
 // Whether `sf` ([MN, K'] or [G, MN, K']) is already MN-major with TMA-aligned MN stride.
 inline bool is_mn_major_tma_aligned(const at::Tensor& sf) {
-    const int64_t mn = sf.size(-2), k = sf.size(-1);
-    const int64_t aligned_mn = get_tma_aligned_size(mn, sf.element_size());
-    if (sf.stride(-2) != 1 && mn > 1)
+    const int64_t k = sf.size(-1);
+    const int64_t aligned_mn = get_tma_aligned_size(sf.size(-2), sf.element_size());
+    if (sf.stride(-2) != 1 || sf.stride(-1) != aligned_mn)
         return false;
-    if (k > 1 && sf.stride(-1) != aligned_mn)
-        return false;
-    if (sf.dim() == 3 && sf.size(0) > 1 && sf.stride(0) != k * aligned_mn)
+    if (sf.dim() == 3 && sf.stride(0) != k * aligned_mn)
         return false;
     return reinterpret_cast<uintptr_t>(sf.data_ptr()) % 16 == 0;
 }

@@ -90,16 +90,31 @@ public:
 
     const std::string& family() const { return family_; }
 
+    // How many clusters of `config.cluster_dim` CTAs can be resident at once (the GPCs' SM counts can
+    // leave SMs that no cluster can use, so this may be below #SMs / cluster_dim).
+    int max_active_clusters(int device_index, const LaunchConfig& config) const {
+        const auto& api = driver::api();
+        ensure_smem_limit(device_index, config.smem_bytes);
+        driver::CUfunction function = nullptr;
+        DG_CUDA_DRIVER_CHECK(api.cuKernelGetFunction(&function, kernel_));
+        driver::CUlaunchAttribute attr{};
+        attr.id = driver::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.cluster_dim = {config.cluster_dim, 1, 1};
+        driver::CUlaunchConfig launch{};
+        launch.grid_dim_x = config.grid[0], launch.grid_dim_y = 1, launch.grid_dim_z = 1;
+        launch.block_dim_x = config.num_threads, launch.block_dim_y = 1, launch.block_dim_z = 1;
+        launch.shared_mem_bytes = config.smem_bytes;
+        launch.attrs = &attr;
+        launch.num_attrs = 1;
+        int num_clusters = 0;
+        DG_CUDA_DRIVER_CHECK(api.cuOccupancyMaxActiveClusters(&num_clusters, function, &launch));
+        return num_clusters;
+    }
+
 private:
     void launch_raw(int device_index, const LaunchConfig& config, void** params) const {
         const auto& api = driver::api();
-        if (config.smem_bytes > 48 * 1024 && smem_configured_[device_index & 63] < config.smem_bytes) {
-            driver::CUdevice dev = 0;
-            DG_CUDA_DRIVER_CHECK(api.cuDeviceGet(&dev, device_index));
-            DG_CUDA_DRIVER_CHECK(api.cuKernelSetAttribute(driver::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                          static_cast<int>(config.smem_bytes), kernel_, dev));
-            smem_configured_[device_index & 63] = config.smem_bytes;
-        }
+        ensure_smem_limit(device_index, config.smem_bytes);
         driver::CUlaunchAttribute attrs[2]{};
         unsigned int num_attrs = 0;
         if (config.cluster_dim > 1) {
@@ -125,6 +140,17 @@ private:
                                            "failed: {}", family_, config.grid[0], config.grid[1], config.grid[2],
                                            config.num_threads, config.smem_bytes, config.cluster_dim,
                                            driver::error_string(result)));
+    }
+
+    // Raise the kernel's dynamic shared-memory limit on this device once (needed above 48 KiB).
+    void ensure_smem_limit(int device_index, unsigned int smem_bytes) const {
+        if (smem_bytes <= 48 * 1024 || smem_configured_[device_index & 63] >= smem_bytes) [[likely]]
+            return;
+        driver::CUdevice dev = 0;
+        DG_CUDA_DRIVER_CHECK(driver::api().cuDeviceGet(&dev, device_index));
+        DG_CUDA_DRIVER_CHECK(driver::api().cuKernelSetAttribute(driver::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                                static_cast<int>(smem_bytes), kernel_, dev));
+        smem_configured_[device_index & 63] = smem_bytes;
     }
 
     std::string family_;

@@ -107,6 +107,8 @@ struct CUlaunchConfig {
     X(cuLibraryGetKernelCount, CUresult, (unsigned int*, CUlibrary))                                     \
     X(cuLibraryEnumerateKernels, CUresult, (CUkernel*, unsigned int, CUlibrary))                         \
     X(cuKernelSetAttribute, CUresult, (int, int, CUkernel, CUdevice))                                    \
+    X(cuKernelGetFunction, CUresult, (CUfunction*, CUkernel))                                              \
+    X(cuOccupancyMaxActiveClusters, CUresult, (int*, CUfunction, const CUlaunchConfig*))                                    \
     X(cuLaunchKernelEx, CUresult, (const CUlaunchConfig*, CUfunction, void**, void**))                   \
     X(cuStreamIsCapturing, CUresult, (CUstream, int*))                                                   \
     X(cuTensorMapEncodeTiled, CUresult, (CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,            \

@@ -158,11 +158,18 @@ private:
         const uint64_t units = c.num_multicast == 1 ? m_blocks * n_blocks
                                : c.is_multicast_on_a ? m_blocks * ((n_blocks + 1) / 2)
                                                      : ((m_blocks + 1) / 2) * n_blocks;
-        const uint64_t num_ctas = std::min<uint64_t>(units, c.num_sms / c.num_multicast) * c.num_multicast;
-        plan->launch.grid = {static_cast<unsigned>(num_ctas), 1, 1};
-        plan->launch.cluster_dim = c.num_multicast;
         plan->launch.num_threads = c.num_threads();
         plan->launch.smem_bytes = c.smem_bytes;
+        plan->launch.cluster_dim = c.num_multicast;
+        uint64_t slots = c.num_sms / c.num_multicast;
+        if (c.num_multicast > 1) {
+            // NOTES: not every SM can host a CTA of a 2-CTA cluster (GPCs with odd SM counts): a grid of
+            // #SMs / 2 clusters would run its last clusters in a second, serial wave.
+            plan->launch.grid = {static_cast<unsigned>(slots * c.num_multicast), 1, 1};
+            slots = std::min<uint64_t>(slots, plan->kernel->max_active_clusters(sig.device, plan->launch));
+            DG_CHECK(slots > 0, "no 2-CTA cluster of the FP8 GEMM fits on device {}", sig.device);
+        }
+        plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(units, slots) * c.num_multicast), 1, 1};
         return *plans.emplace(sig, std::move(plan)).first->second;
     }
 };
