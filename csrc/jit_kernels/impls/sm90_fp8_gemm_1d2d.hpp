@@ -131,8 +131,6 @@ private:
         auto& c = plan->config;
         c = get_fp8_gemm_config(sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n,
                                 sig.compile_k);
-        if (get_env_flag("DG_PRINT_CONFIGS"))
-            fmt::print(stderr, "[deep_gemm] fp8_gemm_nt m={} n={} k={}: {}\n", sig.m, sig.n, sig.k, c.describe());
 
         const auto stream = jit::current_stream(sig.device);
         const auto arch = jit::DeviceRuntime::instance().properties(sig.device).arch();
@@ -170,6 +168,9 @@ private:
             DG_CHECK(slots > 0, "no 2-CTA cluster of the FP8 GEMM fits on device {}", sig.device);
         }
         plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(units, slots) * c.num_multicast), 1, 1};
+        if (get_env_flag("DG_PRINT_CONFIGS"))
+            fmt::print(stderr, "[deep_gemm] fp8_gemm_nt m={} n={} k={}: {} grid={}\n", sig.m, sig.n, sig.k,
+                       c.describe(), plan->launch.grid[0]);
         return *plans.emplace(sig, std::move(plan)).first->second;
     }
 };
