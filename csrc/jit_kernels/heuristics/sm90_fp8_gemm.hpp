@@ -3,9 +3,8 @@
 //
 // Model: the kernel is persistent, so time ~ waves x per-tile cost, with
 //   waves = ceil(#tiles / #SMs)   and   per-tile cost ~ BLOCK_M x (BLOCK_N + 32)
-// (with two or more row blocks, tiles go in pairs along M to 2-CTA clusters that multicast B: each
-// SM then streams half of the B tile from L2, which is what limits large shapes; waves count pairs
-// over #SMs / 2)
+// (with multicast, tiles would go in pairs along M to 2-CTA clusters sharing B, and waves count
+// pairs over #SMs / 2; see kEnableMulticast)
 // (the +32 stands for what every tile pays regardless of its width: loading A, promotion
 // bookkeeping, the epilogue). Among the candidates that fit the registers and shared memory, the
 // cheapest wins; ties go to the wider tile. Stages: as many as shared memory holds (at most 8).
@@ -44,6 +43,11 @@ struct Fp8GemmConfig {
 };
 
 constexpr uint32_t kSm90MaxSmemBytes = 232448;  // 227 KiB opt-in per block
+
+// TMA multicast of B across 2-CTA clusters: implemented and correct on the H200, but measured about
+// 2x slower than no multicast on large shapes (docs/perf/h200.md), so the heuristic leaves it off.
+// The compile-only entry point still builds it (num_multicast=2) and tests compile it.
+constexpr bool kEnableMulticast = false;
 
 // Shared memory the kernel needs (mirrors Sm90Fp8Gemm1d2d::SMEM_SIZE).
 inline uint32_t fp8_gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store) {
@@ -92,9 +96,11 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                 continue;
             if (fp8_gemm_smem_bytes(block_m, block_n, 2, use_tma_store) > kSm90MaxSmemBytes)
                 continue;
-            // With two or more row blocks, pairs of tiles along M share B through a 2-CTA cluster
+            // Pairs of tiles along M could share B through a 2-CTA cluster; the heuristic does not pick
+            // it while the multicast kernel measures slower (docs/perf/h200.md, 2026-12-02: about 2x
+            // slower at M = 4096, cause not found yet), see kEnableMulticast.
             const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
-            const bool multicast = m_blocks >= 2 && num_sms >= 2;
+            const bool multicast = kEnableMulticast && m_blocks >= 2 && num_sms >= 2;
             const uint64_t units = multicast ? (m_blocks + 1) / 2 * n_blocks : m_blocks * n_blocks;
             const uint64_t slots = multicast ? num_sms / 2 : num_sms;
             const uint64_t waves = (units + slots - 1) / slots;
