@@ -1,0 +1,109 @@
+"""The public API: every name is documented, `_C.pyi` matches the extension, errors are clear on a
+machine without a GPU."""
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+
+import deep_gemm
+from deep_gemm import _C
+
+ENGINE_NAMES = [
+    "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl",
+    "set_mk_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout",
+    "get_m_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
+    "get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_mn_major_tma_aligned_packed_ue8m0_tensor",
+    "transform_sf_into_required_layout", "fp8_gemm_nt", "fp8_fp4_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn",
+    "fp8_gemm_tt",
+]  # fmt: skip
+
+
+def stub_functions() -> set[str]:
+    tree = ast.parse((Path(_C.__file__).parent / "_C.pyi").read_text())
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+def test_engine_names_exist_and_are_documented() -> None:
+    for name in ENGINE_NAMES:
+        fn = getattr(deep_gemm, name)
+        assert callable(fn), name
+        assert (fn.__doc__ or "").strip(), f"{name} has no docstring"
+
+
+@pytest.mark.parametrize("module", ["deep_gemm", "deep_gemm.utils", "deep_gemm.testing"])
+def test_every_public_function_has_a_docstring(module: str) -> None:
+    mod = __import__(module, fromlist=["__all__"])
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        if callable(obj) and not inspect.isclass(obj):
+            assert (obj.__doc__ or "").strip(), f"{module}.{name} has no docstring"
+
+
+def test_stub_matches_extension() -> None:
+    exported = {name for name, obj in vars(_C).items() if callable(obj) and not name.startswith("_")}
+    exported.discard("NotImplementedError")
+    assert stub_functions() == exported
+
+
+def parameters_from_signature(fn) -> list[tuple[str, str | None]]:
+    """(name, default) pairs from pybind11's signature line `name(a: T, b: T = default, ...) -> R`."""
+    line = fn.__doc__.splitlines()[0]
+    inner = line[line.index("(") + 1 : line.rindex(") ->")]
+    params, depth, current = [], 0, ""
+    for ch in inner + ",":
+        if ch == "," and depth == 0:
+            name, _, rest = current.strip().partition(":")
+            params.append((name, rest.split(" = ")[1] if " = " in rest else None))
+            current = ""
+            continue
+        depth += ch in "[(" and 1 or (ch in "])" and -1 or 0)
+        current += ch
+    return params
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (
+            "fp8_gemm_nt",
+            [("a", None), ("b", None), ("d", None), ("c", "None"), ("recipe", "None"), ("recipe_a", "None"),
+             ("recipe_b", "None"), ("compiled_dims", "'nk'"), ("disable_ue8m0_cast", "False")],
+        ),
+        (
+            "transform_sf_into_required_layout",
+            [("sf", None), ("mn", None), ("k", None), ("recipe", None), ("num_groups", "None"), ("is_sfa", "None"),
+             ("disable_ue8m0_cast", "False")],
+        ),
+        ("get_tma_aligned_size", [("x", None), ("element_size", None)]),
+    ],
+)  # fmt: skip
+def test_signatures_match_engines(name: str, expected: list[tuple[str, str | None]]) -> None:
+    # Engines call positionally and by keyword: names, order and defaults must match exactly
+    assert parameters_from_signature(getattr(deep_gemm, name)) == expected
+
+
+def test_settings_round_trip() -> None:
+    deep_gemm.set_tc_util(75)
+    assert deep_gemm.get_tc_util() == 75
+    deep_gemm.set_tc_util(100)
+    deep_gemm.set_pdl(True)
+    assert deep_gemm.get_pdl()
+    deep_gemm.set_pdl(False)
+    deep_gemm.set_mk_alignment_for_contiguous_layout(256)
+    assert deep_gemm.get_m_alignment_for_contiguous_layout() == 256
+    deep_gemm.set_mk_alignment_for_contiguous_layout(128)
+    with pytest.raises(ValueError, match="tc_util must be in"):
+        deep_gemm.set_tc_util(0)
+    with pytest.raises(ValueError, match="num_sms must be positive"):
+        deep_gemm.set_num_sms(0)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        deep_gemm.set_mk_alignment_for_contiguous_layout(100)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
+def test_gpu_call_without_driver_raises_clearly() -> None:
+    with pytest.raises(RuntimeError, match="libcuda.so.1|cuInit failed"):
+        deep_gemm.get_num_sms()
