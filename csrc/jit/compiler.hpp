@@ -96,42 +96,43 @@ public:
     }
 
     CompileOutput compile(const std::string& source, const std::string& arch, const fs::path& build_dir) const override {
-        const fs::path cu = build_dir / "kernel.cu";
         const fs::path cubin = build_dir / "kernel.cubin";
-        write_file(cu, source);
         const std::string num = arch_number(arch);
-        std::string command = shell_quote(toolchain().nvcc) + " -cubin -O3";
-        command += fmt::format(" -gencode=arch=compute_{},code=sm_{}", num, num);
-        for (const auto& flag: codegen_flags())
-            command += " " + shell_quote(flag);
-        for (const auto& flag: include_flags())
-            command += " " + shell_quote(flag);
-        command += " --expt-relaxed-constexpr -Xptxas -v --diag-suppress=177,550";
-        command += " -o " + shell_quote(cubin.string()) + " " + shell_quote(cu.string());
-        if (get_env_flag("DG_JIT_PRINT_COMPILER_COMMAND"))
-            fmt::print(stderr, "[deep_gemm JIT] {}\n", command);
+        const std::string command = command_line(source, build_dir, "-cubin -Xptxas -v",
+                                                 fmt::format("arch=compute_{},code=sm_{}", num, num), cubin);
         const auto result = run_command(command);
         if (result.exit_code != 0)
-            throw RuntimeError(fmt::format("JIT: NVCC failed to compile {} (exit code {}):\n{}", cu.string(),
-                                           result.exit_code, result.output));
+            throw RuntimeError(fmt::format("JIT: NVCC failed to compile {} (exit code {}):\n{}",
+                                           (build_dir / "kernel.cu").string(), result.exit_code, result.output));
         auto binary = read_file(cubin);
         DG_CHECK(binary && !binary->empty(), "JIT: NVCC reported success but wrote no cubin at {}", cubin.string());
         return {*binary, result.output};
     }
 
     void dump_ptx(const std::string& source, const std::string& arch, const fs::path& build_dir) const override {
+        const std::string num = arch_number(arch);
+        const auto result = run_command(command_line(source, build_dir, "-ptx",
+                                                     fmt::format("arch=compute_{},code=compute_{}", num, num),
+                                                     build_dir / "kernel.ptx"));
+        DG_CHECK(result.exit_code == 0, "JIT: NVCC failed to emit PTX:\n{}", result.output);
+    }
+
+private:
+    // Write `source` to build_dir/kernel.cu and return the nvcc command producing `output` from it.
+    static std::string command_line(const std::string& source, const fs::path& build_dir, const std::string& mode,
+                                    const std::string& gencode, const fs::path& output) {
         const fs::path cu = build_dir / "kernel.cu";
         write_file(cu, source);
-        const std::string num = arch_number(arch);
-        std::string command = shell_quote(toolchain().nvcc) + " -ptx -O3";
-        command += fmt::format(" -gencode=arch=compute_{},code=compute_{}", num, num);
+        std::string command = shell_quote(toolchain().nvcc) + " " + mode + " -O3 -gencode=" + gencode;
         for (const auto& flag: codegen_flags())
             command += " " + shell_quote(flag);
         for (const auto& flag: include_flags())
             command += " " + shell_quote(flag);
-        command += " -o " + shell_quote((build_dir / "kernel.ptx").string()) + " " + shell_quote(cu.string());
-        const auto result = run_command(command);
-        DG_CHECK(result.exit_code == 0, "JIT: NVCC failed to emit PTX:\n{}", result.output);
+        command += " --expt-relaxed-constexpr --diag-suppress=177,550";
+        command += " -o " + shell_quote(output.string()) + " " + shell_quote(cu.string());
+        if (get_env_flag("DG_JIT_PRINT_COMPILER_COMMAND"))
+            fmt::print(stderr, "[deep_gemm JIT] {}\n", command);
+        return command;
     }
 };
 
