@@ -124,6 +124,10 @@ def test_heuristic_configs_fit() -> None:
                 assert cfg["block_m"] == 64
     # Non-power-of-two BLOCK_N fills the last wave: 4096 x 7168 takes 160-wide tiles
     assert deep_gemm._C.get_fp8_gemm_config(4096, 7168, 7168)["block_n"] == 160
+    # Multicast only when asked, and only with two or more row blocks to pair
+    assert deep_gemm._C.get_fp8_gemm_config(4096, 7168, 7168)["num_multicast"] == 1
+    assert deep_gemm._C.get_fp8_gemm_config(4096, 7168, 7168, allow_multicast=True)["num_multicast"] == 2
+    assert deep_gemm._C.get_fp8_gemm_config(128, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
 
 
 # ----------------------------------------------------------------------------- GPU tier

@@ -26,9 +26,12 @@ if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
 fi
 if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
     # Hardware counters of one large GEMM; memcheck of small ones (odd tile pairs, direct stores)
-    timeout 120 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-        --section ComputeWorkloadAnalysis -k regex:sm90_fp8 -s 1 -c 1 \
-        python3 tools/profile_gemm.py 4096 7168 7168 > "$OUT/ncu.txt" 2>&1
+    # (default config and the 2-CTA multicast variant side by side, with warp stall reasons)
+    for multicast in 0 1; do
+        DG_FP8_GEMM_MULTICAST=$multicast timeout 150 ncu --clock-control none --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+            -k regex:sm90_fp8 -s 1 -c 1 python3 tools/profile_gemm.py 4096 7168 7168
+    done > "$OUT/ncu.txt" 2>&1
     for shape in "300 2112 7168" "129 1001 1040"; do
         timeout 120 compute-sanitizer --tool memcheck python3 tools/profile_gemm.py $shape --calls 1
     done > "$OUT/sanitizer.txt" 2>&1

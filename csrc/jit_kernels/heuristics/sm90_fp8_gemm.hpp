@@ -4,7 +4,7 @@
 // Model: the kernel is persistent, so time ~ waves x per-tile cost, with
 //   waves = ceil(#tiles / #SMs)   and   per-tile cost ~ BLOCK_M x (BLOCK_N + 32)
 // (with multicast, tiles would go in pairs along M to 2-CTA clusters sharing B, and waves count
-// pairs over #SMs / 2; see kEnableMulticast)
+// pairs over #SMs / 2; see multicast_enabled())
 // (the +32 stands for what every tile pays regardless of its width: loading A, promotion
 // bookkeeping, the epilogue). Among the candidates that fit the registers and shared memory, the
 // cheapest wins; ties go to the wider tile. Stages: as many as shared memory holds (at most 8).
@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "../../utils/env.hpp"
 #include "../../utils/exception.hpp"
 
 namespace dg::kernels {
@@ -45,9 +46,13 @@ struct Fp8GemmConfig {
 constexpr uint32_t kSm90MaxSmemBytes = 232448;  // 227 KiB opt-in per block
 
 // TMA multicast of B across 2-CTA clusters: implemented and correct on the H200, but measured about
-// 2x slower than no multicast on large shapes (docs/perf/h200.md), so the heuristic leaves it off.
-// The compile-only entry point still builds it (num_multicast=2) and tests compile it.
-constexpr bool kEnableMulticast = false;
+// 2x slower than no multicast on large shapes (docs/perf/h200.md), so the heuristic leaves it off
+// unless DG_FP8_GEMM_MULTICAST=1 (for profiling that variant). The compile-only entry point builds
+// it with num_multicast=2.
+// (read by the caller, so that this header stays a pure function of its arguments)
+inline bool multicast_enabled() {
+    return get_env_flag("DG_FP8_GEMM_MULTICAST");
+}
 
 // Shared memory the kernel needs (mirrors Sm90Fp8Gemm1d2d::SMEM_SIZE).
 inline uint32_t fp8_gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store) {
@@ -79,7 +84,7 @@ inline bool fp8_gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t
 }
 
 inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
-                                         bool compile_m, bool compile_n, bool compile_k) {
+                                         bool compile_m, bool compile_n, bool compile_k, bool allow_multicast) {
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");
     Fp8GemmConfig best;
     double best_cost = -1;
@@ -98,9 +103,9 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                 continue;
             // Pairs of tiles along M could share B through a 2-CTA cluster; the heuristic does not pick
             // it while the multicast kernel measures slower (docs/perf/h200.md, 2026-12-02: about 2x
-            // slower at M = 4096, cause not found yet), see kEnableMulticast.
+            // slower at M = 4096, cause not found yet), see multicast_enabled().
             const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
-            const bool multicast = kEnableMulticast && m_blocks >= 2 && num_sms >= 2;
+            const bool multicast = allow_multicast && m_blocks >= 2 && num_sms >= 2;
             const uint64_t units = multicast ? (m_blocks + 1) / 2 * n_blocks : m_blocks * n_blocks;
             const uint64_t slots = multicast ? num_sms / 2 : num_sms;
             const uint64_t waves = (units + slots - 1) / slots;

@@ -130,7 +130,7 @@ private:
         auto plan = std::make_unique<Plan>();
         auto& c = plan->config;
         c = get_fp8_gemm_config(sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n,
-                                sig.compile_k);
+                                sig.compile_k, multicast_enabled());
 
         const auto stream = jit::current_stream(sig.device);
         const auto arch = jit::DeviceRuntime::instance().properties(sig.device).arch();
