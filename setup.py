@@ -2,7 +2,6 @@
 deep_gemm._C, a plain C++ extension (no CUDA code, no CUDA headers) built against the installed
 PyTorch. CUDA kernels are compiled at run time by the JIT (see csrc/jit)."""
 
-import os
 import shutil
 from pathlib import Path
 
