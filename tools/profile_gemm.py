@@ -1,6 +1,6 @@
 """Run fp8_gemm_nt on one shape a few times (for ncu / compute-sanitizer) and check it once.
 
-    python tools/profile_gemm.py M N K [--calls 3]
+python tools/profile_gemm.py M N K [--calls 3]
 """
 
 import argparse
