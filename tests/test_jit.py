@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from jit_helpers import compile_in_subprocess, dump_sass, finish, run_python
 
 import deep_gemm
@@ -171,3 +172,44 @@ def test_ptxas_verbose_and_check_flags(cache_dir: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "ptxas report of smxx_transpose_sf" in result.stderr
     assert "nvcc" in result.stderr and "-gencode=arch=compute_90a,code=sm_90a" in result.stderr
+
+
+def test_dump_ptx_and_sass(cache_dir: Path) -> None:
+    env = dict(DG_JIT_CACHE_DIR=str(cache_dir), DG_JIT_DUMP_PTX="1", DG_JIT_DUMP_SASS="1")
+    code = (
+        "import deep_gemm; r = deep_gemm.compile_kernel('sm90_fp8_gemm_1d2d', "
+        "dict(shape_n=2112, shape_k=7168, block_m=128, block_n=112), use_nvrtc=False); print(r['entry_dir'])"
+    )
+    result = run_python(code, env, cache_dir.parent)
+    assert result.returncode == 0, result.stderr
+    entry = Path(result.stdout.strip().splitlines()[-1])
+    assert ".target sm_90a" in (entry / "kernel.ptx").read_text()
+    sass = (entry / "kernel.sass").read_text()
+    assert "QGMMA" in sass and "SASS of" in result.stderr
+
+
+@pytest.mark.gpu
+def test_nvcc_and_nvrtc_kernels_give_the_same_results(tmp_path: Path) -> None:
+    # The same FP8 GEMM compiled both ways, run on the same inputs in two processes: bitwise equal
+    code = """
+import sys, torch, deep_gemm
+from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
+torch.manual_seed(0)
+a, sfa = per_token_cast_to_fp8(torch.randn(300, 7168, device="cuda", dtype=torch.bfloat16))
+b, sfb = per_block_cast_to_fp8(torch.randn(2112, 7168, device="cuda", dtype=torch.bfloat16))
+d = torch.empty(300, 2112, device="cuda", dtype=torch.bfloat16)
+deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+torch.save(d.cpu(), sys.argv[1])
+"""
+    outputs = []
+    for use_nvrtc in ("0", "1"):
+        path = tmp_path / f"d{use_nvrtc}.pt"
+        env = dict(DG_JIT_CACHE_DIR=str(tmp_path / "cache"), DG_JIT_USE_NVRTC=use_nvrtc)
+        result = run_python(code.replace("sys.argv[1]", repr(str(path))), env, tmp_path)
+        assert result.returncode == 0, result.stderr
+        outputs.append(torch.load(path))
+    assert torch.equal(outputs[0].view(torch.int16), outputs[1].view(torch.int16))
+    assert sorted(p.name.split("-")[1] for p in (tmp_path / "cache" / "kernels").glob("sm90_fp8_gemm_1d2d-*")) == [
+        "nvcc",
+        "nvrtc",
+    ]

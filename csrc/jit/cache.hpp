@@ -152,9 +152,20 @@ inline std::string cache_key(const KernelSource& source, const std::string& arch
     return h.hex_digest().substr(0, 32);
 }
 
-// Returns the cached cubin for `source`, compiling and publishing it first on a miss.
-inline BuildResult build_kernel(const KernelSource& source, const std::string& arch,
-                                std::optional<bool> use_nvrtc = std::nullopt) {
+// DG_JIT_DUMP_SASS: disassemble the entry's cubin to stderr and to `kernel.sass` next to it.
+inline void dump_sass(const BuildResult& built) {
+    const auto& tc = toolchain();
+    std::string command = shell_quote(tc.cuobjdump) + " --dump-sass " + shell_quote(built.cubin_path.string());
+    if (!tc.nvdisasm_dir.empty())
+        command = "PATH=" + shell_quote(tc.nvdisasm_dir) + ":\"$PATH\" " + command;
+    const auto sass = run_command(command);
+    DG_CHECK(sass.exit_code == 0, "DG_JIT_DUMP_SASS: {} failed:\n{}", tc.cuobjdump, sass.output);
+    fmt::print(stderr, "[deep_gemm JIT] SASS of {}:\n{}\n", built.cubin_path.string(), sass.output);
+    write_file(built.entry_dir / "kernel.sass", sass.output);
+}
+
+// The cached entry for `source` (verified), compiling and publishing it first on a miss.
+inline BuildResult find_or_compile(const KernelSource& source, const std::string& arch, std::optional<bool> use_nvrtc) {
     const Compiler& compiler = get_compiler(use_nvrtc);
     const fs::path root = cache_root();
     const std::string key = cache_key(source, arch, compiler);
@@ -199,10 +210,19 @@ inline BuildResult build_kernel(const KernelSource& source, const std::string& a
         remove_tree(build_dir);
         if (!detail::read_valid_entry(entry)) {
             detail::discard_entry(entry, root);
-            return build_kernel(source, arch, use_nvrtc);
+            return find_or_compile(source, arch, use_nvrtc);
         }
     }
     return result;
+}
+
+// Returns the cached cubin for `source`, compiling and publishing it first on a miss.
+inline BuildResult build_kernel(const KernelSource& source, const std::string& arch,
+                                std::optional<bool> use_nvrtc = std::nullopt) {
+    auto built = find_or_compile(source, arch, use_nvrtc);
+    if (get_env_flag("DG_JIT_DUMP_SASS"))
+        dump_sass(built);
+    return built;
 }
 
 }  // namespace dg::jit

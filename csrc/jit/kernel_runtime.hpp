@@ -172,10 +172,6 @@ inline const Kernel& get_kernel(const KernelSource& source, const std::string& a
     ensure_context(device_index);
     const auto built = build_kernel(source, arch);
     check_ptxas_report(source.family, built.ptxas_report);
-    if (get_env_flag("DG_JIT_DUMP_SASS")) {
-        const auto sass = run_command("cuobjdump --dump-sass " + shell_quote(built.cubin_path.string()));
-        fmt::print(stderr, "[deep_gemm JIT] SASS of {}:\n{}\n", built.cubin_path.string(), sass.output);
-    }
     auto kernel = std::make_unique<Kernel>(source.family, built.cubin);
     return *loaded.emplace(id, std::move(kernel)).first->second;
 }

@@ -5,6 +5,7 @@
 //   - CUDA headers for NVRTC: `<cuda_home>/include` plus `include/cccl` (CUDA 13 moved CCCL there),
 //     or the `nvidia/cu13/include` folder of the CUDA wheels when there is no toolkit;
 //   - NVRTC: the toolkit's libnvrtc, else the `nvidia-cuda-nvrtc` wheel's, else the loader's;
+//   - cuobjdump/nvdisasm (DG_JIT_DUMP_SASS): the toolkit's, else the nvidia-cuda-* wheels';
 //   - CUTLASS/CuTe (optional for our kernels, always on the include path when found):
 //     $DG_CUTLASS_INCLUDE, else headers shipped in the package (copied from third-party/cutlass at
 //     build time), else the `nvidia-cutlass` wheel's `cutlass_library/source/include`.
@@ -34,6 +35,8 @@ struct Toolchain {
     std::vector<std::string> nvrtc_candidates;
     std::optional<fs::path> cutlass_include;
     std::string cutlass_version;        // "4.2.0", or "none"
+    std::string cuobjdump;              // for DG_JIT_DUMP_SASS: the toolkit's, the wheel's, or from PATH
+    std::string nvdisasm_dir;           // folder of nvdisasm (cuobjdump runs it), empty: PATH
 };
 
 namespace detail {
@@ -170,6 +173,20 @@ inline Toolchain discover() {
         }
     }
     tc.cutlass_version = tc.cutlass_include ? read_cutlass_version(*tc.cutlass_include) : "none";
+
+    // Disassembler (DG_JIT_DUMP_SASS): toolkit first, then the nvidia-cuda-cuobjdump/nvdisasm wheels
+    std::vector<fs::path> bin_dirs;
+    if (tc.cuda_home)
+        bin_dirs.push_back(*tc.cuda_home / "bin");
+    for (const auto& dir: sys_path)
+        bin_dirs.push_back(dir / "nvidia" / "cu13" / "bin");
+    tc.cuobjdump = "cuobjdump";
+    for (const auto& dir: bin_dirs) {
+        if (tc.cuobjdump == "cuobjdump" && fs::exists(dir / "cuobjdump"))
+            tc.cuobjdump = (dir / "cuobjdump").string();
+        if (tc.nvdisasm_dir.empty() && fs::exists(dir / "nvdisasm"))
+            tc.nvdisasm_dir = dir.string();
+    }
     return tc;
 }
 
