@@ -110,6 +110,7 @@ inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, cons
         check_same_device(*t, a, name, "a[0] (A)");
     }
     check_sm90(a, "fp8_gemm_nt");
+    const jit::DeviceScope device_scope(a.device().index());
 
     if (m == 0 || n == 0)
         return;

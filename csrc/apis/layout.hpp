@@ -45,6 +45,7 @@ inline void check_sf(const at::Tensor& sf, const char* fn) {
 
 // Run `kind` over `sf` and return the [G?, MN, out_k] view of an MN-major, TMA-aligned result.
 inline at::Tensor run_layout_kernel(const at::Tensor& sf, kernels::LayoutKernel kind) {
+    const jit::DeviceScope device_scope(sf.device().index());
     const bool batched = sf.dim() == 3;
     const int64_t num_groups = batched ? sf.size(0) : 1;
     const int64_t mn = sf.size(-2), sf_k = sf.size(-1);

@@ -34,6 +34,28 @@ inline CUstream current_stream(int device_index) {
     return reinterpret_cast<CUstream>(stream.native_handle());
 }
 
+// Makes `device_index` PyTorch's current CUDA device for the scope of one API call (what
+// c10::cuda::CUDAGuard does, through the device-guard interface), so that launches on a tensor's
+// device work whatever device the caller had current.
+class DeviceScope {
+public:
+    explicit DeviceScope(int device_index)
+        : impl_(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)),
+          previous_(impl_->exchangeDevice(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)))),
+          device_index_(device_index) {}
+    DeviceScope(const DeviceScope&) = delete;
+    DeviceScope& operator=(const DeviceScope&) = delete;
+    ~DeviceScope() {
+        if (previous_.index() != device_index_)
+            impl_->uncheckedSetDevice(previous_);
+    }
+
+private:
+    const c10::impl::DeviceGuardImplInterface* impl_;
+    c10::Device previous_;
+    int device_index_;
+};
+
 // Make sure the calling thread has device `device_index`'s primary context current.
 inline void ensure_context(int device_index) {
     const auto& api = driver::api();
