@@ -17,7 +17,6 @@ struct DeviceProperties {
     int major = 0;
     int minor = 0;
     int smem_optin_bytes = 0;
-    int l2_bytes = 0;
     // The arch-specific target the JIT compiles for, e.g. "sm_90a".
     std::string arch() const { return fmt::format("sm_{}{}{}", major, minor, major >= 9 ? "a" : ""); }
 };
@@ -43,7 +42,6 @@ public:
             DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.minor, driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
             DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.smem_optin_bytes,
                                                           driver::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
-            DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.l2_bytes, driver::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
             slot = p;
         }
         return *slot;
@@ -59,9 +57,6 @@ public:
         DG_CHECK_INPUT(num_sms > 0, "set_num_sms: num_sms must be positive, got {}", num_sms);
         num_sms_limit_ = num_sms;
     }
-    // The limit set by set_num_sms, or the SM count of the current device when none is set.
-    int num_sms_setting() const { return num_sms_limit_; }
-
     void set_tc_util(int percent) {
         DG_CHECK_INPUT(percent >= 1 && percent <= 100, "set_tc_util: tc_util must be in [1, 100], got {}", percent);
         tc_util_ = percent;

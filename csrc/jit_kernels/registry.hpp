@@ -15,12 +15,6 @@ namespace dg::kernels {
 
 using KernelParams = std::map<std::string, int64_t>;
 
-inline int64_t param(const KernelParams& params, const std::string& key) {
-    const auto it = params.find(key);
-    DG_CHECK_INPUT(it != params.end(), "kernel parameter '{}' is missing", key);
-    return it->second;
-}
-
 inline const std::map<std::string, std::function<jit::KernelSource(const KernelParams&)>>& kernel_registry() {
     static const std::map<std::string, std::function<jit::KernelSource(const KernelParams&)>> registry = {
         {"smxx_transpose_sf", [](const KernelParams&) { return render_layout_kernel(LayoutKernel::kTransposeSf); }},

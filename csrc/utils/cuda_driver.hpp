@@ -28,7 +28,6 @@ constexpr CUresult CUDA_SUCCESS = 0;
 
 // CUdevice_attribute
 constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
-constexpr int CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
@@ -94,7 +93,6 @@ struct CUlaunchConfig {
 // One function pointer per driver entry point we call.
 #define DG_DRIVER_FUNCTIONS(X)                                                                              \
     X(cuInit, CUresult, (unsigned int))                                                                  \
-    X(cuDriverGetVersion, CUresult, (int*))                                                              \
     X(cuGetErrorString, CUresult, (CUresult, const char**))                                              \
     X(cuDeviceGet, CUresult, (CUdevice*, int))                                                           \
     X(cuDeviceGetAttribute, CUresult, (int*, int, CUdevice))                                             \

@@ -133,7 +133,11 @@ private:
                                 sig.compile_k, multicast_enabled());
 
         const auto stream = jit::current_stream(sig.device);
-        const auto arch = jit::DeviceRuntime::instance().properties(sig.device).arch();
+        const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
+        DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
+                 "FP8 GEMM config needs {} bytes of shared memory, device {} allows {}", c.smem_bytes, sig.device,
+                 props.smem_optin_bytes);
+        const auto arch = props.arch();
         plan->kernel = &jit::get_kernel(render_sm90_fp8_gemm(c), arch, sig.device, stream);
 
         const uint32_t sf_k = (sig.k + 127) / 128;

@@ -28,13 +28,4 @@ __host__ __device__ constexpr T align_up(T a, T b) {
     return ceil_div(a, b) * b;
 }
 
-// Device-side invariant check: traps (the launch fails with an error) instead of corrupting memory.
-#define DG_DEVICE_ASSERT(cond)                                                                     \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("deep_gemm device assertion failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-            asm volatile("trap;");                                                                \
-        }                                                                                         \
-    } while (0)
-
 }  // namespace deep_gemm
