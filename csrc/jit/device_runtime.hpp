@@ -3,8 +3,8 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <mutex>
-#include <optional>
 #include <string>
 
 #include "../utils/cuda_driver.hpp"
@@ -28,23 +28,25 @@ public:
         return runtime;
     }
 
+    // Read once per device under the lock; later calls (every GEMM call) only load a flag.
     const DeviceProperties& properties(int device_index) {
         DG_CHECK_INPUT(device_index >= 0 && device_index < kMaxDevices, "device index {} out of range", device_index);
+        if (ready_[device_index].load(std::memory_order_acquire)) [[likely]]
+            return properties_[device_index];
         std::lock_guard lock(mutex_);
-        auto& slot = properties_[device_index];
-        if (!slot) {
+        if (!ready_[device_index].load(std::memory_order_relaxed)) {
             const auto& api = driver::api();
             driver::CUdevice dev = 0;
             DG_CUDA_DRIVER_CHECK(api.cuDeviceGet(&dev, device_index));
-            DeviceProperties p;
+            DeviceProperties& p = properties_[device_index];
             DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.num_sms, driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
             DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.major, driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
             DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.minor, driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
             DG_CUDA_DRIVER_CHECK(api.cuDeviceGetAttribute(&p.smem_optin_bytes,
                                                           driver::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
-            slot = p;
+            ready_[device_index].store(true, std::memory_order_release);
         }
-        return *slot;
+        return properties_[device_index];
     }
 
     // SMs kernels may use on `device_index`: the user's limit if set, else all of them.
@@ -77,7 +79,8 @@ public:
 private:
     static constexpr int kMaxDevices = 64;
     std::mutex mutex_;
-    std::array<std::optional<DeviceProperties>, kMaxDevices> properties_{};
+    std::array<DeviceProperties, kMaxDevices> properties_{};
+    std::array<std::atomic<bool>, kMaxDevices> ready_{};
     int num_sms_limit_ = 0;
     int tc_util_ = 100;
     bool pdl_ = false;
