@@ -15,7 +15,6 @@
 
 #include <stdio.h>
 
-#include <cstdio>
 #include <map>
 #include <mutex>
 #include <set>

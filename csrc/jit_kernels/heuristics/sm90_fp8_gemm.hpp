@@ -77,6 +77,14 @@ inline bool fp8_gemm_block_n_fits_sfb(uint32_t block_n) {
     return block_n + (128 - a) <= 256;
 }
 
+// Work units of the persistent grid: tiles, or with multicast the tile pairs sharing one operand
+// (pairs along N share A, pairs along M share B), as the kernel's GemmScheduler walks them.
+inline uint64_t fp8_gemm_num_units(uint64_t m_blocks, uint64_t n_blocks, uint32_t num_multicast, bool is_multicast_on_a) {
+    if (num_multicast == 1)
+        return m_blocks * n_blocks;
+    return is_multicast_on_a ? m_blocks * ((n_blocks + 1) / 2) : ((m_blocks + 1) / 2) * n_blocks;
+}
+
 // Accumulator registers per math thread: partial + accumulated, per 64-row slice.
 inline bool fp8_gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t num_math_warpgroups) {
     const uint32_t slices = block_m / num_math_warpgroups / 64;
@@ -106,7 +114,7 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
             // slower at M = 4096, cause not found yet), see multicast_enabled().
             const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
             const bool multicast = allow_multicast && m_blocks >= 2 && num_sms >= 2;
-            const uint64_t units = multicast ? (m_blocks + 1) / 2 * n_blocks : m_blocks * n_blocks;
+            const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false);
             const uint64_t slots = multicast ? num_sms / 2 : num_sms;
             const uint64_t waves = (units + slots - 1) / slots;
             const double cost = double(waves) * block_m * (block_n + 32);

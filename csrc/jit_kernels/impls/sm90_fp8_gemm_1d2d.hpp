@@ -157,9 +157,7 @@ private:
 
         // Persistent grid: one CTA per SM at most, no more CTAs (clusters) than tiles (tile pairs)
         const uint64_t m_blocks = (sig.m + c.block_m - 1) / c.block_m, n_blocks = (sig.n + c.block_n - 1) / c.block_n;
-        const uint64_t units = c.num_multicast == 1 ? m_blocks * n_blocks
-                               : c.is_multicast_on_a ? m_blocks * ((n_blocks + 1) / 2)
-                                                     : ((m_blocks + 1) / 2) * n_blocks;
+        const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, c.num_multicast, c.is_multicast_on_a);
         plan->launch.num_threads = c.num_threads();
         plan->launch.smem_bytes = c.smem_bytes;
         plan->launch.cluster_dim = c.num_multicast;
