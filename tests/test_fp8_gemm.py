@@ -5,7 +5,10 @@ Bounds (per case): calc_diff against the float64 product of the dequantized FP8 
 < 1e-3 against the unquantized BF16 product; every element within 2^-7 * |ref| + 2^-7 * rms(ref)
 of the float64 reference; padding untouched; two runs bitwise equal."""
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -203,6 +206,33 @@ def test_fp8_gemm_random_odd_shapes(seed: int) -> None:
     torch.manual_seed(seed)
     # Odd N gives D rows that are not 16-byte aligned: the direct-store epilogue
     run_case(m, n, k, row_pad=3, col_pad=rng.choice([0, 5, 8]))
+
+
+# Shapes for the forced multicast settings: odd and even counts of 128-row blocks (a pair's phantom
+# tile), N across scale-block boundaries, direct-store epilogue (odd N), K not a multiple of 128.
+MULTICAST_SHAPES = [(4096, 7168, 2048), (300, 2112, 7168), (1000, 4104, 1040), (640, 3001, 528), (2049, 255, 4112)]
+
+
+@gpu
+@pytest.mark.parametrize("setting", ["0", "1"], ids=["multicast_off", "multicast_on"])
+def test_fp8_gemm_forced_multicast_setting(setting: str) -> None:
+    # The setting is read when a shape's plan is made (once per process), so each runs in a new process
+    shapes = ", ".join(f"({m}, {n}, {k})" for m, n, k in MULTICAST_SHAPES)
+    script = (
+        "import torch, test_fp8_gemm as t\n"
+        f"for i, (m, n, k) in enumerate([{shapes}]):\n"
+        "    torch.manual_seed(i)\n"
+        "    t.run_case(m, n, k, row_pad=2, col_pad=8)\n"
+        "import deep_gemm\n"
+        f"print(deep_gemm._C.get_fp8_gemm_config(4096, 7168, 2048, allow_multicast={setting == '1'})['num_multicast'])\n"
+    )
+    env = dict(os.environ, DG_FP8_GEMM_MULTICAST=setting, DG_PRINT_CONFIGS="1")
+    out = subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__), env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # The printed configs show which variant ran
+    expected = "multicast=2(B)" if setting == "1" else "multicast=1 "
+    assert expected in out.stderr, out.stderr
 
 
 @gpu

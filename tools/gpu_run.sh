@@ -6,7 +6,10 @@
 #     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #     nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86
 # Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_GPU_RUN_SKIP_JIT=1, DG_GPU_RUN_PROFILE=1,
-#      DG_BENCH_ARGS="--shapes ...".
+#      DG_BENCH_ARGS="--shapes ...",
+#      DG_GPU_RUN_MULTICAST_SHAPES="4096x7168x2048 ..." (after the main bench, these shapes again with
+#      DG_FP8_GEMM_MULTICAST=0 and =1, to compare the two variants in one run).
+# (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier.)
 set -uo pipefail
 OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
 shift
@@ -44,5 +47,12 @@ fi
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     (cd /tmp && timeout 300 python3 -m deep_gemm.bench --json "$OUT/bench.json" ${DG_BENCH_ARGS:-}) > "$OUT/bench.log" 2>&1
     echo "bench exit code $?"; tail -60 "$OUT/bench.log"
+fi
+if [[ -n "${DG_GPU_RUN_MULTICAST_SHAPES:-}" ]]; then
+    for multicast in 0 1; do
+        (cd /tmp && DG_FP8_GEMM_MULTICAST=$multicast timeout 200 python3 -m deep_gemm.bench --json "$OUT/bench-multicast$multicast.json" \
+            --shapes $DG_GPU_RUN_MULTICAST_SHAPES) > "$OUT/bench-multicast$multicast.log" 2>&1
+        echo "multicast=$multicast bench exit code $?"; tail -12 "$OUT/bench-multicast$multicast.log"
+    done
 fi
 cat "$OUT/jit.json" 2>/dev/null

@@ -64,6 +64,11 @@ def host_overhead(num_calls: int = 1000) -> dict:
         return host * 1e6
 
     results["deep_gemm_us_per_call"] = time_loop(lambda: deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d))
+    # Where the host time goes: the floor of any call into the extension, and a call that checks every
+    # argument but launches nothing (M = 0 returns after the checks)
+    results["extension_floor_us_per_call"] = time_loop(deep_gemm.get_num_sms)
+    a0, sfa0, d0 = a[:0], sfa[:0], d[:0]
+    results["deep_gemm_checks_only_us_per_call"] = time_loop(lambda: deep_gemm.fp8_gemm_nt((a0, sfa0), (b, sfb), d0))
     scale_a = sfa.t().contiguous().t()
     scale_b = sfb.contiguous().t()
     try:

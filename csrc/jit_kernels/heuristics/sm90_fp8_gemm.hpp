@@ -45,20 +45,20 @@ struct Fp8GemmConfig {
 
 constexpr uint32_t kSm90MaxSmemBytes = 232448;  // 227 KiB opt-in per block
 
-// TMA multicast of B across 2-CTA clusters: implemented and correct on the H200, but measured about
-// 2x slower than no multicast on large shapes (docs/perf/h200.md), so the heuristic leaves it off
-// unless DG_FP8_GEMM_MULTICAST=1 (for profiling that variant). The compile-only entry point builds
-// it with num_multicast=2.
-// (read by the caller, so that this header stays a pure function of its arguments)
+// TMA multicast of B across 2-CTA clusters (tile pairs along M): whether the heuristic may use it.
+// DG_FP8_GEMM_MULTICAST=0 / =1 forces it off / allows it; unset, kMulticastByDefault decides
+// (docs/perf/h200.md has the measurements behind it). The compile-only entry point builds any variant.
+// (read by the caller, so that get_fp8_gemm_config stays a pure function of its arguments)
+constexpr bool kMulticastByDefault = false;
 inline bool multicast_enabled() {
-    return get_env_flag("DG_FP8_GEMM_MULTICAST");
+    return get_env("DG_FP8_GEMM_MULTICAST").empty() ? kMulticastByDefault : get_env_flag("DG_FP8_GEMM_MULTICAST");
 }
 
 // Shared memory the kernel needs (mirrors Sm90Fp8Gemm1d2d::SMEM_SIZE).
 inline uint32_t fp8_gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store) {
     const uint32_t d = use_tma_store ? block_m * block_n * 2 : 0;
     const uint32_t sfa = (block_m * 4 + 127) / 128 * 128;
-    return 1024 + d + num_stages * (block_m * 128 + block_n * 128 + sfa + 16);
+    return 1024 + d + num_stages * (block_m * 128 + block_n * 128 + sfa + 8 + 16);  // + sfb pair + 2 barriers
 }
 
 // Widest 16/32/64-column chunk dividing BLOCK_N (TMA store box with a 32/64/128-byte swizzle).

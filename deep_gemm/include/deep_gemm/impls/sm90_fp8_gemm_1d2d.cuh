@@ -13,19 +13,21 @@
 //       4 x wgmma m64nBLOCK_Nk32 per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp);
 //       promote: accum += partial * sfa[row] * sfb[col block] on the CUDA cores (two-level
 //       accumulation: FP8 tensor-core sums never run longer than 128 of K).
-//   last warpgroup  producer (setmaxnreg 40): one thread issues, per K block, TMA loads of the A tile,
-//       the B tile and the BLOCK_M sfa values into stage s after waiting empty[s]; arms full[s] with
-//       the byte count.
-// Stage ring: kNumStages stages of A (BLOCK_M x 128 B) + B (BLOCK_N x 128 B) + sfa (BLOCK_M x 4 B),
-//   A and B 128B-swizzled as TMA writes them and as wgmma reads them; full[s] (1 arrival + TMA bytes)
+//   last warpgroup  producer (setmaxnreg 48):
+//       warp 0, one thread: per K block, after waiting empty[s], TMA loads of the A tile, the B tile and
+//       the BLOCK_M sfa values into stage s; arms full[s] with the byte count.
+//       warp 1 (sfb loader): the two sfb values of the K block (the tile's first and last 128-column
+//       scale blocks) into stage s, then arrives on full[s]. Its lanes load 32 K blocks' worth at a
+//       time, so the global-load latency is paid once per 32 stages, not on the math warps' path.
+// Stage ring: kNumStages stages of A (BLOCK_M x 128 B) + B (BLOCK_N x 128 B) + sfa (BLOCK_M x 4 B) + sfb (2 x 4 B),
+//   A and B 128B-swizzled as TMA writes them and as wgmma reads them; full[s] (2 arrivals + TMA bytes)
 //   and empty[s] (4 * kNumMathWarpgroups arrivals per CTA of the cluster: a multicast stage is free
 //   only when both CTAs consumed it). Both roles walk the same tile sequence, so the ring runs on
 //   across tiles without draining. Clusters sync after barrier init and before exit.
-// sfb: read with __ldg by the math threads at the top of each K block. A tile of BLOCK_N columns
-//   spans at most two 128-column scale blocks (the host picks BLOCK_N so); columns left of
-//   `boundary` take the first, the others the second.
+// sfb: a tile of BLOCK_N columns spans at most two 128-column scale blocks (the host picks BLOCK_N
+//   so); columns left of `boundary` take the first, the others the second (TileSfb).
 // Shared memory: [D staging (TMA store), BLOCK_M x BLOCK_N BF16] [A x stages] [B x stages]
-//   [sfa x stages] [full, empty barriers], 1024-byte aligned.
+//   [sfa x stages] [sfb x stages] [full, empty barriers], 1024-byte aligned.
 // Epilogue (kUseTmaStore): each math warpgroup converts its accumulators to BF16, writes them with
 //   stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
@@ -67,9 +69,10 @@ struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K;
     static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K;
     static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = align_up(BLOCK_M * 4u, 128u);
+    static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = 8;  // float2: the tile's two scale blocks
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_D_SIZE +
                                           kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
-                                                        SMEM_SFA_SIZE_PER_STAGE + 2 * 8);
+                                                        SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE + 2 * 8);
     static constexpr uint32_t kStoreChunkBytes = kStoreChunkN * 2;
     static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
     static constexpr uint32_t kStoreSwizzleMask = kStoreChunkBytes / 16 - 1;  // 7, 3, 1 for 128/64/32-byte rows
@@ -101,12 +104,57 @@ struct Sm90Fp8Gemm1d2d {
             return reinterpret_cast<float*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE) +
                                             stage * SMEM_SFA_SIZE_PER_STAGE);
         }
+        __device__ __forceinline__ float2* sfb(uint32_t stage) const {
+            return reinterpret_cast<float2*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
+                                             SMEM_SFA_SIZE_PER_STAGE)) + stage;
+        }
         __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
             return reinterpret_cast<uint64_t*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE +
-                                               SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE)) + stage;
+                                               SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE)) + stage;
         }
         __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
     };
+
+    // The sfb rows of a tile: columns [n0, n0 + boundary) use scale block `first`, the rest `last`
+    // (clamped, so that a pair's phantom tile past N reads valid scales).
+    struct TileSfb {
+        uint32_t first, last, boundary;
+        __device__ __forceinline__ TileSfb(uint32_t n_block, uint32_t shape_n) {
+            const uint32_t n0 = n_block * BLOCK_N, num_blocks = ceil_div(shape_n, 128u);
+            first = min(n0 / 128, num_blocks - 1);
+            last = min((n0 + BLOCK_N - 1) / 128, num_blocks - 1);
+            boundary = (first + 1) * 128 - n0;
+        }
+    };
+
+    // ---------------------------------------------------------------- sfb loader (one warp)
+    __device__ __forceinline__ static void sfb_loader(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
+                                                      uint32_t num_k_blocks, const float* __restrict__ sfb,
+                                                      uint32_t rank, uint32_t lane) {
+        Scheduler scheduler(shape_m, shape_n, rank);
+        PipelineState<kNumStages> pipe;
+        uint32_t m_block, n_block;
+        while (scheduler.next(m_block, n_block)) {
+            const TileSfb tile(n_block, shape_n);
+            const float* first = sfb + tile.first * num_k_blocks;
+            const float* last = sfb + tile.last * num_k_blocks;
+            for (uint32_t k0 = 0; k0 < num_k_blocks; k0 += 32) {
+                // Lane i holds K block k0 + i
+                float2 value = {0.0f, 0.0f};
+                if (k0 + lane < num_k_blocks)
+                    value = {__ldg(first + k0 + lane), __ldg(last + k0 + lane)};
+                const uint32_t count = min(32u, num_k_blocks - k0);
+                for (uint32_t i = 0; i < count; ++i, pipe.advance()) {
+                    ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
+                    if (lane == i) {
+                        *s.sfb(pipe.stage) = value;
+                        ptx::mbarrier_arrive(s.full(pipe.stage));
+                    }
+                    __syncwarp();
+                }
+            }
+        }
+    }
 
     // ---------------------------------------------------------------- producer (one thread)
     __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
@@ -147,13 +195,11 @@ struct Sm90Fp8Gemm1d2d {
 
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
-                                                uint32_t num_k_blocks, const float* __restrict__ sfb,
-                                                __nv_bfloat16* __restrict__ d, uint32_t ldd,
+                                                uint32_t num_k_blocks, __nv_bfloat16* __restrict__ d, uint32_t ldd,
                                                 const TmaDescriptor* tma_d, uint32_t rank) {
         const uint32_t wg_idx = threadIdx.x / 128;
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
-        const uint32_t num_sfb_blocks = ceil_div(shape_n, 128u);
 
         Scheduler scheduler(shape_m, shape_n, rank);
         PipelineState<kNumStages> pipe;
@@ -161,13 +207,8 @@ struct Sm90Fp8Gemm1d2d {
         float partial[kNumWgmmaM][kNumAccum];
         uint32_t m_block, n_block;
         while (scheduler.next(m_block, n_block)) {
-            // Columns [n0, n0 + boundary) of the tile use sfb block `first`, the rest block `last`
             const uint32_t n0 = n_block * BLOCK_N;
-            const uint32_t first_sfb = min(n0 / 128, num_sfb_blocks - 1);  // clamped for a pair's phantom tile
-            const uint32_t last_sfb = min((n0 + BLOCK_N - 1) / 128, num_sfb_blocks - 1);
-            const uint32_t boundary = (first_sfb + 1) * 128 - n0;
-            const float* sfb_first = sfb + first_sfb * num_k_blocks;
-            const float* sfb_last = sfb + last_sfb * num_k_blocks;
+            const uint32_t boundary = TileSfb(n_block, shape_n).boundary;
 
             #pragma unroll
             for (uint32_t im = 0; im < kNumWgmmaM; ++im)
@@ -176,9 +217,8 @@ struct Sm90Fp8Gemm1d2d {
                     accum[im][i] = 0.0f;
 
             for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block, pipe.advance()) {
-                const float sfb_0 = __ldg(sfb_first + k_block);
-                const float sfb_1 = __ldg(sfb_last + k_block);
                 ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
+                const float2 sfb = *s.sfb(pipe.stage);
 
                 // This thread's two rows per 64-row slice: r and r + 8
                 float sfa[kNumWgmmaM][2];
@@ -231,11 +271,13 @@ struct Sm90Fp8Gemm1d2d {
                 // Promotion: accum += partial * sfa[row] * sfb[column block]
                 #pragma unroll
                 for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-                    const float scale_00 = sfa[im][0] * sfb_0, scale_01 = sfa[im][0] * sfb_1;
-                    const float scale_10 = sfa[im][1] * sfb_0, scale_11 = sfa[im][1] * sfb_1;
+                    const float scale_00 = sfa[im][0] * sfb.x, scale_01 = sfa[im][0] * sfb.y;
+                    const float scale_10 = sfa[im][1] * sfb.x, scale_11 = sfa[im][1] * sfb.y;
                     #pragma unroll
                     for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
-                        const bool in_first = j * 8 + (lane % 4) * 2 < boundary;
+                        // This thread's columns j * 8 + 2 * (lane % 4) + {0, 1}; `boundary` is a multiple of 8,
+                        // so the whole 8-column group is on one side (a warp-uniform test)
+                        const bool in_first = j * 8 < boundary;
                         const float scale_top = in_first ? scale_00 : scale_01;
                         const float scale_bottom = in_first ? scale_10 : scale_11;
                         accum[im][j * 4 + 0] = fmaf(partial[im][j * 4 + 0], scale_top, accum[im][j * 4 + 0]);
@@ -342,8 +384,10 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
     const uint32_t num_k_blocks = ceil_div(shape_k, Gemm::BLOCK_K);
 
     // Shared memory, 1024-byte aligned for the 128B swizzle
+    // (offset from the shared array itself, not through an integer, so that the compiler keeps the
+    // shared address space and emits LDS, not generic loads)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(smem_raw), uintptr_t(1024)));
+    uint8_t* smem = smem_raw + (1024 - ptx::smem_addr(smem_raw) % 1024) % 1024;
     const typename Gemm::SharedStorage storage{smem};
 
     // Barriers and descriptor prefetch, by the producer's first thread
@@ -355,7 +399,7 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
             ptx::prefetch_tma_descriptor(&tma_d);
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
-            ptx::mbarrier_init(storage.full(i), 1);
+            ptx::mbarrier_init(storage.full(i), 2);  // the TMA producer and the sfb loader
             ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4 * kNumMulticast);
         }
         ptx::fence_barrier_init();
@@ -372,12 +416,15 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
     ptx::grid_dependency_launch_dependents();
 
     if (threadIdx.x >= Gemm::kNumMathThreads) {
-        ptx::warpgroup_reg_dealloc<40>();
+        ptx::warpgroup_reg_dealloc<48>();  // 2 x 232 + 48 = 512 registers x 128 threads = the 64K register file
+        const uint32_t producer_warp = (threadIdx.x - Gemm::kNumMathThreads) / 32;
         if (threadIdx.x == Gemm::kNumMathThreads)
             Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, rank);
+        else if (producer_warp == 1)
+            Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, rank, threadIdx.x % 32);
     } else {
         ptx::warpgroup_reg_alloc<232>();
-        Gemm::math(storage, shape_m, shape_n, num_k_blocks, sfb, d, ldd, &tma_d, rank);
+        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, &tma_d, rank);
     }
     // No CTA may leave while its peer can still arrive on its barriers
     if constexpr (kNumMulticast > 1)

@@ -18,11 +18,15 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 // Arrive on the mbarrier at the same shared-memory offset as `bar`, in CTA `cta_rank` of the cluster.
+// Default semantics (release at CTA scope), on purpose: the callers only announce that their reads of
+// a stage are complete (wgmma.wait_group has returned), which needs no cluster-scope fence. Asking
+// for `.release.cluster` makes NVCC emit MEMBAR.ALL.GPU + ERRBAR before every arrival, which cost
+// the multicast kernel about half its speed (docs/perf/h200.md, 2026-12-02).
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
     asm volatile(
         "{\n.reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}"
         ::"r"(smem_addr(bar)), "r"(cta_rank) : "memory");
 }
 
