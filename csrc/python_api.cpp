@@ -95,18 +95,23 @@ PYBIND11_MODULE(_C, m) {
           },
           "Not available on SM90: raises NotImplementedError (use fp8_gemm_nt with A and B K-major).");
     m.def("get_fp8_gemm_config",
-          [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast) {
+          [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
+             uint32_t block_m, uint32_t block_n, uint32_t num_splits) {
               const auto c = dg::kernels::get_fp8_gemm_config(m, n, k, num_sms, use_tma_store, false, true, true,
-                                                              allow_multicast);
+                                                              allow_multicast, {block_m, block_n, num_splits});
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
                               "store_chunk_n"_a = c.store_chunk_n, "smem_bytes"_a = c.smem_bytes,
                               "num_multicast"_a = c.num_multicast, "is_multicast_on_a"_a = c.is_multicast_on_a,
-                              "use_tma_store"_a = c.use_tma_store);
+                              "num_splits"_a = c.num_splits, "use_tma_store"_a = c.use_tma_store);
           },
-          "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "use_tma_store"_a = true, "allow_multicast"_a = false,
-          "The config the SM90 FP8 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed);\n"
-          "allow_multicast lets it pair tiles into 2-CTA clusters (what DG_FP8_GEMM_MULTICAST=1 does).");
+          "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "use_tma_store"_a = true,
+          "allow_multicast"_a = dg::kernels::kMulticastByDefault, "block_m"_a = 0, "block_n"_a = 0, "num_splits"_a = 0,
+          "The config the SM90 FP8 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
+          "allow_multicast lets it pair tiles into 2-CTA clusters (default: the library's default, which\n"
+          "DG_FP8_GEMM_MULTICAST=0/1 overrides at run time); block_m, block_n, num_splits force those choices\n"
+          "as DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K do (0: the heuristic decides). Raises ValueError when\n"
+          "no config fits the forced choices.");
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",

@@ -43,7 +43,15 @@ def fp8_gemm_nn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tt(*args: Any, **kwargs: Any) -> None: ...
 def get_fp8_gemm_config(
-    m: int, n: int, k: int, num_sms: int = 132, use_tma_store: bool = True, allow_multicast: bool = False
+    m: int,
+    n: int,
+    k: int,
+    num_sms: int = 132,
+    use_tma_store: bool = True,
+    allow_multicast: bool = False,
+    block_m: int = 0,
+    block_n: int = 0,
+    num_splits: int = 0,
 ) -> dict[str, Any]: ...
 def compile_kernel(
     family: str, params: dict[str, int] = ..., arch: str = "sm_90a", use_nvrtc: bool | None = None

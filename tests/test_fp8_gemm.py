@@ -133,6 +133,32 @@ def test_heuristic_configs_fit() -> None:
     assert deep_gemm._C.get_fp8_gemm_config(128, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
 
 
+def test_heuristic_split_k() -> None:
+    config = deep_gemm._C.get_fp8_gemm_config
+    # Decode shapes with few tiles split K; their partials go through the reduction, not a TMA store
+    for m, n, k in ((1, 2112, 7168), (64, 2112, 7168), (1, 576, 7168)):
+        cfg = config(m, n, k)
+        assert cfg["num_splits"] > 1 and not cfg["use_tma_store"], (m, n, k, cfg)
+        assert cfg["num_splits"] <= ceil_div(k, 128) // 2
+    # Enough tiles to fill the SMs: never
+    for m, n, k in ((4096, 7168, 7168), (128, 129280, 7168), (1, 32768, 512)):
+        assert config(m, n, k)["num_splits"] == 1
+    # Split-K and multicast exclude each other
+    assert config(256, 576, 7168, allow_multicast=True, num_splits=2)["num_multicast"] == 1
+
+
+def test_heuristic_forced_choices() -> None:
+    config = deep_gemm._C.get_fp8_gemm_config
+    cfg = config(64, 2112, 7168, block_n=64, num_splits=4)
+    assert (cfg["block_m"], cfg["block_n"], cfg["num_splits"]) == (64, 64, 4)
+    assert config(4096, 7168, 7168, block_m=256, block_n=64)["block_m"] == 256
+    # A forced value no config can take is an error naming the variables
+    with pytest.raises(ValueError, match="DG_FP8_GEMM_BLOCK_M"):
+        config(64, 2112, 7168, block_n=200)
+    with pytest.raises(ValueError, match="DG_FP8_GEMM_BLOCK_M"):
+        config(64, 2112, 7168, num_splits=57)  # more splits than K blocks
+
+
 # ----------------------------------------------------------------------------- GPU tier
 def make_inputs(m: int, n: int, k: int):
     a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -208,31 +234,58 @@ def test_fp8_gemm_random_odd_shapes(seed: int) -> None:
     run_case(m, n, k, row_pad=3, col_pad=rng.choice([0, 5, 8]))
 
 
-# Shapes for the forced multicast settings: odd and even counts of 128-row blocks (a pair's phantom
-# tile), N across scale-block boundaries, direct-store epilogue (odd N), K not a multiple of 128.
-MULTICAST_SHAPES = [(4096, 7168, 2048), (300, 2112, 7168), (1000, 4104, 1040), (640, 3001, 528), (2049, 255, 4112)]
+# Shapes for forced configs: odd and even counts of 128-row blocks (a pair's phantom tile), N across
+# scale-block boundaries, odd N (direct stores; the 1-wide reduction), K not a multiple of 128.
+FORCED_SHAPES = [(4096, 7168, 2048), (300, 2112, 7168), (1000, 4104, 1040), (640, 3001, 528), (2049, 255, 4112),
+                 (1, 2112, 7168), (7, 1000, 7168 + 16), (64, 255, 4112)]
+# name: (environment, what DG_PRINT_CONFIGS shows for it, how many of the 2 x 8 plans must show it)
+FORCED_ENVS = {
+    "multicast_off": ({"DG_FP8_GEMM_MULTICAST": "0"}, "multicast=1 ", 16),
+    "multicast_on": ({"DG_FP8_GEMM_MULTICAST": "1"}, "multicast=2(B) ", 10),  # the 5 shapes with M > 128
+    "split_k3": ({"DG_FP8_GEMM_SPLIT_K": "3"}, "split_k=3 ", 16),
+    "split_k2_bm128_bn48": ({"DG_FP8_GEMM_SPLIT_K": "2", "DG_FP8_GEMM_BLOCK_M": "128", "DG_FP8_GEMM_BLOCK_N": "48"},
+                            "BLOCK_M=128 BLOCK_N=48 split_k=2 ", 16),
+}
+
+
+def run_in_subprocess(script: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__),
+                          env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
 
 
 @gpu
-@pytest.mark.parametrize("setting", ["0", "1"], ids=["multicast_off", "multicast_on"])
-def test_fp8_gemm_forced_multicast_setting(setting: str) -> None:
-    # The setting is read when a shape's plan is made (once per process), so each runs in a new process
-    shapes = ", ".join(f"({m}, {n}, {k})" for m, n, k in MULTICAST_SHAPES)
+@pytest.mark.parametrize("name", FORCED_ENVS)
+def test_fp8_gemm_forced_configs(name: str) -> None:
+    # The DG_FP8_GEMM_* choices are read when a shape's plan is made (once per process): a new process each
+    env, expected, count = FORCED_ENVS[name]
+    shapes = ", ".join(f"({m}, {n}, {k})" for m, n, k in FORCED_SHAPES)
     script = (
         "import torch, test_fp8_gemm as t\n"
         f"for i, (m, n, k) in enumerate([{shapes}]):\n"
         "    torch.manual_seed(i)\n"
         "    t.run_case(m, n, k, row_pad=2, col_pad=8)\n"
-        "import deep_gemm\n"
-        f"print(deep_gemm._C.get_fp8_gemm_config(4096, 7168, 2048, allow_multicast={setting == '1'})['num_multicast'])\n"
+        "    t.run_case(m, n, k, row_pad=1, col_pad=3)\n"
     )
-    env = dict(os.environ, DG_FP8_GEMM_MULTICAST=setting, DG_PRINT_CONFIGS="1")
-    out = subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__), env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = run_in_subprocess(script, {**env, "DG_PRINT_CONFIGS": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
-    # The printed configs show which variant ran
-    expected = "multicast=2(B)" if setting == "1" else "multicast=1 "
-    assert expected in out.stderr, out.stderr
+    # The printed configs show which variant ran (one plan per shape and epilogue)
+    assert out.stderr.count(expected) == count, out.stderr
+
+
+@gpu
+def test_fp8_gemm_bad_forced_config_raises() -> None:
+    script = (
+        "import torch, test_fp8_gemm as t\n"
+        "try:\n"
+        "    t.run_case(64, 256, 512)\n"
+        "except ValueError as e:\n"
+        "    print('ValueError:', e)\n"
+    )
+    out = run_in_subprocess(script, {"DG_FP8_GEMM_SPLIT_K": "two"})
+    assert "ValueError: DG_FP8_GEMM_SPLIT_K must be a small non-negative integer, got 'two'" in out.stdout, (
+        out.stdout + out.stderr)
+    out = run_in_subprocess(script, {"DG_FP8_GEMM_BLOCK_N": "200"})
+    assert "ValueError: no FP8 GEMM config fits" in out.stdout, out.stdout + out.stderr
 
 
 @gpu

@@ -11,6 +11,8 @@ from jit_helpers import compile_in_subprocess, dump_sass, finish, run_python
 import deep_gemm
 
 LAYOUT_FAMILIES = ["smxx_transpose_sf", "smxx_pack_ue8m0"]
+HELPER_KERNELS = [("smxx_transpose_sf", {}), ("smxx_pack_ue8m0", {}), ("smxx_splitk_reduce", {"vec": 4}),
+                  ("smxx_splitk_reduce", {"vec": 1})]
 GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5),
     dict(shape_n=2112, shape_k=7168, block_m=128, block_n=128, num_stages=5),
@@ -20,6 +22,9 @@ GEMM_CONFIGS = [
     dict(block_m=128, block_n=128, num_stages=4),  # all dimensions at run time
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5, num_multicast=2),
     dict(shape_n=4096, shape_k=7168, block_m=128, block_n=144, num_stages=5, num_multicast=2, is_multicast_on_a=1),
+    # split-K (FP32 partials stored directly, no TMA store)
+    dict(shape_n=2112, shape_k=7168, block_m=64, block_n=112, num_stages=8, num_splits=3),
+    dict(shape_n=2112, shape_k=7168, block_m=128, block_n=48, num_stages=8, num_splits=2),
 ]
 
 
@@ -42,9 +47,9 @@ def check_clean(result: dict) -> None:
 
 
 @pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
-@pytest.mark.parametrize("family", LAYOUT_FAMILIES)
-def test_layout_kernels_compile(cache_dir: Path, family: str, use_nvrtc: bool) -> None:
-    result = deep_gemm.compile_kernel(family, {}, use_nvrtc=use_nvrtc)
+@pytest.mark.parametrize(("family", "params"), HELPER_KERNELS, ids=lambda x: x if isinstance(x, str) else "")
+def test_helper_kernels_compile(cache_dir: Path, family: str, params: dict, use_nvrtc: bool) -> None:
+    result = deep_gemm.compile_kernel(family, params, use_nvrtc=use_nvrtc)
     assert result["compiler"] == ("nvrtc" if use_nvrtc else "nvcc")
     assert not result["cache_hit"]
     check_clean(result)
@@ -67,7 +72,7 @@ def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: boo
     assert sum("USETMAXREG" in line for line in lines) == 2
     # TMA loads; TMA stores unless disabled
     assert any("UTMALDG" in line for line in lines)
-    assert any("UTMASTG" in line for line in lines) == bool(cfg.get("use_tma_store", 1))
+    assert any("UTMASTG" in line for line in lines) == bool(cfg.get("use_tma_store", cfg.get("num_splits", 1) == 1))
 
 
 def test_nvcc_and_nvrtc_keep_separate_entries(cache_dir: Path) -> None:
@@ -143,7 +148,7 @@ def test_failed_compile_raises_with_log_and_leaves_no_entry(cache_dir: Path, use
 def test_unknown_family_raises(cache_dir: Path) -> None:
     with pytest.raises(ValueError, match="unknown kernel family 'nope'"):
         deep_gemm.compile_kernel("nope", {})
-    assert set(LAYOUT_FAMILIES + ["sm90_fp8_gemm_1d2d"]) <= set(deep_gemm.kernel_families())
+    assert set(LAYOUT_FAMILIES + ["smxx_splitk_reduce", "sm90_fp8_gemm_1d2d"]) <= set(deep_gemm.kernel_families())
 
 
 def test_bad_arch_raises(cache_dir: Path) -> None:

@@ -8,7 +8,9 @@
 # Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_GPU_RUN_SKIP_JIT=1, DG_GPU_RUN_PROFILE=1,
 #      DG_BENCH_ARGS="--shapes ...",
 #      DG_GPU_RUN_MULTICAST_SHAPES="4096x7168x2048 ..." (after the main bench, these shapes again with
-#      DG_FP8_GEMM_MULTICAST=0 and =1, to compare the two variants in one run).
+#      DG_FP8_GEMM_MULTICAST=0 and =1 (DG_GPU_RUN_MULTICAST_SETTINGS="1": only =1), to compare the
+#      two variants in one run),
+#      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last).
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier.)
 set -uo pipefail
 OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
@@ -26,8 +28,18 @@ export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dg_cache}
 if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$OUT/install.log" 2>&1 || {
     tail -50 "$OUT/install.log"; exit 1; }
 
+# Smoke: one call per kernel variant under a short timeout, so that a hanging or wrong kernel stops
+# the run in a minute instead of at every later step's timeout
+for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "DG_FP8_GEMM_MULTICAST=1 4096 7168 2048"; do
+    env_part=""; [[ $smoke == DG_* ]] && env_part=${smoke%% *} && smoke=${smoke#* }
+    if ! env $env_part DG_PRINT_CONFIGS=1 timeout 90 python3 tools/profile_gemm.py $smoke --calls 2 >> "$OUT/smoke.log" 2>&1; then
+        echo "smoke test failed: $env_part $smoke"; tail -20 "$OUT/smoke.log"; exit 1
+    fi
+done
+grep -h "calc_diff\|fp8_gemm_nt m=" "$OUT/smoke.log"
+
 if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
-    (cd tests && timeout 420 python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "$@" .) > "$OUT/pytest.log" 2>&1
+    (cd tests && timeout ${DG_GPU_RUN_TEST_TIMEOUT:-420} python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "$@" .) > "$OUT/pytest.log" 2>&1
     echo "pytest exit code $?"; tail -25 "$OUT/pytest.log"
 fi
 if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
@@ -43,16 +55,20 @@ if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
     done > "$OUT/sanitizer.txt" 2>&1
     grep -E "ERROR SUMMARY|calc_diff" "$OUT/sanitizer.txt"
 fi
-[[ -n "${DG_GPU_RUN_SKIP_JIT:-}" ]] || python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     (cd /tmp && timeout 300 python3 -m deep_gemm.bench --json "$OUT/bench.json" ${DG_BENCH_ARGS:-}) > "$OUT/bench.log" 2>&1
     echo "bench exit code $?"; tail -60 "$OUT/bench.log"
 fi
+[[ -n "${DG_GPU_RUN_SKIP_JIT:-}" ]] || python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
 if [[ -n "${DG_GPU_RUN_MULTICAST_SHAPES:-}" ]]; then
-    for multicast in 0 1; do
-        (cd /tmp && DG_FP8_GEMM_MULTICAST=$multicast timeout 200 python3 -m deep_gemm.bench --json "$OUT/bench-multicast$multicast.json" \
+    for multicast in ${DG_GPU_RUN_MULTICAST_SETTINGS:-0 1}; do
+        (cd /tmp && DG_FP8_GEMM_MULTICAST=$multicast timeout 200 python3 -m deep_gemm.bench --no-baselines --json "$OUT/bench-multicast$multicast.json" \
             --shapes $DG_GPU_RUN_MULTICAST_SHAPES) > "$OUT/bench-multicast$multicast.log" 2>&1
         echo "multicast=$multicast bench exit code $?"; tail -12 "$OUT/bench-multicast$multicast.log"
     done
+fi
+if [[ -n "${DG_GPU_RUN_SWEEP:-}" ]]; then
+    timeout 400 python3 tools/sweep_fp8_gemm.py --json "$OUT/sweep.json" $DG_GPU_RUN_SWEEP > "$OUT/sweep.log" 2>&1
+    echo "sweep exit code $?"; cat "$OUT/sweep.log" | tail -40
 fi
 cat "$OUT/jit.json" 2>/dev/null

@@ -64,6 +64,20 @@ def host_overhead(num_calls: int = 1000) -> dict:
         return host * 1e6
 
     results["deep_gemm_us_per_call"] = time_loop(lambda: deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d))
+    # The same with all four tensors moving on every call (two sets of buffers in turn): every TMA
+    # descriptor's base address is patched each time
+    a2, sfa2, b2, d2 = a.clone(), sfa.clone(), b.clone(), d.clone()
+    sfa2 = deep_gemm.get_mn_major_tma_aligned_tensor(sfa2)
+    flip = [False]
+
+    def alternate() -> None:
+        flip[0] = not flip[0]
+        if flip[0]:
+            deep_gemm.fp8_gemm_nt((a2, sfa2), (b2, sfb), d2)
+        else:
+            deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+
+    results["deep_gemm_moving_tensors_us_per_call"] = time_loop(alternate)
     # Where the host time goes: the floor of any call into the extension, and a call that checks every
     # argument but launches nothing (M = 0 returns after the checks)
     results["extension_floor_us_per_call"] = time_loop(deep_gemm.get_num_sms)

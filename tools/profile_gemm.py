@@ -30,6 +30,8 @@ def main() -> None:
     torch.cuda.synchronize()
     diff = calc_diff(d, a_bf16.float() @ b_bf16.float().t())
     print(f"m={args.m} n={args.n} k={args.k} calc_diff vs BF16 product: {diff:.2e}")
+    if not diff < 1e-3:
+        raise SystemExit(f"calc_diff {diff} exceeds 1e-3")
 
 
 if __name__ == "__main__":

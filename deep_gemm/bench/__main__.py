@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-tests", type=int, default=30, help="timed calls per kernel (default: 30)")
     parser.add_argument("--idle", type=float, default=0.3, help="seconds to idle the GPU before each shape")
     parser.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 before each timed call")
+    parser.add_argument("--no-baselines", action="store_true", help="time only deep_gemm (e.g. for config sweeps)")
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     return parser
 
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         num_tests=args.num_tests,
         idle_s=args.idle,
         flush_l2=not args.no_flush_l2,
+        baselines=not args.no_baselines,
     )
     report = suite.run(options)
     if args.json:

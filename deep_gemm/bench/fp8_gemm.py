@@ -123,6 +123,11 @@ def _bench_shape(
     row["ours"] = _time(ours, options) if out is not None else None
     row["sm_clock_mhz"] = sm_clock_mhz() if out is not None else None
 
+    row["blockwise_error"] = row["fast_accum_error"] = None
+    row["blockwise_diff"] = row["blockwise"] = row["fast_accum"] = None
+    if not options.baselines:
+        return row
+
     # cuBLASLt blockwise: scale_a (M, K/128) MN-major; scale_b.t() is a contiguous (N/128, K/128).
     scale_a, scale_b = sfa.t().contiguous().t(), sfb.contiguous().t()
 

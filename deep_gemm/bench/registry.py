@@ -16,6 +16,7 @@ class BenchOptions:
     num_tests: int = 30
     idle_s: float = 0.3
     flush_l2: bool = True
+    baselines: bool = True  # also time the vendor baselines (cuBLASLt); off for config sweeps
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,13 +1,17 @@
 // Config choice for the SM90 FP8 GEMM (pure function of the problem and the device: unit-tested on
 // the CPU through `_C.get_fp8_gemm_config`, printed with DG_PRINT_CONFIGS=1).
 //
-// Model: the kernel is persistent, so time ~ waves x per-tile cost, with
-//   waves = ceil(#tiles / #SMs)   and   per-tile cost ~ BLOCK_M x (BLOCK_N + 32)
-// (with multicast, tiles would go in pairs along M to 2-CTA clusters sharing B, and waves count
-// pairs over #SMs / 2; see multicast_enabled())
+// Model (Fp8GemmCostModel, in SM cycles): the kernel is persistent and each CTA runs its units one
+// after the other, so
+//   time = max(waves x K blocks per unit x per-K-block time,  DRAM bytes / DRAM bandwidth) + reduction
+//   waves = ceil(#units / #SMs), units = tiles x splits (with multicast: tile pairs over #SMs / 2)
+//   per-K-block time = max(latency floor, wgmma time ~ BLOCK_M x (BLOCK_N + 32) / 32, L2 -> SM bytes,
+//                          B bytes at the DRAM bandwidth one SM can pull)
 // (the +32 stands for what every tile pays regardless of its width: loading A, promotion
-// bookkeeping, the epilogue). Among the candidates that fit the registers and shared memory, the
-// cheapest wins; ties go to the wider tile. Stages: as many as shared memory holds (at most 8).
+// bookkeeping, the epilogue). Split-K (small M, fewer tiles than SMs) cuts a tile's K blocks into
+// up to 16 units, at the price of FP32 partials written and read back, and a reduction kernel.
+// Among the candidates that fit the registers and shared memory, the cheapest wins; near-ties go
+// to the wider tile. Stages: as many as shared memory holds (at most 8).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +32,7 @@ struct Fp8GemmConfig {
     uint32_t num_math_warpgroups = 2;
     uint32_t num_group_n = 8;
     uint32_t num_multicast = 1;       // CTAs per cluster sharing one operand through TMA multicast
+    uint32_t num_splits = 1;          // split-K: units per tile along K (FP32 partials + reduction kernel)
     bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
     uint32_t store_chunk_n = 64;
     bool use_tma_store = true;
@@ -36,8 +41,8 @@ struct Fp8GemmConfig {
 
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
-        return fmt::format("BLOCK_M={} BLOCK_N={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
-                           "tma_store={} sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_stages,
+        return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
+                           "tma_store={} sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_splits, num_stages,
                            num_math_warpgroups, num_group_n, num_multicast, num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "",
                            store_chunk_n, use_tma_store, num_sms, smem_bytes, shape_m, shape_n, shape_k);
     }
@@ -91,54 +96,114 @@ inline bool fp8_gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t
     return slices * block_n <= 160;
 }
 
+// Forced choices (0: the heuristic decides), from DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K: for
+// tuning sweeps and for reproducing a config; a forced value no candidate can take is an error.
+struct Fp8GemmOverrides {
+    uint32_t block_m = 0, block_n = 0, num_splits = 0;
+};
+
+// Estimated time, in SM cycles, of one candidate (see the model at the top of this file).
+struct Fp8GemmCostModel {
+    static constexpr double kLatencyPerKBlock = 350;   // one K block's serial chain: barrier, wgmma, promotion
+    static constexpr double kL2BytesPerCycle = 64;     // L2 -> one SM
+    static constexpr double kDramBytesPerCycle = 2000;  // HBM3e, all SMs together
+    static constexpr double kDramBytesPerCyclePerSm = 40; // what one SM pulls when few SMs stream
+    static constexpr double kReduceLaunchCycles = 1500; // the split-K reduction kernel's fixed cost
+
+    static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
+                       uint64_t waves) {
+        const uint64_t num_k_blocks = (k + 127) / 128;
+        const double mma = double(block_m) * (block_n + 32) / 32;
+        const double l2 = double(std::min<uint64_t>(block_m, m) + block_n) * 128 / kL2BytesPerCycle;
+        const double dram = double(block_n) * 128 / kDramBytesPerCyclePerSm;  // B streams from DRAM; A mostly hits L2
+        const double per_k_block = std::max({kLatencyPerKBlock, mma, l2, dram});
+        const double sm_time = double(waves) * ((num_k_blocks + num_splits - 1) / num_splits) * per_k_block;
+        const double partials = num_splits > 1 ? 4.0 * num_splits * m * n : 0.0;
+        const double dram_time = (double(m) * k + double(n) * k + 2.0 * m * n + 2 * partials) / kDramBytesPerCycle;
+        const double reduce_time = num_splits > 1 ? kReduceLaunchCycles + (partials + 2.0 * m * n) / kDramBytesPerCycle : 0.0;
+        return std::max(sm_time, dram_time) + reduce_time;
+    }
+};
+
+inline Fp8GemmOverrides forced_config() {
+    const auto read = [](const char* name) {
+        const std::string v = get_env(name);
+        if (v.empty())
+            return 0u;
+        char* end = nullptr;
+        const unsigned long value = std::strtoul(v.c_str(), &end, 10);
+        DG_CHECK_INPUT(end != v.c_str() && *end == 0 && value <= 4096, "{} must be a small non-negative integer, got '{}'",
+                       name, v);
+        return static_cast<uint32_t>(value);
+    };
+    return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K")};
+}
+
+constexpr uint32_t kMaxSplits = 16;
+constexpr uint32_t kMinKBlocksPerSplit = 2;
+
 inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
-                                         bool compile_m, bool compile_n, bool compile_k, bool allow_multicast) {
+                                         bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
+                                         const Fp8GemmOverrides& forced = {}) {
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");
+    const uint32_t num_k_blocks = (k + 127) / 128;
     Fp8GemmConfig best;
     double best_cost = -1;
     const uint32_t block_ms[] = {64, 128, 256};
     for (const uint32_t block_m: block_ms) {
-        // Small M: one 64-row math warpgroup; otherwise two warpgroups
-        if (block_m == 64 && m > 64)
-            continue;
-        if (block_m == 256 && m <= 128)
+        // M <= 64: one 64-row math warpgroup; otherwise two warpgroups of 64 or 128 rows
+        if (forced.block_m ? block_m != forced.block_m : ((block_m == 64) != (m <= 64) || (block_m == 256 && m <= 128)))
             continue;
         const uint32_t wgs = block_m == 64 ? 1 : 2;
         for (uint32_t block_n = 16; block_n <= 256; block_n += 16) {
+            if (forced.block_n && block_n != forced.block_n)
+                continue;
             if (!fp8_gemm_block_n_fits_sfb(block_n) || !fp8_gemm_fits_registers(block_m, block_n, wgs))
                 continue;
-            if (fp8_gemm_smem_bytes(block_m, block_n, 2, use_tma_store) > kSm90MaxSmemBytes)
-                continue;
-            // Pairs of tiles along M could share B through a 2-CTA cluster; the heuristic does not pick
-            // it while the multicast kernel measures slower (docs/perf/h200.md, 2026-12-02: about 2x
-            // slower at M = 4096, cause not found yet), see multicast_enabled().
             const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
-            const bool multicast = allow_multicast && m_blocks >= 2 && num_sms >= 2;
-            const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false);
-            const uint64_t slots = multicast ? num_sms / 2 : num_sms;
-            const uint64_t waves = (units + slots - 1) / slots;
-            const double cost = double(waves) * block_m * (block_n + 32);
-            const bool better = best_cost < 0 || cost < best_cost ||
-                                (cost == best_cost && block_m * block_n > best.block_m * best.block_n);
-            if (better) {
-                best_cost = cost;
-                best.block_m = block_m;
-                best.block_n = block_n;
-                best.num_math_warpgroups = wgs;
-                best.num_multicast = multicast ? 2 : 1;
-                best.is_multicast_on_a = false;
+            for (uint32_t splits = 1; splits <= kMaxSplits; ++splits) {
+                // Split-K only when the tiles alone leave SMs idle, and with a few K blocks per split
+                if (forced.num_splits ? splits != forced.num_splits
+                                      : splits > 1 && (m_blocks * n_blocks >= num_sms ||
+                                                       splits * kMinKBlocksPerSplit > num_k_blocks))
+                    continue;
+                if (splits > num_k_blocks)
+                    continue;
+                const bool tma_store = use_tma_store && splits == 1;
+                if (fp8_gemm_smem_bytes(block_m, block_n, 2, tma_store) > kSm90MaxSmemBytes)
+                    continue;
+                // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
+                const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2;
+                const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false) * splits;
+                const uint64_t slots = multicast ? num_sms / 2 : num_sms;
+                const uint64_t waves = (units + slots - 1) / slots;
+                const double cost = Fp8GemmCostModel::cost(m, n, k, block_m, block_n, splits, waves);
+                const bool better = best_cost < 0 || cost < best_cost * 0.999 ||
+                                    (cost <= best_cost * 1.001 && splits == best.num_splits &&
+                                     block_m == best.block_m && block_n > best.block_n);
+                if (better) {
+                    best_cost = cost;
+                    best.block_m = block_m;
+                    best.block_n = block_n;
+                    best.num_splits = splits;
+                    best.num_math_warpgroups = wgs;
+                    best.num_multicast = multicast ? 2 : 1;
+                    best.is_multicast_on_a = false;
+                }
             }
         }
     }
-    DG_CHECK(best_cost >= 0, "no FP8 GEMM config fits m={} n={} k={}", m, n, k);
+    DG_CHECK_INPUT(best_cost >= 0, "no FP8 GEMM config fits m={} n={} k={} with the forced BLOCK_M={} BLOCK_N={} "
+                   "split-K={} (DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K; 0 = not forced)", m, n, k, forced.block_m,
+                   forced.block_n, forced.num_splits);
 
-    best.use_tma_store = use_tma_store;
+    best.use_tma_store = use_tma_store && best.num_splits == 1;
     best.store_chunk_n = fp8_gemm_store_chunk(best.block_n);
     best.num_stages = 2;
     while (best.num_stages < 8 &&
-           fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1, use_tma_store) <= kSm90MaxSmemBytes)
+           fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1, best.use_tma_store) <= kSm90MaxSmemBytes)
         ++best.num_stages;
-    best.smem_bytes = fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, use_tma_store);
+    best.smem_bytes = fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store);
     best.num_sms = num_sms;
     best.shape_m = compile_m ? m : 0;
     best.shape_n = compile_n ? n : 0;

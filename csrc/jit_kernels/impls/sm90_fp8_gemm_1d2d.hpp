@@ -1,11 +1,13 @@
 // Host side of deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh: render the kernel for a
 // config, build its TMA descriptors, launch. Everything that depends only on the shape signature
 // (config, loaded kernel, descriptor templates) is memoized, so a repeated call renders, hashes and
-// encodes nothing: it patches four base addresses and launches.
+// encodes nothing: it patches the base addresses that moved since this thread's last call of the
+// same plan (cuTensorMapReplaceAddress), and launches.
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <ATen/ATen.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_fp8_gemm.hpp"
+#include "smxx_splitk_reduce.hpp"
 
 namespace dg::kernels {
 
@@ -26,11 +29,11 @@ inline jit::KernelSource render_sm90_fp8_gemm(const Fp8GemmConfig& c) {
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
                         c.num_group_n, c.num_multicast, c.is_multicast_on_a ? "true" : "false", c.store_chunk_n,
-                        c.use_tma_store ? "true" : "false")};
+                        c.use_tma_store ? "true" : "false", c.num_splits)};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
@@ -48,7 +51,8 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     c.num_group_n = get("num_group_n", c.num_group_n);
     c.num_multicast = get("num_multicast", 1);
     c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
-    c.use_tma_store = get("use_tma_store", 1) != 0;
+    c.num_splits = get("num_splits", 1);
+    c.use_tma_store = get("use_tma_store", c.num_splits == 1) != 0;
     c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
     c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store);
     return c;
@@ -70,6 +74,7 @@ public:
         const int device = args.a.device().index();
         const uint32_t m = args.a.size(0), k = args.a.size(1), n = args.b.size(0);
         const int64_t ldd_bytes = args.d.stride(0) * 2;
+        const bool enable_pdl = jit::DeviceRuntime::instance().pdl();
         const bool use_tma_store = ldd_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
         const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
 
@@ -79,20 +84,44 @@ public:
                             num_sms, use_tma_store, args.compile_m, args.compile_n, args.compile_k};
         Plan& plan = get_plan(sig, args);
 
-        auto tma_a = plan.tma_a, tma_b = plan.tma_b, tma_sfa = plan.tma_sfa, tma_d = plan.tma_d;
-        jit::replace_tma_address(tma_a, args.a.data_ptr());
-        jit::replace_tma_address(tma_b, args.b.data_ptr());
-        jit::replace_tma_address(tma_sfa, args.sfa.data_ptr());
-        if (use_tma_store)
-            jit::replace_tma_address(tma_d, args.d.data_ptr());
+        // The descriptors this thread last launched this plan with: only moved tensors are patched
+        thread_local LastDescriptors last;
+        if (last.plan != &plan) {
+            last.plan = &plan;
+            last.maps = plan.tma;
+            last.bases = plan.tma_bases;
+        }
+        const std::array<const void*, 4> bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(),
+                                                  plan.config.use_tma_store ? args.d.data_ptr() : nullptr};
+        for (size_t i = 0; i < bases.size(); ++i) {
+            if (bases[i] != last.bases[i]) {
+                jit::replace_tma_address(last.maps[i], bases[i]);
+                last.bases[i] = bases[i];
+            }
+        }
+        auto& [tma_a, tma_b, tma_sfa, tma_d] = last.maps;
 
-        plan.launch.stream = jit::current_stream(device);
-        plan.launch.enable_pdl = jit::DeviceRuntime::instance().pdl();
+        jit::LaunchConfig launch = plan.launch;
+        launch.stream = jit::current_stream(device);
+        launch.enable_pdl = enable_pdl;
         uint32_t shape_m = m, shape_n = n, shape_k = k;
         const float* sfb = args.sfb.data_ptr<float>();
         void* d = args.d.data_ptr();
         uint32_t ldd = static_cast<uint32_t>(args.d.stride(0));
-        plan.kernel->launch(device, plan.launch, shape_m, shape_n, shape_k, sfb, d, ldd, tma_a, tma_b, tma_sfa, tma_d);
+        const uint32_t num_splits = plan.config.num_splits;
+        if (num_splits == 1) {
+            float* workspace = nullptr;
+            plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, workspace, tma_a, tma_b,
+                                tma_sfa, tma_d);
+            return;
+        }
+        // Split-K: FP32 partials [splits, M, N] from PyTorch's caching allocator (ordered on the current
+        // stream, so concurrent calls on other streams get their own), then the reduction into D
+        const at::Tensor partials = at::empty({static_cast<int64_t>(num_splits), static_cast<int64_t>(m), static_cast<int64_t>(n)}, args.a.options().dtype(at::kFloat));
+        float* workspace = partials.data_ptr<float>();
+        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, workspace, tma_a, tma_b,
+                            tma_sfa, tma_d);
+        launch_splitk_reduce(device, workspace, d, m, n, ldd, num_splits, enable_pdl);
     }
 
 private:
@@ -113,11 +142,18 @@ private:
             return h;
         }
     };
+    // Everything that depends only on the signature; never modified after creation (shared by threads).
     struct Plan {
         Fp8GemmConfig config;
         const jit::Kernel* kernel;
-        jit::LaunchConfig launch;
-        jit::CUtensorMap tma_a, tma_b, tma_sfa, tma_d;
+        jit::LaunchConfig launch;                   // without the stream
+        std::array<jit::CUtensorMap, 4> tma{};      // A, B, sfa, D (D unused without TMA store)
+        std::array<const void*, 4> tma_bases{};     // the addresses they were encoded with
+    };
+    struct LastDescriptors {
+        const Plan* plan = nullptr;
+        std::array<jit::CUtensorMap, 4> maps;
+        std::array<const void*, 4> bases;
     };
 
     static Plan& get_plan(const Signature& sig, const Fp8GemmArgs& args) {
@@ -130,7 +166,7 @@ private:
         auto plan = std::make_unique<Plan>();
         auto& c = plan->config;
         c = get_fp8_gemm_config(sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n,
-                                sig.compile_k, multicast_enabled());
+                                sig.compile_k, multicast_enabled(), forced_config());
 
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
@@ -144,20 +180,23 @@ private:
         // The multicast operand is loaded in halves, one by each CTA of the pair
         const bool halve_a = c.num_multicast > 1 && c.is_multicast_on_a;
         const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
-        plan->tma_a = jit::make_tma_2d(args.a.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.m,
-                                       sig.lda, 128, halve_a ? c.block_m / 2 : c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-        plan->tma_b = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.n,
-                                       sig.ldb, 128, halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-        plan->tma_sfa = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
-                                         sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
-        if (sig.use_tma_store)
-            plan->tma_d = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
-                                           sig.ldd * 2, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
-                                           jit::swizzle_for_bytes(c.store_chunk_n * 2));
+        plan->tma[0] = jit::make_tma_2d(args.a.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.m,
+                                        sig.lda, 128, halve_a ? c.block_m / 2 : c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+        plan->tma[1] = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.n,
+                                        sig.ldb, 128, halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+        plan->tma[2] = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
+                                        sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+        plan->tma_bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), nullptr};
+        if (c.use_tma_store) {
+            plan->tma[3] = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
+                                            sig.ldd * 2, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
+                                            jit::swizzle_for_bytes(c.store_chunk_n * 2));
+            plan->tma_bases[3] = args.d.data_ptr();
+        }
 
         // Persistent grid: one CTA per SM at most, no more CTAs (clusters) than tiles (tile pairs)
         const uint64_t m_blocks = (sig.m + c.block_m - 1) / c.block_m, n_blocks = (sig.n + c.block_n - 1) / c.block_n;
-        const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, c.num_multicast, c.is_multicast_on_a);
+        const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, c.num_multicast, c.is_multicast_on_a) * c.num_splits;
         plan->launch.num_threads = c.num_threads();
         plan->launch.smem_bytes = c.smem_bytes;
         plan->launch.cluster_dim = c.num_multicast;

@@ -13,7 +13,7 @@
 //       4 x wgmma m64nBLOCK_Nk32 per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp);
 //       promote: accum += partial * sfa[row] * sfb[col block] on the CUDA cores (two-level
 //       accumulation: FP8 tensor-core sums never run longer than 128 of K).
-//   last warpgroup  producer (setmaxnreg 48):
+//   last warpgroup  producer (setmaxnreg 40):
 //       warp 0, one thread: per K block, after waiting empty[s], TMA loads of the A tile, the B tile and
 //       the BLOCK_M sfa values into stage s; arms full[s] with the byte count.
 //       warp 1 (sfb loader): the two sfb values of the K block (the tile's first and last 128-column
@@ -33,6 +33,9 @@
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
 //   read shared memory before overwriting it, so the store of tile i overlaps the K loop of tile i+1.
 //   Without TMA store (D's row stride not 16-byte aligned), threads store BF16 directly with bounds checks.
+// Split-K (kNumSplits > 1, small M): each unit covers one tile over a range of K blocks and stores its
+//   FP32 partial sums straight from registers into workspace[split][M][N]; a second kernel
+//   (smxx_splitk_reduce) adds the kNumSplits partials in a fixed order into D (deterministic).
 // Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
 // Limits: BLOCK_M in {64, 128, 256}; BLOCK_N a multiple of 16 (TMA store) or 8, at most 256;
 //   K a multiple of 16 (TMA strides); the tails of M, N, K are zero-filled by TMA loads and clipped
@@ -40,6 +43,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda/std/type_traits>
 
 #include <deep_gemm/common/pipeline.cuh>
 #include <deep_gemm/common/types.cuh>
@@ -54,7 +58,7 @@ namespace deep_gemm {
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore>
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits>
 struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t BLOCK_K = 128;
     static constexpr uint32_t WG_M = BLOCK_M / kNumMathWarpgroups;
@@ -62,7 +66,7 @@ struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     using Wgmma = ptx::WgmmaFp8E4m3<BLOCK_N>;
-    using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA>;
+    using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
 
     static constexpr uint32_t SMEM_D_SIZE = kUseTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
@@ -84,6 +88,7 @@ struct Sm90Fp8Gemm1d2d {
                                     (kStoreChunkN == 16 || kStoreChunkN == 32 || kStoreChunkN == 64)),
                   "TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
     static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
+    static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores FP32 partials directly, not through TMA");
     static_assert(kNumMulticast == 1 || (kIsMulticastOnA ? BLOCK_M % 16 == 0 : BLOCK_N % 16 == 0),
                   "each CTA of a pair loads half of the shared tile: 8-row (1024-byte) aligned halves");
     static_assert(SMEM_A_SIZE_PER_STAGE % 1024 == 0 && SMEM_B_SIZE_PER_STAGE % 1024 == 0,
@@ -131,19 +136,21 @@ struct Sm90Fp8Gemm1d2d {
     __device__ __forceinline__ static void sfb_loader(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                       uint32_t num_k_blocks, const float* __restrict__ sfb,
                                                       uint32_t rank, uint32_t lane) {
-        Scheduler scheduler(shape_m, shape_n, rank);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank);
         PipelineState<kNumStages> pipe;
-        uint32_t m_block, n_block;
-        while (scheduler.next(m_block, n_block)) {
-            const TileSfb tile(n_block, shape_n);
-            const float* first = sfb + tile.first * num_k_blocks;
-            const float* last = sfb + tile.last * num_k_blocks;
-            for (uint32_t k0 = 0; k0 < num_k_blocks; k0 += 32) {
+        GemmTile tile;
+        while (scheduler.next(tile)) {
+            const TileSfb tile_sfb(tile.n_block, shape_n);
+            const float* first = sfb + tile_sfb.first * num_k_blocks;
+            const float* last = sfb + tile_sfb.last * num_k_blocks;
+            #pragma unroll 1
+            for (uint32_t k0 = tile.k_begin; k0 < tile.k_end; k0 += 32) {
                 // Lane i holds K block k0 + i
                 float2 value = {0.0f, 0.0f};
-                if (k0 + lane < num_k_blocks)
+                if (k0 + lane < tile.k_end)
                     value = {__ldg(first + k0 + lane), __ldg(last + k0 + lane)};
-                const uint32_t count = min(32u, num_k_blocks - k0);
+                const uint32_t count = min(32u, tile.k_end - k0);
+                #pragma unroll 1
                 for (uint32_t i = 0; i < count; ++i, pipe.advance()) {
                     ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
                     if (lane == i) {
@@ -164,11 +171,14 @@ struct Sm90Fp8Gemm1d2d {
         // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer)
         constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + BLOCK_M * 4;
         constexpr uint16_t kBothCtas = 0b11;
-        Scheduler scheduler(shape_m, shape_n, rank);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank);
         PipelineState<kNumStages> pipe;
-        uint32_t m_block, n_block;
-        while (scheduler.next(m_block, n_block)) {
-            for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block, pipe.advance()) {
+        GemmTile tile;
+        while (scheduler.next(tile)) {
+            const uint32_t m_block = tile.m_block, n_block = tile.n_block;
+            // (not unrolled: the producer runs in 40 registers)
+            #pragma unroll 1
+            for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
                 ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
                 uint64_t* full = s.full(pipe.stage);
                 ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
@@ -196,19 +206,20 @@ struct Sm90Fp8Gemm1d2d {
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, __nv_bfloat16* __restrict__ d, uint32_t ldd,
-                                                const TmaDescriptor* tma_d, uint32_t rank) {
+                                                float* __restrict__ workspace, const TmaDescriptor* tma_d,
+                                                uint32_t rank) {
         const uint32_t wg_idx = threadIdx.x / 128;
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
 
-        Scheduler scheduler(shape_m, shape_n, rank);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank);
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
-        uint32_t m_block, n_block;
-        while (scheduler.next(m_block, n_block)) {
-            const uint32_t n0 = n_block * BLOCK_N;
-            const uint32_t boundary = TileSfb(n_block, shape_n).boundary;
+        GemmTile tile;
+        while (scheduler.next(tile)) {
+            const uint32_t n0 = tile.n_block * BLOCK_N;
+            const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
 
             #pragma unroll
             for (uint32_t im = 0; im < kNumWgmmaM; ++im)
@@ -216,7 +227,7 @@ struct Sm90Fp8Gemm1d2d {
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     accum[im][i] = 0.0f;
 
-            for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block, pipe.advance()) {
+            for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
                 ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
                 const float2 sfb = *s.sfb(pipe.stage);
 
@@ -288,8 +299,11 @@ struct Sm90Fp8Gemm1d2d {
                 }
             }
 
-            const uint32_t m0 = m_block * BLOCK_M + wg_idx * WG_M;
-            if constexpr (kUseTmaStore)
+            const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
+            if constexpr (kNumSplits > 1)
+                store_tile_direct(accum, m0, n0, shape_m, shape_n,
+                                  workspace + static_cast<uint64_t>(tile.split) * shape_m * shape_n, shape_n, warp_in_wg, lane);
+            else if constexpr (kUseTmaStore)
                 store_tile_tma(s, accum, m0, n0, tma_d, wg_idx, warp_in_wg, lane);
             else
                 store_tile_direct(accum, m0, n0, shape_m, shape_n, d, ldd, warp_in_wg, lane);
@@ -342,10 +356,20 @@ struct Sm90Fp8Gemm1d2d {
         }
     }
 
-    // BF16 stores straight from registers, bounds-checked (D rows not 16-byte aligned).
+    template <typename Out>
+    __device__ __forceinline__ static Out convert(float value) {
+        if constexpr (cuda::std::is_same_v<Out, float>)
+            return value;
+        else
+            return __float2bfloat16_rn(value);
+    }
+
+    // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned), or the FP32
+    // partial sums of a split-K unit into its workspace slice.
+    template <typename Out>
     __device__ __forceinline__ static void store_tile_direct(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0,
                                                              uint32_t n0, uint32_t shape_m, uint32_t shape_n,
-                                                             __nv_bfloat16* d, uint32_t ldd, uint32_t warp_in_wg,
+                                                             Out* d, uint32_t ldd, uint32_t warp_in_wg,
                                                              uint32_t lane) {
         #pragma unroll
         for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
@@ -357,11 +381,11 @@ struct Sm90Fp8Gemm1d2d {
                     const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
                     if (row >= shape_m)
                         continue;
-                    __nv_bfloat16* out = d + static_cast<uint64_t>(row) * ldd + col;
+                    Out* out = d + static_cast<uint64_t>(row) * ldd + col;
                     if (col < shape_n)
-                        out[0] = __float2bfloat16_rn(accum[im][j * 4 + half * 2]);
+                        out[0] = convert<Out>(accum[im][j * 4 + half * 2]);
                     if (col + 1 < shape_n)
-                        out[1] = __float2bfloat16_rn(accum[im][j * 4 + half * 2 + 1]);
+                        out[1] = convert<Out>(accum[im][j * 4 + half * 2 + 1]);
                 }
             }
         }
@@ -370,14 +394,14 @@ struct Sm90Fp8Gemm1d2d {
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore>
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
-                          __nv_bfloat16* __restrict__ d, uint32_t ldd,
+                          __nv_bfloat16* __restrict__ d, uint32_t ldd, float* __restrict__ workspace,
                           const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                           const __grid_constant__ TmaDescriptor tma_sfa, const __grid_constant__ TmaDescriptor tma_d) {
     using Gemm = Sm90Fp8Gemm1d2d<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups,
-                                 kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore>;
+                                 kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
@@ -416,7 +440,7 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
     ptx::grid_dependency_launch_dependents();
 
     if (threadIdx.x >= Gemm::kNumMathThreads) {
-        ptx::warpgroup_reg_dealloc<48>();  // 2 x 232 + 48 = 512 registers x 128 threads = the 64K register file
+        ptx::warpgroup_reg_dealloc<40>();
         const uint32_t producer_warp = (threadIdx.x - Gemm::kNumMathThreads) / 32;
         if (threadIdx.x == Gemm::kNumMathThreads)
             Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, rank);
@@ -424,7 +448,7 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
             Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, rank, threadIdx.x % 32);
     } else {
         ptx::warpgroup_reg_alloc<232>();
-        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, &tma_d, rank);
+        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, workspace, &tma_d, rank);
     }
     // No CTA may leave while its peer can still arrive on its barriers
     if constexpr (kNumMulticast > 1)

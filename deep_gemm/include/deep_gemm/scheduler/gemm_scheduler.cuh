@@ -1,60 +1,80 @@
 // Persistent tile scheduler for dense GEMMs.
 //
+// A work unit is one output tile (m_block, n_block) over the K blocks [k_begin, k_end).
+// With kNumSplits > 1 (split-K), each tile is cut into kNumSplits units over consecutive, near-equal
+// K ranges; the units of one tile are consecutive in the unit order, so they run at the same time on
+// neighbouring CTAs (their partial sums are added by a separate, deterministic reduction).
 // With kNumMulticast = 2, the CTAs of a 2-CTA cluster take the two tiles of a pair that share one
 // operand: along M (same n_block, B multicast) or, with kIsMulticastOnA, along N (same m_block, A
 // multicast). Cluster c takes pairs c, c + #clusters, ...; CTA rank r takes tile r of each pair. A
 // pair's second tile may lie past the matrix (odd block count): that CTA still runs it, so that it
 // loads its half of the shared operand for its peer; TMA zero-fills its loads and clips its stores.
-// Pairs (or tiles, without multicast) are rasterized in groups of kNumGroupN columns: inside a group
-// the N index moves fastest, so the CTAs running at one time share a few rows of A and a few
-// columns of B in L2.
+// Tiles (or pairs) are rasterized in groups of kNumGroupN columns: inside a group the N index moves
+// fastest, so the CTAs running at one time share a few rows of A and a few columns of B in L2.
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
 
 namespace deep_gemm {
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumGroupN, uint32_t kNumMulticast, bool kIsMulticastOnA>
+struct GemmTile {
+    uint32_t m_block, n_block;
+    uint32_t split;             // index of the K range (0 without split-K)
+    uint32_t k_begin, k_end;    // K blocks [k_begin, k_end)
+};
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumGroupN, uint32_t kNumMulticast, bool kIsMulticastOnA,
+          uint32_t kNumSplits = 1>
 struct GemmScheduler {
+    static_assert(kNumSplits >= 1 && (kNumSplits == 1 || kNumMulticast == 1), "split-K runs without multicast");
+
     uint32_t num_m_units;  // rows of the unit grid (tiles, or pairs along M)
     uint32_t num_n_units;  // columns of the unit grid (tiles, or pairs along N)
     uint32_t num_units;
+    uint32_t num_k_blocks;
     uint32_t unit_idx;
     uint32_t rank;
 
-    __device__ __forceinline__ GemmScheduler(uint32_t shape_m, uint32_t shape_n, uint32_t cta_rank) {
+    __device__ __forceinline__ GemmScheduler(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks,
+                                             uint32_t cta_rank) {
         const uint32_t num_m_blocks = ceil_div(shape_m, BLOCK_M);
         const uint32_t num_n_blocks = ceil_div(shape_n, BLOCK_N);
         const bool pair_along_m = kNumMulticast > 1 && !kIsMulticastOnA;
         const bool pair_along_n = kNumMulticast > 1 && kIsMulticastOnA;
         num_m_units = pair_along_m ? ceil_div(num_m_blocks, 2u) : num_m_blocks;
         num_n_units = pair_along_n ? ceil_div(num_n_blocks, 2u) : num_n_blocks;
-        num_units = num_m_units * num_n_units;
+        num_units = num_m_units * num_n_units * kNumSplits;
+        this->num_k_blocks = num_k_blocks;
         unit_idx = blockIdx.x / kNumMulticast;
         rank = cta_rank;
     }
 
-    // The next tile of this CTA as (m_block, n_block); false when none is left.
-    __device__ __forceinline__ bool next(uint32_t& m_block, uint32_t& n_block) {
+    // The next unit of this CTA; false when none is left.
+    __device__ __forceinline__ bool next(GemmTile& tile) {
         if (unit_idx >= num_units)
             return false;
+        const uint32_t split = unit_idx % kNumSplits;
+        const uint32_t tile_idx = unit_idx / kNumSplits;
         const uint32_t units_per_group = num_m_units * kNumGroupN;
-        const uint32_t group_idx = unit_idx / units_per_group;
+        const uint32_t group_idx = tile_idx / units_per_group;
         const uint32_t first_n = group_idx * kNumGroupN;
         const uint32_t group_width = min(kNumGroupN, num_n_units - first_n);
-        const uint32_t in_group = unit_idx - group_idx * units_per_group;
+        const uint32_t in_group = tile_idx - group_idx * units_per_group;
         const uint32_t m_unit = in_group / group_width;
         const uint32_t n_unit = first_n + in_group % group_width;
         if constexpr (kNumMulticast > 1 && !kIsMulticastOnA) {
-            m_block = m_unit * 2 + rank;
-            n_block = n_unit;
+            tile.m_block = m_unit * 2 + rank;
+            tile.n_block = n_unit;
         } else if constexpr (kNumMulticast > 1) {
-            m_block = m_unit;
-            n_block = n_unit * 2 + rank;
+            tile.m_block = m_unit;
+            tile.n_block = n_unit * 2 + rank;
         } else {
-            m_block = m_unit;
-            n_block = n_unit;
+            tile.m_block = m_unit;
+            tile.n_block = n_unit;
         }
+        tile.split = split;
+        tile.k_begin = split * num_k_blocks / kNumSplits;
+        tile.k_end = (split + 1) * num_k_blocks / kNumSplits;
         unit_idx += gridDim.x / kNumMulticast;
         return true;
     }

@@ -1,0 +1,87 @@
+"""Time fp8_gemm_nt under forced configs, to calibrate the heuristic (run on a GPU machine).
+
+    python tools/sweep_fp8_gemm.py --shapes 64x2112x7168 1x4096x7168 --configs bm64-bn64-s4 bn128-s1 auto \
+        --json sweep.json
+
+A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
+(BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on). Each config runs in its own process (the
+choices are read when a shape's plan is made) through `python -m deep_gemm.bench --no-baselines`;
+shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
+fastest config per shape marked with '*', and what the heuristic picked.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+KEYS = {"bm": "DG_FP8_GEMM_BLOCK_M", "bn": "DG_FP8_GEMM_BLOCK_N", "s": "DG_FP8_GEMM_SPLIT_K", "mc": "DG_FP8_GEMM_MULTICAST"}
+
+
+def config_env(config: str) -> dict[str, str]:
+    if config == "auto":
+        return {}
+    env = {}
+    for part in config.split("-"):
+        key = part.rstrip("0123456789")
+        if key not in KEYS or key == part:
+            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN or mcN")
+        env[KEYS[key]] = part[len(key) :]
+    return env
+
+
+def run_config(config: str, shapes: list[str], extra: list[str]) -> dict[str, dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bench.json")
+        cmd = [sys.executable, "-m", "deep_gemm.bench", "--no-baselines", "--json", path, "--shapes", *shapes, *extra]
+        env = dict(os.environ, **config_env(config))
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp, timeout=900)
+        if not os.path.exists(path):
+            return {s: {"error": (out.stdout + out.stderr).strip()[-300:]} for s in shapes}
+        with open(path) as f:
+            rows = json.load(f)["rows"]
+    result = {}
+    for row in rows:
+        shape = f"{row['m']}x{row['n']}x{row['k']}"
+        if row["ours"]:
+            result[shape] = {"median_us": row["ours"]["median_us"], "min_us": row["ours"]["min_us"],
+                             "accurate": row["ours_accurate"], "sm_clock_mhz": row["sm_clock_mhz"]}
+        else:
+            result[shape] = {"error": row["ours_error"]}
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", nargs="+", required=True)
+    parser.add_argument("--configs", nargs="+", required=True)
+    parser.add_argument("--json")
+    parser.add_argument("--num-tests", default="20")
+    args = parser.parse_args()
+    extra = ["--num-tests", args.num_tests, "--idle", "0.1"]
+    results = {config: run_config(config, args.shapes, extra) for config in args.configs}
+
+    import deep_gemm  # the heuristic's choice for each shape, to print next to the timings
+
+    width = max(len(c) for c in args.configs) + 2
+    print("shape".ljust(18) + "".join(c.rjust(width) for c in args.configs) + "   heuristic")
+    for shape in args.shapes:
+        times = {c: results[c][shape].get("median_us") for c in args.configs}
+        best = min((t for t in times.values() if t is not None), default=None)
+        cells = []
+        for c in args.configs:
+            t = times[c]
+            text = "err" if t is None else f"{t:.1f}" + ("*" if t == best else "") + ("" if results[c][shape]["accurate"] else "!")
+            cells.append(text.rjust(width))
+        m, n, k = (int(v) for v in shape.split("x"))
+        cfg = deep_gemm._C.get_fp8_gemm_config(m, n, k)
+        print(shape.ljust(18) + "".join(cells) + f"   bm{cfg['block_m']}-bn{cfg['block_n']}-s{cfg['num_splits']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
