@@ -55,11 +55,11 @@ if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
     done > "$OUT/sanitizer.txt" 2>&1
     grep -E "ERROR SUMMARY|calc_diff" "$OUT/sanitizer.txt"
 fi
+[[ -n "${DG_GPU_RUN_SKIP_JIT:-}" ]] || python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     (cd /tmp && timeout 300 python3 -m deep_gemm.bench --json "$OUT/bench.json" ${DG_BENCH_ARGS:-}) > "$OUT/bench.log" 2>&1
     echo "bench exit code $?"; tail -60 "$OUT/bench.log"
 fi
-[[ -n "${DG_GPU_RUN_SKIP_JIT:-}" ]] || python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
 if [[ -n "${DG_GPU_RUN_MULTICAST_SHAPES:-}" ]]; then
     for multicast in ${DG_GPU_RUN_MULTICAST_SETTINGS:-0 1}; do
         (cd /tmp && DG_FP8_GEMM_MULTICAST=$multicast timeout 200 python3 -m deep_gemm.bench --no-baselines --json "$OUT/bench-multicast$multicast.json" \

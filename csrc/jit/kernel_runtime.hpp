@@ -12,6 +12,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -156,12 +157,24 @@ private:
         launch.stream = config.stream;
         launch.attrs = num_attrs ? attrs : nullptr;
         launch.num_attrs = num_attrs;
-        const auto result = api.cuLaunchKernelEx(&launch, reinterpret_cast<driver::CUfunction>(kernel_), params, nullptr);
+        const auto result = api.cuLaunchKernelEx(&launch, function(device_index), params, nullptr);
         if (result != driver::CUDA_SUCCESS) [[unlikely]]
             throw RuntimeError(fmt::format("deep_gemm: launching {} (grid {}x{}x{}, {} threads, {} bytes smem, cluster {}) "
                                            "failed: {}", family_, config.grid[0], config.grid[1], config.grid[2],
                                            config.num_threads, config.smem_bytes, config.cluster_dim,
                                            driver::error_string(result)));
+    }
+
+    // The kernel's function handle in the current (device's primary) context, resolved once per device:
+    // launching through the context-independent CUkernel makes the driver resolve it on every launch.
+    driver::CUfunction function(int device_index) const {
+        auto& slot = functions_[device_index & 63];
+        driver::CUfunction f = slot.load(std::memory_order_acquire);
+        if (f == nullptr) [[unlikely]] {
+            DG_CUDA_DRIVER_CHECK(driver::api().cuKernelGetFunction(&f, kernel_));
+            slot.store(f, std::memory_order_release);
+        }
+        return f;
     }
 
     // Raise the kernel's dynamic shared-memory limit on this device once (needed above 48 KiB).
@@ -179,6 +192,7 @@ private:
     driver::CUlibrary library_ = nullptr;
     driver::CUkernel kernel_ = nullptr;
     mutable std::array<unsigned int, 64> smem_configured_{};
+    mutable std::array<std::atomic<driver::CUfunction>, 64> functions_{};
 };
 
 // The loaded kernel for `source` on the current arch: memory, then disk cache, then compile.

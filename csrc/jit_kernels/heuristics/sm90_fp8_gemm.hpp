@@ -107,7 +107,9 @@ struct Fp8GemmCostModel {
     static constexpr double kLatencyPerKBlock = 350;   // one K block's serial chain: barrier, wgmma, promotion
     static constexpr double kL2BytesPerCycle = 64;     // L2 -> one SM
     static constexpr double kDramBytesPerCycle = 2000;  // HBM3e, all SMs together
-    static constexpr double kDramBytesPerCyclePerSm = 40; // what one SM pulls when few SMs stream
+    static constexpr double kDramBytesPerCyclePerSm = 22; // what one SM pulls when few SMs stream (H200: 45 GB/s
+                                                          // with 50 SMs busy, 2026-12-02 run 9)
+    static constexpr double kUnitOverheadCycles = 2000;   // per unit: the pipeline's first loads, the epilogue
     static constexpr double kReduceLaunchCycles = 1500; // the split-K reduction kernel's fixed cost
 
     static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
@@ -115,9 +117,12 @@ struct Fp8GemmCostModel {
         const uint64_t num_k_blocks = (k + 127) / 128;
         const double mma = double(block_m) * (block_n + 32) / 32;
         const double l2 = double(std::min<uint64_t>(block_m, m) + block_n) * 128 / kL2BytesPerCycle;
-        const double dram = double(block_n) * 128 / kDramBytesPerCyclePerSm;  // B streams from DRAM; A mostly hits L2
+        // With one row block, every B tile is read by one unit only: it streams from DRAM (A hits L2).
+        // With more, the units sharing a B tile run at about the same time and find it in L2.
+        const double dram = m <= block_m ? double(block_n) * 128 / kDramBytesPerCyclePerSm : 0.0;
         const double per_k_block = std::max({kLatencyPerKBlock, mma, l2, dram});
-        const double sm_time = double(waves) * ((num_k_blocks + num_splits - 1) / num_splits) * per_k_block;
+        const double sm_time = double(waves) * (((num_k_blocks + num_splits - 1) / num_splits) * per_k_block +
+                                                kUnitOverheadCycles);
         const double partials = num_splits > 1 ? 4.0 * num_splits * m * n : 0.0;
         const double dram_time = (double(m) * k + double(n) * k + 2.0 * m * n + 2 * partials) / kDramBytesPerCycle;
         const double reduce_time = num_splits > 1 ? kReduceLaunchCycles + (partials + 2.0 * m * n) / kDramBytesPerCycle : 0.0;
