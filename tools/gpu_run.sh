@@ -12,6 +12,8 @@
 #      two variants in one run),
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last).
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier.)
+# The device tool returns at most 8 files from $OUT: the default steps write 8 (env, install, smoke,
+# pytest, jit json + log, bench json + log); the optional ones add more, which may not come back.
 set -uo pipefail
 OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
 shift
