@@ -28,4 +28,9 @@ __host__ __device__ constexpr T align_up(T a, T b) {
     return ceil_div(a, b) * b;
 }
 
+template <typename T>
+__host__ __device__ constexpr T gcd(T a, T b) {
+    return b == 0 ? a : gcd(b, a % b);
+}
+
 }  // namespace deep_gemm

@@ -25,7 +25,9 @@
 //   only when both CTAs consumed it). Both roles walk the same tile sequence, so the ring runs on
 //   across tiles without draining. Clusters sync after barrier init and before exit.
 // sfb: a tile of BLOCK_N columns spans at most two 128-column scale blocks (the host picks BLOCK_N
-//   so); columns left of `boundary` take the first, the others the second (TileSfb).
+//   so); columns left of `boundary` take the first, the others the second (TileSfb). `boundary` takes
+//   one of 128 / gcd(BLOCK_N, 128) values, and the promotion is compiled once per value (selected per
+//   K block by a warp-uniform branch), so it holds no per-column selection.
 // Shared memory: [D staging (TMA store), BLOCK_M x BLOCK_N BF16] [A x stages] [B x stages]
 //   [sfa x stages] [sfb x stages] [full, empty barriers], 1024-byte aligned.
 // Epilogue (kUseTmaStore): each math warpgroup converts its accumulators to BF16, writes them with
@@ -203,12 +205,123 @@ struct Sm90Fp8Gemm1d2d {
         }
     }
 
+    // ---------------------------------------------------------------- math warpgroups: one K block's steps
+    // The scales of one stage, for this thread's rows (r and r + 8 of each 64-row slice) and the tile's two
+    // column blocks.
+    struct StageScales {
+        float sfa[kNumWgmmaM][2];
+        float2 sfb;
+    };
+
+    template <typename Registers>
+    __device__ __forceinline__ static void fence_registers(Registers& regs) {
+        #pragma unroll
+        for (uint32_t im = 0; im < kNumWgmmaM; ++im)
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                ptx::wgmma_fence_operand(regs[im][i]);
+    }
+
+    __device__ __forceinline__ static StageScales wait_and_read_scales(const SharedStorage& s,
+                                                                       const PipelineState<kNumStages>& at,
+                                                                       uint32_t wg_idx, uint32_t warp_in_wg,
+                                                                       uint32_t lane) {
+        ptx::mbarrier_wait(s.full(at.stage), at.phase);
+        StageScales out;
+        out.sfb = *s.sfb(at.stage);
+        #pragma unroll
+        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+            const uint32_t row = wg_idx * WG_M + im * 64 + warp_in_wg * 16 + lane / 4;
+            out.sfa[im][0] = s.sfa(at.stage)[row];
+            out.sfa[im][1] = s.sfa(at.stage)[row + 8];
+        }
+        return out;
+    }
+
+    // partial = A_slice (64 x 128) * B_tile^T (128 x BLOCK_N) per 64-row slice, in four k32 steps: one
+    // committed wgmma group, not waited for.
+    template <typename Registers>
+    // `desc_a` / `desc_b`: descriptors of this warpgroup's rows of A and of B in stage 0.
+    __device__ __forceinline__ static void issue_mma(uint64_t desc_a, uint64_t desc_b, uint32_t stage,
+                                                     Registers& partial) {
+        fence_registers(partial);
+        ptx::wgmma_fence();
+        #pragma unroll
+        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+            #pragma unroll
+            for (uint32_t kk = 0; kk < BLOCK_K / 32; ++kk) {
+                const uint64_t a = ptx::advance_smem_desc(desc_a, stage * SMEM_A_SIZE_PER_STAGE + im * 64 * BLOCK_K + kk * 32);
+                const uint64_t b = ptx::advance_smem_desc(desc_b, stage * SMEM_B_SIZE_PER_STAGE + kk * 32);
+                Wgmma::mma(a, b, partial[im], kk > 0);
+            }
+        }
+        ptx::wgmma_commit();
+        fence_registers(partial);
+    }
+
+    // The stage's operands are consumed: hand it back to the producers (the peer's too, whose multicast
+    // writes into this CTA's stage).
+    __device__ __forceinline__ static void release_stage(const SharedStorage& s, uint32_t stage, uint32_t lane,
+                                                         uint32_t rank) {
+        if (lane == 0)
+            ptx::mbarrier_arrive(s.empty(stage));
+        if constexpr (kNumMulticast > 1) {
+            if (lane == 1)
+                ptx::mbarrier_arrive_cluster(s.empty(stage), rank ^ 1);
+        }
+    }
+
+    // accum += partial * sfa[row] * sfb[column block], with columns [0, kFirstCols) of the tile in the first
+    // scale block and the rest in the second: the split is a compile-time constant, so the promotion is
+    // 4 FMUL + one FFMA per accumulator, with no per-column selection.
+    template <uint32_t kFirstCols, typename Registers>
+    __device__ __forceinline__ static void promote_split(float (&accum)[kNumWgmmaM][kNumAccum],
+                                                         const Registers& partial, const StageScales& scales) {
+        #pragma unroll
+        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+            const float scale_00 = scales.sfa[im][0] * scales.sfb.x, scale_01 = scales.sfa[im][0] * scales.sfb.y;
+            const float scale_10 = scales.sfa[im][1] * scales.sfb.x, scale_11 = scales.sfa[im][1] * scales.sfb.y;
+            #pragma unroll
+            for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
+                // This thread's columns j * 8 + 2 * (lane % 4) + {0, 1}: the 8-column group is on one side
+                const bool in_first = j * 8 < kFirstCols;
+                const float scale_top = in_first ? scale_00 : scale_01;
+                const float scale_bottom = in_first ? scale_10 : scale_11;
+                accum[im][j * 4 + 0] = fmaf(partial[im][j * 4 + 0], scale_top, accum[im][j * 4 + 0]);
+                accum[im][j * 4 + 1] = fmaf(partial[im][j * 4 + 1], scale_top, accum[im][j * 4 + 1]);
+                accum[im][j * 4 + 2] = fmaf(partial[im][j * 4 + 2], scale_bottom, accum[im][j * 4 + 2]);
+                accum[im][j * 4 + 3] = fmaf(partial[im][j * 4 + 3], scale_bottom, accum[im][j * 4 + 3]);
+            }
+        }
+    }
+
+    // The tile's first column n0 is a multiple of BLOCK_N, so n0 % 128 is a multiple of gcd(BLOCK_N, 128) and
+    // `boundary` = 128 - n0 % 128 takes one of 128 / gcd values: dispatch (warp-uniform) to the promotion
+    // specialized for it, trying kBoundary, kBoundary - gcd, ..., gcd.
+    static constexpr uint32_t kBoundaryStep = gcd(BLOCK_N, 128u);
+
+    template <uint32_t kBoundary = 128, typename Registers>
+    __device__ __forceinline__ static void promote(float (&accum)[kNumWgmmaM][kNumAccum], const Registers& partial,
+                                                   const StageScales& scales, uint32_t boundary) {
+        constexpr uint32_t kFirstCols = kBoundary < BLOCK_N ? kBoundary : BLOCK_N;
+        if constexpr (kBoundary <= kBoundaryStep) {
+            promote_split<kFirstCols>(accum, partial, scales);  // the last case (also any unexpected value)
+        } else {
+            if (boundary == kBoundary)
+                promote_split<kFirstCols>(accum, partial, scales);
+            else
+                promote<kBoundary - kBoundaryStep>(accum, partial, scales, boundary);
+        }
+    }
+
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, __nv_bfloat16* __restrict__ d, uint32_t ldd,
                                                 float* __restrict__ workspace, const TmaDescriptor* tma_d,
                                                 uint32_t rank) {
-        const uint32_t wg_idx = threadIdx.x / 128;
+        // (through a shuffle, so that the compiler knows it is warp-uniform: the A descriptors built from it
+        // then live in uniform registers, as wgmma needs them)
+        const uint32_t wg_idx = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
 
@@ -216,6 +329,8 @@ struct Sm90Fp8Gemm1d2d {
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
+        const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(s.a(0) + wg_idx * WG_M * BLOCK_K);
+        const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(s.b(0));
         GemmTile tile;
         while (scheduler.next(tile)) {
             const uint32_t n0 = tile.n_block * BLOCK_N;
@@ -228,75 +343,12 @@ struct Sm90Fp8Gemm1d2d {
                     accum[im][i] = 0.0f;
 
             for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
-                ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-                const float2 sfb = *s.sfb(pipe.stage);
-
-                // This thread's two rows per 64-row slice: r and r + 8
-                float sfa[kNumWgmmaM][2];
-                #pragma unroll
-                for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-                    const uint32_t row = wg_idx * WG_M + im * 64 + warp_in_wg * 16 + lane / 4;
-                    sfa[im][0] = s.sfa(pipe.stage)[row];
-                    sfa[im][1] = s.sfa(pipe.stage)[row + 8];
-                }
-
-                // partial = A_slice (64 x 128) * B_tile^T (128 x BLOCK_N), in four k32 steps
-                #pragma unroll
-                for (uint32_t im = 0; im < kNumWgmmaM; ++im)
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        ptx::wgmma_fence_operand(partial[im][i]);
-                ptx::wgmma_fence();
-                #pragma unroll
-                for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-                    const uint8_t* a_slice = s.a(pipe.stage) + (wg_idx * WG_M + im * 64) * BLOCK_K;
-                    #pragma unroll
-                    for (uint32_t kk = 0; kk < BLOCK_K / 32; ++kk) {
-                        const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(a_slice + kk * 32);
-                        const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(s.b(pipe.stage) + kk * 32);
-                        Wgmma::mma(desc_a, desc_b, partial[im], kk > 0);
-                    }
-                }
-                ptx::wgmma_commit();
-                #pragma unroll
-                for (uint32_t im = 0; im < kNumWgmmaM; ++im)
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        ptx::wgmma_fence_operand(partial[im][i]);
+                const StageScales scales = wait_and_read_scales(s, pipe, wg_idx, warp_in_wg, lane);
+                issue_mma(desc_a, desc_b, pipe.stage, partial);
                 ptx::wgmma_wait<0>();
-                #pragma unroll
-                for (uint32_t im = 0; im < kNumWgmmaM; ++im)
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        ptx::wgmma_fence_operand(partial[im][i]);
-
-                // The stage's operands are consumed: hand it back to the producers (the peer's too, whose
-                // multicast writes into this CTA's stage)
-                if (lane == 0)
-                    ptx::mbarrier_arrive(s.empty(pipe.stage));
-                if constexpr (kNumMulticast > 1) {
-                    if (lane == 1)
-                        ptx::mbarrier_arrive_cluster(s.empty(pipe.stage), rank ^ 1);
-                }
-
-                // Promotion: accum += partial * sfa[row] * sfb[column block]
-                #pragma unroll
-                for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-                    const float scale_00 = sfa[im][0] * sfb.x, scale_01 = sfa[im][0] * sfb.y;
-                    const float scale_10 = sfa[im][1] * sfb.x, scale_11 = sfa[im][1] * sfb.y;
-                    #pragma unroll
-                    for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
-                        // This thread's columns j * 8 + 2 * (lane % 4) + {0, 1}; `boundary` is a multiple of 8,
-                        // so the whole 8-column group is on one side (a warp-uniform test)
-                        const bool in_first = j * 8 < boundary;
-                        const float scale_top = in_first ? scale_00 : scale_01;
-                        const float scale_bottom = in_first ? scale_10 : scale_11;
-                        accum[im][j * 4 + 0] = fmaf(partial[im][j * 4 + 0], scale_top, accum[im][j * 4 + 0]);
-                        accum[im][j * 4 + 1] = fmaf(partial[im][j * 4 + 1], scale_top, accum[im][j * 4 + 1]);
-                        accum[im][j * 4 + 2] = fmaf(partial[im][j * 4 + 2], scale_bottom, accum[im][j * 4 + 2]);
-                        accum[im][j * 4 + 3] = fmaf(partial[im][j * 4 + 3], scale_bottom, accum[im][j * 4 + 3]);
-                    }
-                }
+                fence_registers(partial);
+                release_stage(s, pipe.stage, lane, rank);
+                promote(accum, partial, scales, boundary);
             }
 
             const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;

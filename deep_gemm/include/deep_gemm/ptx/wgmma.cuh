@@ -22,6 +22,13 @@ __device__ __forceinline__ uint64_t make_smem_desc_k_major_sw128(const void* sme
     return desc;
 }
 
+// The descriptor of the tile `bytes` further in shared memory (a multiple of 16): the start address
+// field holds address >> 4 in 14 bits, and every shared-memory address is below 2^18, so the add
+// cannot carry out of the field. Lets a loop build its descriptors with one integer add from a base.
+__device__ __forceinline__ uint64_t advance_smem_desc(uint64_t desc, uint32_t bytes) {
+    return desc + (bytes >> 4);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
