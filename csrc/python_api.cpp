@@ -71,13 +71,18 @@ PYBIND11_MODULE(_C, m) {
           "    [M, ceil(K / 128)], one scale per token per 128 of K, any layout (pass it MN-major and\n"
           "    TMA-aligned, from get_mn_major_tma_aligned_tensor, to skip the layout kernel on every call).\n"
           "b = (B, sfb): B float8_e4m3fn [N, K], K-major; sfb FP32 [ceil(N / 128), ceil(K / 128)], one scale\n"
-          "    per 128x128 block.\n"
-          "d: BF16 [M, N], row-major (any row stride); c must be None.\n"
-          "recipe: (1, 128, 128) (default with BF16 d), or recipe_a=(1, 128), recipe_b=(128, 128).\n"
+          "    per 128x128 block (recipe (1, 128, 128)), or [N, ceil(K / 128)], one per row per 128 of K\n"
+          "    (recipe (1, 1, 128); any layout, like sfa).\n"
+          "d: BF16 [M, N] for recipe (1, 128, 128), c must be None; FP32 [M, N] for recipe (1, 1, 128), with\n"
+          "    an optional FP32 c [M, N] accumulated (D = C + A @ B.T; c may be d itself for in place, but may\n"
+          "    not otherwise overlap it). Row-major, any row stride.\n"
+          "recipe: (1, 128, 128) (the default with BF16 d) or (1, 1, 128) (the default with FP32 d); or\n"
+          "    recipe_a=(1, 128) with recipe_b=(128, 128) or (1, 128).\n"
           "compiled_dims: which of m, n, k are compile-time constants (default 'nk': one kernel per weight).\n"
           "disable_ue8m0_cast: accepted for API compatibility; SM90 takes FP32 scales.\n"
-          "Any M, N >= 0 (0 is a no-op); K a multiple of 16 (K = 0 zero-fills d). Raises ValueError on a bad\n"
-          "dtype, shape, stride, alignment or device; NotImplementedError for recipe (1, 1, 128) and off SM90.");
+          "Any M, N >= 0 (0 is a no-op); K a multiple of 16 (K = 0 gives d = c or zeros). Raises ValueError on\n"
+          "a bad dtype, shape, stride, alignment, overlap or device; NotImplementedError off SM90, and for\n"
+          "recipe (1, 1, 128) until it is validated on a GPU unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.");
     m.def("fp8_gemm_nn",
           [](py::args, py::kwargs) {
               dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_nn", "transpose B to K-major ([N, K] contiguous)");

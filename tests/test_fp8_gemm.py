@@ -100,10 +100,41 @@ def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
         deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, **kwargs)
 
 
-def test_per_row_recipe_not_implemented_yet() -> None:
+@pytest.mark.parametrize(
+    ("case", "pattern"),
+    [
+        ("d_bf16", r"d \(recipe \(1, 1, 128\) writes FP32\) must have dtype torch.float32"),
+        ("sfb_blocks", r"b\[1\] \(sfb\) must be \[N, ceil\(K/128\)\] = \[128, 2\] for recipe \(1, 1, 128\)"),
+        ("c_dtype", r"c must have dtype torch.float32"),
+        ("c_shape", r"c must be \[M, N\] = \[64, 128\]"),
+        ("c_overlap", r"c must be d itself or not overlap d"),
+        ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
+    ],
+)
+def test_per_row_recipe_bad_inputs(case: str, pattern: str) -> None:
+    # Recipe (1, 1, 128): per-row sfb [N, ceil(K/128)], FP32 d, optional FP32 c (checked before the device)
+    a, sfa, b, _, d = cpu_operands()
+    sfb, d, kwargs = torch.ones(128, 2), d.float(), {"recipe": (1, 1, 128)}
+    if case == "d_bf16":
+        d = d.bfloat16()
+    elif case == "sfb_blocks":
+        sfb = torch.ones(1, 2)
+    elif case == "c_dtype":
+        kwargs["c"] = d.bfloat16()
+    elif case == "c_shape":
+        kwargs["c"] = torch.zeros(64, 64)
+    elif case == "c_overlap":
+        buf = torch.zeros(65, 128)
+        d, kwargs["c"] = buf[:64], buf[1:]
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, **kwargs)
+
+
+def test_per_row_recipe_is_the_default_for_fp32_d() -> None:
+    # recipe=None with an FP32 d means (1, 1, 128): a block-scaled sfb is then the wrong shape
     a, sfa, b, sfb, d = cpu_operands()
-    with pytest.raises(NotImplementedError, match=r"recipe \(1, 1, 128\)"):
-        deep_gemm.fp8_gemm_nt((a, sfa), (b, torch.ones(128, 2)), d.float(), recipe=(1, 1, 128))
+    with pytest.raises(ValueError, match=r"for recipe \(1, 1, 128\)"):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d.float())
 
 
 @pytest.mark.parametrize("name", ["fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt"])
@@ -295,6 +326,68 @@ def test_fp8_gemm_bad_forced_config_raises() -> None:
         out.stdout + out.stderr)
     out = run_in_subprocess(script, {"DG_FP8_GEMM_BLOCK_N": "200"})
     assert "ValueError: no FP8 GEMM config fits" in out.stdout, out.stdout + out.stderr
+
+
+def per_row_reference(a, sfa, b, sfb, c=None) -> torch.Tensor:
+    """float64 C + (A * sfa) @ (B * sfb).T with per-row, per-128-of-K scales on both operands."""
+    k = a.shape[1]
+    ref = (a.double() * sfa.double().repeat_interleave(128, dim=1)[:, :k]) @ (
+        b.double() * sfb.double().repeat_interleave(128, dim=1)[:, :k]
+    ).t()
+    return ref if c is None else ref + c.double()
+
+
+PER_ROW_SHAPES = [(4096, 7168, 2048), (129, 4096, 7168), (1000, 1000, 1040), (1, 2112, 7168), (300, 257, 528)]
+
+
+@gpu
+@pytest.mark.parametrize("accumulate", ["none", "separate_c", "in_place"])
+def test_fp8_gemm_per_row_recipe(accumulate: str) -> None:
+    # Recipe (1, 1, 128) is gated until validated on a GPU: this is the test that validates it
+    script = (
+        "import torch, deep_gemm, test_fp8_gemm as t\n"
+        "from deep_gemm.testing import calc_diff\n"
+        "from deep_gemm.utils import per_token_cast_to_fp8\n"
+        f"for i, (m, n, k) in enumerate({PER_ROW_SHAPES}):\n"
+        "    torch.manual_seed(i)\n"
+        "    a_bf16 = torch.randn(m, k, device='cuda', dtype=torch.bfloat16)\n"
+        "    b_bf16 = torch.randn(n, k, device='cuda', dtype=torch.bfloat16)\n"
+        "    (a, sfa), (b, sfb) = per_token_cast_to_fp8(a_bf16), per_token_cast_to_fp8(b_bf16)\n"
+        "    buf = torch.full((m + 1, n + 3), float('nan'), device='cuda')\n"
+        "    d = buf[:m, :n]\n"
+        f"    mode = {accumulate!r}\n"
+        "    c = None if mode == 'none' else torch.randn(m, n, device='cuda')\n"
+        "    ref = t.per_row_reference(a, sfa, b, sfb, c)\n"
+        "    if mode == 'in_place':\n"
+        "        d.copy_(c)\n"
+        "        c = d\n"
+        "    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c)\n"
+        "    assert torch.isfinite(d).all(), (m, n, k)\n"
+        "    diff = calc_diff(d, ref)\n"
+        # FP32 output: what is left is the tensor cores' reduced-precision accumulation inside each 128-deep K
+        # block (about 14 mantissa bits), so calc_diff ~1e-9; any indexing or scaling error gives > 1e-3
+        "    assert diff < 1e-7, (m, n, k, diff)\n"
+        "    err = (d.double() - ref).abs().max().item()\n"
+        "    assert err <= 1e-3 * ref.abs().max().item(), (m, n, k, err)\n"
+        "    untouched = torch.ones_like(buf, dtype=torch.bool)\n"
+        "    untouched[:m, :n] = False\n"
+        "    assert buf[untouched].isnan().all(), 'padding of d was written'\n"
+        "    if mode == 'none':\n"
+        "        d2 = torch.empty_like(d)\n"
+        "        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d2)\n"
+        "        assert torch.equal(d, d2), 'two runs differ'\n"
+        "print('ok')\n"
+    )
+    out = run_in_subprocess(script, {"DG_FP8_GEMM_ALLOW_UNVALIDATED": "1"})
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
+
+
+@gpu
+def test_fp8_gemm_per_row_recipe_is_gated() -> None:
+    _, _, a, sfa, b, _ = make_inputs(64, 256, 512)
+    d = torch.empty(64, 256, device="cuda")
+    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, torch.ones(256, 4, device="cuda")), d)
 
 
 @gpu

@@ -25,6 +25,9 @@ GEMM_CONFIGS = [
     # split-K (FP32 partials stored directly, no TMA store)
     dict(shape_n=2112, shape_k=7168, block_m=64, block_n=112, num_stages=8, num_splits=3),
     dict(shape_n=2112, shape_k=7168, block_m=128, block_n=48, num_stages=8, num_splits=2),
+    # recipe (1, 1, 128): per-row sfb by TMA, FP32 output (+ C) stored directly
+    dict(shape_n=7168, shape_k=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1),
+    dict(shape_n=2112, shape_k=7168, block_m=64, block_n=160, num_stages=6, per_row_sfb=1),
 ]
 
 
@@ -72,7 +75,8 @@ def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: boo
     assert sum("USETMAXREG" in line for line in lines) == 2
     # TMA loads; TMA stores unless disabled
     assert any("UTMALDG" in line for line in lines)
-    assert any("UTMASTG" in line for line in lines) == bool(cfg.get("use_tma_store", cfg.get("num_splits", 1) == 1))
+    default_tma_store = cfg.get("num_splits", 1) == 1 and not cfg.get("per_row_sfb", 0)
+    assert any("UTMASTG" in line for line in lines) == bool(cfg.get("use_tma_store", default_tma_store))
 
 
 def test_nvcc_and_nvrtc_keep_separate_entries(cache_dir: Path) -> None:

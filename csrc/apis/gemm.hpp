@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "../jit/device_runtime.hpp"
 #include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
+#include "../utils/env.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "layout.hpp"
 
@@ -85,23 +87,39 @@ inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, cons
 
     DG_CHECK_INPUT(gran_m == 1 && gran_k == 128 && (gran_n == 128 || gran_n == 1),
                    "recipe must be (1, 128, 128) or (1, 1, 128) on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
-    if (gran_n == 1)
-        throw NotImplementedError("fp8_gemm_nt: recipe (1, 1, 128) (per-row B scales, FP32 output) is not "
-                                  "implemented yet; use recipe (1, 128, 128)");
-    check_dtype(d, at::kBFloat16, "d (recipe (1, 128, 128) writes BF16)");
-    DG_CHECK_INPUT(!c.has_value(), "c must be None with BF16 output: accumulation into C needs recipe (1, 1, 128) "
-                                   "and FP32 d");
+    const bool per_row_sfb = gran_n == 1;
+    if (per_row_sfb) {
+        check_dtype(d, at::kFloat, "d (recipe (1, 1, 128) writes FP32)");
+        if (c.has_value()) {
+            check_defined(*c, "c");
+            check_dtype(*c, at::kFloat, "c");
+            DG_CHECK_INPUT(c->dim() == 2 && c->size(0) == m && c->size(1) == n, "c must be [M, N] = [{}, {}], got a {}",
+                           m, n, describe(*c));
+            DG_CHECK_INPUT(c->stride(1) == 1 || n <= 1, "c must be row-major (stride 1 along N), got a {}", describe(*c));
+            // In place only as the very same elements: each is read, then written, by one thread
+            const auto overlap = at::get_overlap_status(*c, d);
+            DG_CHECK_INPUT(overlap == at::MemOverlapStatus::No ||
+                               (overlap == at::MemOverlapStatus::Full && c->strides() == d.strides()),
+                           "c must be d itself or not overlap d, got c = {} and d = {}", describe(*c), describe(d));
+        }
+    } else {
+        check_dtype(d, at::kBFloat16, "d (recipe (1, 128, 128) writes BF16)");
+        DG_CHECK_INPUT(!c.has_value(), "c must be None with BF16 output: accumulation into C needs recipe (1, 1, 128) "
+                                       "and FP32 d");
+    }
 
     const int64_t sf_k = (k + 127) / 128;
+    const int64_t sfb_rows = per_row_sfb ? n : (n + 127) / 128;
     check_defined(sfa_in, "a[1] (sfa)");
     check_dtype(sfa_in, at::kFloat, "a[1] (sfa)");
     DG_CHECK_INPUT(sfa_in.dim() == 2 && sfa_in.size(0) == m && sfa_in.size(1) == sf_k,
                    "a[1] (sfa) must be [M, ceil(K/128)] = [{}, {}], got a {}", m, sf_k, describe(sfa_in));
     check_defined(sfb_in, "b[1] (sfb)");
     check_dtype(sfb_in, at::kFloat, "b[1] (sfb)");
-    DG_CHECK_INPUT(sfb_in.dim() == 2 && sfb_in.size(0) == (n + 127) / 128 && sfb_in.size(1) == sf_k,
-                   "b[1] (sfb) must be [ceil(N/128), ceil(K/128)] = [{}, {}], got a {}", (n + 127) / 128, sf_k,
-                   describe(sfb_in));
+    DG_CHECK_INPUT(sfb_in.dim() == 2 && sfb_in.size(0) == sfb_rows && sfb_in.size(1) == sf_k,
+                   "b[1] (sfb) must be {} = [{}, {}] for recipe ({}, {}, {}), got a {}",
+                   per_row_sfb ? "[N, ceil(K/128)]" : "[ceil(N/128), ceil(K/128)]", sfb_rows, sf_k, gran_m, gran_n,
+                   gran_k, describe(sfb_in));
 
     // Devices last
     check_cuda(a, "a[0] (A)");
@@ -109,18 +127,31 @@ inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, cons
         check_cuda(*t, name);
         check_same_device(*t, a, name, "a[0] (A)");
     }
+    if (c.has_value()) {
+        check_cuda(*c, "c");
+        check_same_device(*c, a, "c", "a[0] (A)");
+    }
     check_sm90(a, "fp8_gemm_nt");
+    if (per_row_sfb && !get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
+        throw NotImplementedError("fp8_gemm_nt: recipe (1, 1, 128) (per-row B scales, FP32 output, optional C) is "
+                                  "implemented but not yet validated on a GPU; set DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to "
+                                  "run it anyway, or use recipe (1, 128, 128)");
     const jit::DeviceScope device_scope(a.device().index());
 
     if (m == 0 || n == 0)
         return;
     if (k == 0) {
-        d.zero_();
+        if (c.has_value() && !c->is_same(d))
+            d.copy_(*c);
+        else if (!c.has_value())
+            d.zero_();
         return;
     }
     const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in);
-    const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
-    kernels::Sm90Fp8Gemm1d2dRunner::run({a, sfa, b, sfb, d, cdims.m, cdims.n, cdims.k});
+    const at::Tensor sfb = per_row_sfb ? get_mn_major_tma_aligned_tensor(sfb_in)
+                                       : sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
+    const at::Tensor* c_ptr = c.has_value() ? &*c : nullptr;
+    kernels::Sm90Fp8Gemm1d2dRunner::run({a, sfa, b, sfb, d, c_ptr, per_row_sfb, cdims.m, cdims.n, cdims.k});
 }
 
 // The other layouts: FP8 wgmma reads only K-major operands on SM90.

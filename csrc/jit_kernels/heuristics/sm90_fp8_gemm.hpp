@@ -33,6 +33,7 @@ struct Fp8GemmConfig {
     uint32_t num_group_n = 8;
     uint32_t num_multicast = 1;       // CTAs per cluster sharing one operand through TMA multicast
     uint32_t num_splits = 1;          // split-K: units per tile along K (FP32 partials + reduction kernel)
+    bool per_row_sfb = false;         // recipe (1, 1, 128): B scaled per row, D FP32 (+ C), direct stores
     bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
     uint32_t store_chunk_n = 64;
     bool use_tma_store = true;
@@ -42,9 +43,10 @@ struct Fp8GemmConfig {
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
-                           "tma_store={} sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_splits, num_stages,
+                           "tma_store={} sfb={} sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_splits, num_stages,
                            num_math_warpgroups, num_group_n, num_multicast, num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "",
-                           store_chunk_n, use_tma_store, num_sms, smem_bytes, shape_m, shape_n, shape_k);
+                           store_chunk_n, use_tma_store, per_row_sfb ? "per-row" : "per-block", num_sms, smem_bytes,
+                           shape_m, shape_n, shape_k);
     }
 };
 
@@ -60,10 +62,12 @@ inline bool multicast_enabled() {
 }
 
 // Shared memory the kernel needs (mirrors Sm90Fp8Gemm1d2d::SMEM_SIZE).
-inline uint32_t fp8_gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store) {
+inline uint32_t fp8_gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,
+                                    bool per_row_sfb = false) {
     const uint32_t d = use_tma_store ? block_m * block_n * 2 : 0;
     const uint32_t sfa = (block_m * 4 + 127) / 128 * 128;
-    return 1024 + d + num_stages * (block_m * 128 + block_n * 128 + sfa + 8 + 16);  // + sfb pair + 2 barriers
+    const uint32_t sfb = per_row_sfb ? (block_n * 4 + 127) / 128 * 128 : 8;  // a column's scales, or the tile's pair
+    return 1024 + d + num_stages * (block_m * 128 + block_n * 128 + sfa + sfb + 16);  // + 2 barriers
 }
 
 // Widest 16/32/64-column chunk dividing BLOCK_N (TMA store box with a 32/64/128-byte swizzle).
@@ -147,9 +151,11 @@ inline Fp8GemmOverrides forced_config() {
 constexpr uint32_t kMaxSplits = 16;
 constexpr uint32_t kMinKBlocksPerSplit = 2;
 
+// per_row_sfb: recipe (1, 1, 128) (FP32 D written directly: no TMA store, no split-K).
 inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
                                          bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
-                                         const Fp8GemmOverrides& forced = {}) {
+                                         const Fp8GemmOverrides& forced = {}, bool per_row_sfb = false) {
+    use_tma_store = use_tma_store && !per_row_sfb;
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");
     const uint32_t num_k_blocks = (k + 127) / 128;
     Fp8GemmConfig best;
@@ -172,10 +178,12 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                                       : splits > 1 && (m_blocks * n_blocks >= num_sms ||
                                                        splits * kMinKBlocksPerSplit > num_k_blocks))
                     continue;
+                if (per_row_sfb && splits > 1)
+                    continue;
                 if (splits > num_k_blocks)
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
-                if (fp8_gemm_smem_bytes(block_m, block_n, 2, tma_store) > kSm90MaxSmemBytes)
+                if (fp8_gemm_smem_bytes(block_m, block_n, 2, tma_store, per_row_sfb) > kSm90MaxSmemBytes)
                     continue;
                 // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
                 const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2;
@@ -203,12 +211,13 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                    forced.block_n, forced.num_splits);
 
     best.use_tma_store = use_tma_store && best.num_splits == 1;
+    best.per_row_sfb = per_row_sfb;
     best.store_chunk_n = fp8_gemm_store_chunk(best.block_n);
     best.num_stages = 2;
-    while (best.num_stages < 8 &&
-           fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1, best.use_tma_store) <= kSm90MaxSmemBytes)
+    while (best.num_stages < 8 && fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1,
+                                                      best.use_tma_store, per_row_sfb) <= kSm90MaxSmemBytes)
         ++best.num_stages;
-    best.smem_bytes = fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store);
+    best.smem_bytes = fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store, per_row_sfb);
     best.num_sms = num_sms;
     best.shape_m = compile_m ? m : 0;
     best.shape_n = compile_n ? n : 0;

@@ -29,11 +29,11 @@ inline jit::KernelSource render_sm90_fp8_gemm(const Fp8GemmConfig& c) {
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
                         c.num_group_n, c.num_multicast, c.is_multicast_on_a ? "true" : "false", c.store_chunk_n,
-                        c.use_tma_store ? "true" : "false", c.num_splits)};
+                        c.use_tma_store ? "true" : "false", c.num_splits, c.per_row_sfb ? "true" : "false")};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
@@ -52,9 +52,10 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     c.num_multicast = get("num_multicast", 1);
     c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
     c.num_splits = get("num_splits", 1);
-    c.use_tma_store = get("use_tma_store", c.num_splits == 1) != 0;
+    c.per_row_sfb = get("per_row_sfb", 0) != 0;
+    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.per_row_sfb) != 0;
     c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
-    c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store);
+    c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.per_row_sfb);
     return c;
 }
 
@@ -63,8 +64,11 @@ struct Fp8GemmArgs {
     const at::Tensor& a;    // [M, K] e4m3, K-major
     const at::Tensor& sfa;  // [M, ceil(K/128)] FP32, MN-major, TMA-aligned
     const at::Tensor& b;    // [N, K] e4m3, K-major
-    const at::Tensor& sfb;  // [ceil(N/128), ceil(K/128)] FP32, contiguous
-    const at::Tensor& d;    // [M, N] BF16, row stride `d.stride(0)`
+    const at::Tensor& sfb;  // recipe (1, 128, 128): [ceil(N/128), ceil(K/128)] FP32, contiguous;
+                            // recipe (1, 1, 128): [N, ceil(K/128)] FP32, MN-major, TMA-aligned
+    const at::Tensor& d;    // [M, N] BF16 (recipe (1, 128, 128)) or FP32 (recipe (1, 1, 128)), row stride `d.stride(0)`
+    const at::Tensor* c;    // FP32 [M, N] accumulated into D (recipe (1, 1, 128)), may be `d`; or null
+    bool per_row_sfb;       // recipe (1, 1, 128)
     bool compile_m, compile_n, compile_k;
 };
 
@@ -75,13 +79,17 @@ public:
         const uint32_t m = args.a.size(0), k = args.a.size(1), n = args.b.size(0);
         const int64_t ldd_bytes = args.d.stride(0) * 2;
         const bool enable_pdl = jit::DeviceRuntime::instance().pdl();
-        const bool use_tma_store = ldd_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
+        const bool use_tma_store = !args.per_row_sfb && ldd_bytes % 16 == 0 &&
+                                   reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
         const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
 
-        // With one K block the stride of sfa's K dimension is meaningless: use the aligned row length
+        // With one K block the stride of an MN-major scale tensor's K dimension is meaningless: use the
+        // aligned row length
         const int64_t sfa_stride = args.sfa.size(1) > 1 ? args.sfa.stride(1) : (m + 3) / 4 * 4;
+        const int64_t sfb_stride = !args.per_row_sfb ? 0 : args.sfb.size(1) > 1 ? args.sfb.stride(1) : (n + 3) / 4 * 4;
         const Signature sig{device, m, n, k, args.a.stride(0), args.b.stride(0), args.d.stride(0), sfa_stride,
-                            num_sms, use_tma_store, args.compile_m, args.compile_n, args.compile_k};
+                            sfb_stride, num_sms, use_tma_store, args.per_row_sfb, args.compile_m, args.compile_n,
+                            args.compile_k};
         Plan& plan = get_plan(sig, args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
@@ -91,15 +99,16 @@ public:
             last.maps = plan.tma;
             last.bases = plan.tma_bases;
         }
-        const std::array<const void*, 4> bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(),
-                                                  plan.config.use_tma_store ? args.d.data_ptr() : nullptr};
+        const std::array<const void*, kNumTma> bases = {
+            args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), args.per_row_sfb ? args.sfb.data_ptr() : nullptr,
+            plan.config.use_tma_store ? args.d.data_ptr() : nullptr};
         for (size_t i = 0; i < bases.size(); ++i) {
             if (bases[i] != last.bases[i]) {
                 jit::replace_tma_address(last.maps[i], bases[i]);
                 last.bases[i] = bases[i];
             }
         }
-        auto& [tma_a, tma_b, tma_sfa, tma_d] = last.maps;
+        auto& [tma_a, tma_b, tma_sfa, tma_sfb, tma_d] = last.maps;
 
         jit::LaunchConfig launch = plan.launch;
         launch.stream = jit::current_stream(device);
@@ -108,29 +117,32 @@ public:
         const float* sfb = args.sfb.data_ptr<float>();
         void* d = args.d.data_ptr();
         uint32_t ldd = static_cast<uint32_t>(args.d.stride(0));
+        const float* c = args.c != nullptr ? args.c->data_ptr<float>() : nullptr;
+        uint32_t ldc = args.c != nullptr ? static_cast<uint32_t>(args.c->stride(0)) : 0;
         const uint32_t num_splits = plan.config.num_splits;
         if (num_splits == 1) {
             float* workspace = nullptr;
-            plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, workspace, tma_a, tma_b,
-                                tma_sfa, tma_d);
+            plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, tma_a, tma_b,
+                                tma_sfa, tma_sfb, tma_d);
             return;
         }
         // Split-K: FP32 partials [splits, M, N] from PyTorch's caching allocator (ordered on the current
         // stream, so concurrent calls on other streams get their own), then the reduction into D
         const at::Tensor partials = at::empty({static_cast<int64_t>(num_splits), static_cast<int64_t>(m), static_cast<int64_t>(n)}, args.a.options().dtype(at::kFloat));
         float* workspace = partials.data_ptr<float>();
-        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, workspace, tma_a, tma_b,
-                            tma_sfa, tma_d);
+        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, tma_a, tma_b,
+                            tma_sfa, tma_sfb, tma_d);
         launch_splitk_reduce(device, workspace, d, m, n, ldd, num_splits, enable_pdl);
     }
 
 private:
+    static constexpr size_t kNumTma = 5;  // A, B, sfa, sfb (per-row recipe), D (TMA store)
     struct Signature {
         int device;
         uint32_t m, n, k;
-        int64_t lda, ldb, ldd, sfa_stride;
+        int64_t lda, ldb, ldd, sfa_stride, sfb_stride;
         int num_sms;
-        bool use_tma_store, compile_m, compile_n, compile_k;
+        bool use_tma_store, per_row_sfb, compile_m, compile_n, compile_k;
         bool operator==(const Signature&) const = default;
     };
     struct SignatureHash {
@@ -138,7 +150,8 @@ private:
             size_t h = 1469598103934665603ull;
             const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
             mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.sfa_stride);
-            mix(s.num_sms), mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3));
+            mix(s.sfb_stride), mix(s.num_sms);
+            mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.per_row_sfb << 4));
             return h;
         }
     };
@@ -147,13 +160,13 @@ private:
         Fp8GemmConfig config;
         const jit::Kernel* kernel;
         jit::LaunchConfig launch;                   // without the stream
-        std::array<jit::CUtensorMap, 4> tma{};      // A, B, sfa, D (D unused without TMA store)
-        std::array<const void*, 4> tma_bases{};     // the addresses they were encoded with
+        std::array<jit::CUtensorMap, kNumTma> tma{};   // A, B, sfa, sfb, D (unused ones zero)
+        std::array<const void*, kNumTma> tma_bases{};  // the addresses they were encoded with
     };
     struct LastDescriptors {
         const Plan* plan = nullptr;
-        std::array<jit::CUtensorMap, 4> maps;
-        std::array<const void*, 4> bases;
+        std::array<jit::CUtensorMap, kNumTma> maps;
+        std::array<const void*, kNumTma> bases;
     };
 
     static Plan& get_plan(const Signature& sig, const Fp8GemmArgs& args) {
@@ -166,7 +179,7 @@ private:
         auto plan = std::make_unique<Plan>();
         auto& c = plan->config;
         c = get_fp8_gemm_config(sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n,
-                                sig.compile_k, multicast_enabled(), forced_config());
+                                sig.compile_k, multicast_enabled(), forced_config(), sig.per_row_sfb);
 
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
@@ -186,12 +199,17 @@ private:
                                         sig.ldb, 128, halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
         plan->tma[2] = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
                                         sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
-        plan->tma_bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), nullptr};
+        plan->tma_bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), nullptr, nullptr};
+        if (c.per_row_sfb) {
+            plan->tma[3] = jit::make_tma_2d(args.sfb.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.n, sf_k,
+                                            sig.sfb_stride * 4, c.block_n, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+            plan->tma_bases[3] = args.sfb.data_ptr();
+        }
         if (c.use_tma_store) {
-            plan->tma[3] = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
+            plan->tma[4] = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
                                             sig.ldd * 2, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
                                             jit::swizzle_for_bytes(c.store_chunk_n * 2));
-            plan->tma_bases[3] = args.d.data_ptr();
+            plan->tma_bases[4] = args.d.data_ptr();
         }
 
         // Persistent grid: one CTA per SM at most, no more CTAs (clusters) than tiles (tile pairs)

@@ -60,7 +60,7 @@ namespace deep_gemm {
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits>
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb>
 struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t BLOCK_K = 128;
     static constexpr uint32_t WG_M = BLOCK_M / kNumMathWarpgroups;
@@ -75,7 +75,8 @@ struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K;
     static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K;
     static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = align_up(BLOCK_M * 4u, 128u);
-    static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = 8;  // float2: the tile's two scale blocks
+    // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats
+    static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kPerRowSfb ? align_up(BLOCK_N * 4u, 128u) : 8;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_D_SIZE +
                                           kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
                                                         SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE + 2 * 8);
@@ -91,6 +92,8 @@ struct Sm90Fp8Gemm1d2d {
                   "TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
     static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores FP32 partials directly, not through TMA");
+    static_assert(!kPerRowSfb || (!kUseTmaStore && kNumSplits == 1),
+                  "per-row sfb (recipe (1, 1, 128)) writes FP32 directly, without split-K");
     static_assert(kNumMulticast == 1 || (kIsMulticastOnA ? BLOCK_M % 16 == 0 : BLOCK_N % 16 == 0),
                   "each CTA of a pair loads half of the shared tile: 8-row (1024-byte) aligned halves");
     static_assert(SMEM_A_SIZE_PER_STAGE % 1024 == 0 && SMEM_B_SIZE_PER_STAGE % 1024 == 0,
@@ -111,9 +114,9 @@ struct Sm90Fp8Gemm1d2d {
             return reinterpret_cast<float*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE) +
                                             stage * SMEM_SFA_SIZE_PER_STAGE);
         }
-        __device__ __forceinline__ float2* sfb(uint32_t stage) const {
-            return reinterpret_cast<float2*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
-                                             SMEM_SFA_SIZE_PER_STAGE)) + stage;
+        __device__ __forceinline__ float* sfb(uint32_t stage) const {
+            return reinterpret_cast<float*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
+                                            SMEM_SFA_SIZE_PER_STAGE) + stage * SMEM_SFB_SIZE_PER_STAGE);
         }
         __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
             return reinterpret_cast<uint64_t*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE +
@@ -156,7 +159,7 @@ struct Sm90Fp8Gemm1d2d {
                 for (uint32_t i = 0; i < count; ++i, pipe.advance()) {
                     ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
                     if (lane == i) {
-                        *s.sfb(pipe.stage) = value;
+                        *reinterpret_cast<float2*>(s.sfb(pipe.stage)) = value;
                         ptx::mbarrier_arrive(s.full(pipe.stage));
                     }
                     __syncwarp();
@@ -169,9 +172,10 @@ struct Sm90Fp8Gemm1d2d {
     __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                     uint32_t num_k_blocks, const TmaDescriptor* tma_a,
                                                     const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa,
-                                                    uint32_t rank) {
+                                                    const TmaDescriptor* tma_sfb, uint32_t rank) {
         // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer)
-        constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + BLOCK_M * 4;
+        constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + BLOCK_M * 4 +
+                                         (kPerRowSfb ? BLOCK_N * 4 : 0);
         constexpr uint16_t kBothCtas = 0b11;
         Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank);
         PipelineState<kNumStages> pipe;
@@ -201,6 +205,8 @@ struct Sm90Fp8Gemm1d2d {
                     ptx::tma_load_2d(s.b(pipe.stage), tma_b, full, k_block * BLOCK_K, n_block * BLOCK_N);
                 }
                 ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, k_block);
+                if constexpr (kPerRowSfb)
+                    ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, full, n_block * BLOCK_N, k_block);
             }
         }
     }
@@ -228,7 +234,7 @@ struct Sm90Fp8Gemm1d2d {
                                                                        uint32_t lane) {
         ptx::mbarrier_wait(s.full(at.stage), at.phase);
         StageScales out;
-        out.sfb = *s.sfb(at.stage);
+        out.sfb = kPerRowSfb ? float2{0.0f, 0.0f} : *reinterpret_cast<const float2*>(s.sfb(at.stage));
         #pragma unroll
         for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
             const uint32_t row = wg_idx * WG_M + im * 64 + warp_in_wg * 16 + lane / 4;
@@ -295,6 +301,25 @@ struct Sm90Fp8Gemm1d2d {
         }
     }
 
+    // Per-row sfb (recipe (1, 1, 128)): accum += partial * sfa[row] * sfb[column], the column scales read from
+    // the stage (so the stage is released after this).
+    template <typename Registers>
+    __device__ __forceinline__ static void promote_per_row(float (&accum)[kNumWgmmaM][kNumAccum],
+                                                           const Registers& partial, const StageScales& scales,
+                                                           const float* sfb_stage, uint32_t lane) {
+        #pragma unroll
+        for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
+            const float2 sfb = *reinterpret_cast<const float2*>(sfb_stage + j * 8 + (lane % 4) * 2);
+            #pragma unroll
+            for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+                accum[im][j * 4 + 0] = fmaf(partial[im][j * 4 + 0], scales.sfa[im][0] * sfb.x, accum[im][j * 4 + 0]);
+                accum[im][j * 4 + 1] = fmaf(partial[im][j * 4 + 1], scales.sfa[im][0] * sfb.y, accum[im][j * 4 + 1]);
+                accum[im][j * 4 + 2] = fmaf(partial[im][j * 4 + 2], scales.sfa[im][1] * sfb.x, accum[im][j * 4 + 2]);
+                accum[im][j * 4 + 3] = fmaf(partial[im][j * 4 + 3], scales.sfa[im][1] * sfb.y, accum[im][j * 4 + 3]);
+            }
+        }
+    }
+
     // The tile's first column n0 is a multiple of BLOCK_N, so n0 % 128 is a multiple of gcd(BLOCK_N, 128) and
     // `boundary` = 128 - n0 % 128 takes one of 128 / gcd values: dispatch (warp-uniform) to the promotion
     // specialized for it, trying kBoundary, kBoundary - gcd, ..., gcd.
@@ -316,9 +341,9 @@ struct Sm90Fp8Gemm1d2d {
 
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
-                                                uint32_t num_k_blocks, __nv_bfloat16* __restrict__ d, uint32_t ldd,
-                                                float* __restrict__ workspace, const TmaDescriptor* tma_d,
-                                                uint32_t rank) {
+                                                uint32_t num_k_blocks, void* __restrict__ d, uint32_t ldd,
+                                                const float* c, uint32_t ldc, float* __restrict__ workspace,
+                                                const TmaDescriptor* tma_d, uint32_t rank) {
         // (through a shuffle, so that the compiler knows it is warp-uniform: the A descriptors built from it
         // then live in uniform registers, as wgmma needs them)
         const uint32_t wg_idx = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
@@ -347,18 +372,27 @@ struct Sm90Fp8Gemm1d2d {
                 issue_mma(desc_a, desc_b, pipe.stage, partial);
                 ptx::wgmma_wait<0>();
                 fence_registers(partial);
-                release_stage(s, pipe.stage, lane, rank);
-                promote(accum, partial, scales, boundary);
+                if constexpr (kPerRowSfb) {
+                    promote_per_row(accum, partial, scales, s.sfb(pipe.stage), lane);
+                    release_stage(s, pipe.stage, lane, rank);
+                } else {
+                    release_stage(s, pipe.stage, lane, rank);
+                    promote(accum, partial, scales, boundary);
+                }
             }
 
             const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
             if constexpr (kNumSplits > 1)
                 store_tile_direct(accum, m0, n0, shape_m, shape_n,
-                                  workspace + static_cast<uint64_t>(tile.split) * shape_m * shape_n, shape_n, warp_in_wg, lane);
+                                  workspace + static_cast<uint64_t>(tile.split) * shape_m * shape_n, shape_n,
+                                  nullptr, 0, warp_in_wg, lane);
+            else if constexpr (kPerRowSfb)
+                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<float*>(d), ldd, c, ldc, warp_in_wg, lane);
             else if constexpr (kUseTmaStore)
                 store_tile_tma(s, accum, m0, n0, tma_d, wg_idx, warp_in_wg, lane);
             else
-                store_tile_direct(accum, m0, n0, shape_m, shape_n, d, ldd, warp_in_wg, lane);
+                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, nullptr, 0,
+                                  warp_in_wg, lane);
         }
         if constexpr (kUseTmaStore) {
             if (threadIdx.x % 128 == 0)
@@ -416,13 +450,14 @@ struct Sm90Fp8Gemm1d2d {
             return __float2bfloat16_rn(value);
     }
 
-    // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned), or the FP32
-    // partial sums of a split-K unit into its workspace slice.
+    // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned), the FP32
+    // partial sums of a split-K unit into its workspace slice, or FP32 D = C + accum (recipe (1, 1, 128);
+    // `c` may be D itself: each element is read, then written, by the same thread; null: no C).
     template <typename Out>
     __device__ __forceinline__ static void store_tile_direct(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0,
                                                              uint32_t n0, uint32_t shape_m, uint32_t shape_n,
-                                                             Out* d, uint32_t ldd, uint32_t warp_in_wg,
-                                                             uint32_t lane) {
+                                                             Out* d, uint32_t ldd, const float* c, uint32_t ldc,
+                                                             uint32_t warp_in_wg, uint32_t lane) {
         #pragma unroll
         for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
             #pragma unroll
@@ -434,10 +469,16 @@ struct Sm90Fp8Gemm1d2d {
                     if (row >= shape_m)
                         continue;
                     Out* out = d + static_cast<uint64_t>(row) * ldd + col;
+                    float v0 = accum[im][j * 4 + half * 2], v1 = accum[im][j * 4 + half * 2 + 1];
+                    if (c != nullptr) {
+                        const float* in = c + static_cast<uint64_t>(row) * ldc + col;
+                        v0 += col < shape_n ? in[0] : 0.0f;
+                        v1 += col + 1 < shape_n ? in[1] : 0.0f;
+                    }
                     if (col < shape_n)
-                        out[0] = convert<Out>(accum[im][j * 4 + half * 2]);
+                        out[0] = convert<Out>(v0);
                     if (col + 1 < shape_n)
-                        out[1] = convert<Out>(accum[im][j * 4 + half * 2 + 1]);
+                        out[1] = convert<Out>(v1);
                 }
             }
         }
@@ -446,14 +487,16 @@ struct Sm90Fp8Gemm1d2d {
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits>
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
-                          __nv_bfloat16* __restrict__ d, uint32_t ldd, float* __restrict__ workspace,
-                          const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
-                          const __grid_constant__ TmaDescriptor tma_sfa, const __grid_constant__ TmaDescriptor tma_d) {
+                          void* __restrict__ d, uint32_t ldd, const float* c, uint32_t ldc,
+                          float* __restrict__ workspace, const __grid_constant__ TmaDescriptor tma_a,
+                          const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
+                          const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d) {
     using Gemm = Sm90Fp8Gemm1d2d<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups,
-                                 kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits>;
+                                 kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits,
+                                 kPerRowSfb>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
@@ -471,11 +514,13 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
         ptx::prefetch_tma_descriptor(&tma_a);
         ptx::prefetch_tma_descriptor(&tma_b);
         ptx::prefetch_tma_descriptor(&tma_sfa);
+        if constexpr (kPerRowSfb)
+            ptx::prefetch_tma_descriptor(&tma_sfb);
         if constexpr (kUseTmaStore)
             ptx::prefetch_tma_descriptor(&tma_d);
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
-            ptx::mbarrier_init(storage.full(i), 2);  // the TMA producer and the sfb loader
+            ptx::mbarrier_init(storage.full(i), kPerRowSfb ? 1 : 2);  // the TMA producer (and the sfb loader)
             ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4 * kNumMulticast);
         }
         ptx::fence_barrier_init();
@@ -495,12 +540,12 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
         ptx::warpgroup_reg_dealloc<40>();
         const uint32_t producer_warp = (threadIdx.x - Gemm::kNumMathThreads) / 32;
         if (threadIdx.x == Gemm::kNumMathThreads)
-            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, rank);
-        else if (producer_warp == 1)
+            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, rank);
+        else if (!kPerRowSfb && producer_warp == 1)
             Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, rank, threadIdx.x % 32);
     } else {
         ptx::warpgroup_reg_alloc<232>();
-        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, workspace, &tma_d, rank);
+        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, c, ldc, workspace, &tma_d, rank);
     }
     // No CTA may leave while its peer can still arrive on its barriers
     if constexpr (kNumMulticast > 1)
