@@ -2,6 +2,7 @@
 #include <torch/python.h>
 
 #include "apis/gemm.hpp"
+#include "apis/grouped_gemm.hpp"
 #include "apis/jit.hpp"
 #include "apis/layout.hpp"
 #include "apis/runtime.hpp"
@@ -83,6 +84,27 @@ PYBIND11_MODULE(_C, m) {
           "Any M, N >= 0 (0 is a no-op); K a multiple of 16 (K = 0 gives d = c or zeros). Raises ValueError on\n"
           "a bad dtype, shape, stride, alignment, overlap or device; NotImplementedError off SM90, and for\n"
           "recipe (1, 1, 128) until it is validated on a GPU unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.");
+    m.def("m_grouped_fp8_gemm_nt_contiguous", &dg::apis::m_grouped_fp8_gemm_nt_contiguous, "a"_a, "b"_a, "d"_a,
+          "grouped_layout"_a, "recipe"_a = py::none(), "recipe_a"_a = py::none(), "recipe_b"_a = py::none(),
+          "compiled_dims"_a = "nk", "disable_ue8m0_cast"_a = false, "use_psum_layout"_a = false,
+          "ensure_zero_padding"_a = true, "expected_m_for_psum_layout"_a = py::none(),
+          "MoE forward GEMM over groups (experts) of rows: for each group g, D[rows of g] = A[rows of g] @ B[g].T\n"
+          "(SM90; alias m_grouped_fp8_fp4_gemm_nt_contiguous). IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises\n"
+          "NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          "a = (A, sfa): A float8_e4m3fn [M, K], the groups' row segments concatenated, each starting at a\n"
+          "    multiple of get_mk_alignment_for_contiguous_layout() (padding rows between them); sfa FP32\n"
+          "    [M, ceil(K / 128)] (any layout, as for fp8_gemm_nt).\n"
+          "b = (B, sfb): B float8_e4m3fn [G, N, K], K-major, groups stacked densely; sfb FP32\n"
+          "    [G, ceil(N / 128), ceil(K / 128)].\n"
+          "d: BF16 [M, N], row-major; rows of padding are not written.\n"
+          "grouped_layout: int32 on the device: [M], each row's group id or -1 for padding (M then a multiple of\n"
+          "    the alignment); with use_psum_layout=True, [G] cumulative end rows: group g spans\n"
+          "    [align(end[g-1], alignment), end[g]). Read on the device: ids outside [0, G) are treated as\n"
+          "    padding (nothing read or written for their rows); ends past M are clamped to M.\n"
+          "recipe: (1, 128, 128) only. compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt. ensure_zero_padding\n"
+          "and expected_m_for_psum_layout are accepted for API compatibility (no effect: padding rows never\n"
+          "reach valid outputs, and the config follows the total row count).\n"
+          "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).");
     m.def("fp8_gemm_nn",
           [](py::args, py::kwargs) {
               dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_nn", "transpose B to K-major ([N, K] contiguous)");
@@ -101,22 +123,28 @@ PYBIND11_MODULE(_C, m) {
           "Not available on SM90: raises NotImplementedError (use fp8_gemm_nt with A and B K-major).");
     m.def("get_fp8_gemm_config",
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
-             uint32_t block_m, uint32_t block_n, uint32_t num_splits) {
-              const auto c = dg::kernels::get_fp8_gemm_config(m, n, k, num_sms, use_tma_store, false, true, true,
-                                                              allow_multicast, {block_m, block_n, num_splits});
+             uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
+             uint32_t grouped_alignment) {
+              DG_CHECK_INPUT(gemm_type <= 2, "gemm_type must be 0, 1 or 2, got {}", gemm_type);
+              const auto c = dg::kernels::get_fp8_gemm_config(
+                  m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast, {block_m, block_n, num_splits},
+                  per_row_sfb, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment);
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
                               "store_chunk_n"_a = c.store_chunk_n, "smem_bytes"_a = c.smem_bytes,
                               "num_multicast"_a = c.num_multicast, "is_multicast_on_a"_a = c.is_multicast_on_a,
-                              "num_splits"_a = c.num_splits, "use_tma_store"_a = c.use_tma_store);
+                              "num_splits"_a = c.num_splits, "use_tma_store"_a = c.use_tma_store,
+                              "per_row_sfb"_a = c.per_row_sfb, "gemm_type"_a = static_cast<uint32_t>(c.gemm_type));
           },
           "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "use_tma_store"_a = true,
           "allow_multicast"_a = dg::kernels::kMulticastByDefault, "block_m"_a = 0, "block_n"_a = 0, "num_splits"_a = 0,
+          "per_row_sfb"_a = false, "gemm_type"_a = 0, "grouped_alignment"_a = 128,
           "The config the SM90 FP8 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
           "allow_multicast lets it pair tiles into 2-CTA clusters (default: the library's default, which\n"
           "DG_FP8_GEMM_MULTICAST=0/1 overrides at run time); block_m, block_n, num_splits force those choices\n"
-          "as DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K do (0: the heuristic decides). Raises ValueError when\n"
-          "no config fits the forced choices.");
+          "as DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K do (0: the heuristic decides); per_row_sfb: recipe\n"
+          "(1, 1, 128); gemm_type: 0 normal, 1 m-grouped contiguous, 2 the same with the psum layout (m is then\n"
+          "the total row count, grouped_alignment the segment alignment). Raises ValueError when no config fits.");
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",

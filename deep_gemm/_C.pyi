@@ -39,6 +39,20 @@ def fp8_gemm_nt(
     compiled_dims: str = "nk",
     disable_ue8m0_cast: bool = False,
 ) -> None: ...
+def m_grouped_fp8_gemm_nt_contiguous(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    recipe: Sequence[int] | None = None,
+    recipe_a: Sequence[int] | None = None,
+    recipe_b: Sequence[int] | None = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+    expected_m_for_psum_layout: int | None = None,
+) -> None: ...
 def fp8_gemm_nn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tt(*args: Any, **kwargs: Any) -> None: ...
@@ -52,6 +66,9 @@ def get_fp8_gemm_config(
     block_m: int = 0,
     block_n: int = 0,
     num_splits: int = 0,
+    per_row_sfb: bool = False,
+    gemm_type: int = 0,
+    grouped_alignment: int = 128,
 ) -> dict[str, Any]: ...
 def compile_kernel(
     family: str, params: dict[str, int] = ..., arch: str = "sm_90a", use_nvrtc: bool | None = None

@@ -22,6 +22,7 @@ from deep_gemm._C import (
     get_tc_util,
     get_tma_aligned_size,
     kernel_families,
+    m_grouped_fp8_gemm_nt_contiguous,
     set_mk_alignment_for_contiguous_layout,
     set_num_sms,
     set_pdl,
@@ -31,6 +32,7 @@ from deep_gemm._C import (
 
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
+m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
 get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 
@@ -53,6 +55,8 @@ __all__ = [
     "get_tc_util",
     "get_tma_aligned_size",
     "kernel_families",
+    "m_grouped_fp8_fp4_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nt_contiguous",
     "set_mk_alignment_for_contiguous_layout",
     "set_num_sms",
     "set_pdl",

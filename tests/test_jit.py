@@ -28,6 +28,9 @@ GEMM_CONFIGS = [
     # recipe (1, 1, 128): per-row sfb by TMA, FP32 output (+ C) stored directly
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1),
     dict(shape_n=2112, shape_k=7168, block_m=64, block_n=160, num_stages=6, per_row_sfb=1),
+    # m-grouped contiguous: per-row group ids, and the psum layout
+    dict(shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, gemm_type=1),
+    dict(shape_n=7168, shape_k=2048, block_m=64, block_n=112, num_stages=6, gemm_type=2),
 ]
 
 

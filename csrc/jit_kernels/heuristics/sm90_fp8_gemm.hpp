@@ -24,6 +24,17 @@
 
 namespace dg::kernels {
 
+// The kernel's GemmType (deep_gemm/include/deep_gemm/scheduler/gemm_scheduler.cuh).
+enum class GemmType : uint32_t { kNormal = 0, kMGroupedContiguous = 1, kMGroupedContiguousPsum = 2 };
+
+inline const char* gemm_type_name(GemmType type) {
+    switch (type) {
+        case GemmType::kMGroupedContiguous: return "GemmType::kMGroupedContiguous";
+        case GemmType::kMGroupedContiguousPsum: return "GemmType::kMGroupedContiguousPsum";
+        default: return "GemmType::kNormal";
+    }
+}
+
 struct Fp8GemmConfig {
     // Compile-time shape (0: given at run time)
     uint32_t shape_m = 0, shape_n = 0, shape_k = 0;
@@ -34,6 +45,7 @@ struct Fp8GemmConfig {
     uint32_t num_multicast = 1;       // CTAs per cluster sharing one operand through TMA multicast
     uint32_t num_splits = 1;          // split-K: units per tile along K (FP32 partials + reduction kernel)
     bool per_row_sfb = false;         // recipe (1, 1, 128): B scaled per row, D FP32 (+ C), direct stores
+    GemmType gemm_type = GemmType::kNormal;
     bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
     uint32_t store_chunk_n = 64;
     bool use_tma_store = true;
@@ -43,9 +55,11 @@ struct Fp8GemmConfig {
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
-                           "tma_store={} sfb={} sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_splits, num_stages,
+                           "tma_store={} sfb={} type={} sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_splits,
+                           num_stages,
                            num_math_warpgroups, num_group_n, num_multicast, num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "",
-                           store_chunk_n, use_tma_store, per_row_sfb ? "per-row" : "per-block", num_sms, smem_bytes,
+                           store_chunk_n, use_tma_store, per_row_sfb ? "per-row" : "per-block",
+                           static_cast<uint32_t>(gemm_type), num_sms, smem_bytes,
                            shape_m, shape_n, shape_k);
     }
 };
@@ -152,10 +166,15 @@ constexpr uint32_t kMaxSplits = 16;
 constexpr uint32_t kMinKBlocksPerSplit = 2;
 
 // per_row_sfb: recipe (1, 1, 128) (FP32 D written directly: no TMA store, no split-K).
+// gemm_type: m-grouped contiguous layouts take BLOCK_M dividing `grouped_alignment` (a row block never
+// spans two groups) and neither split-K nor multicast; `m` is then the total row count.
 inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
                                          bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
-                                         const Fp8GemmOverrides& forced = {}, bool per_row_sfb = false) {
+                                         const Fp8GemmOverrides& forced = {}, bool per_row_sfb = false,
+                                         GemmType gemm_type = GemmType::kNormal, uint32_t grouped_alignment = 128) {
     use_tma_store = use_tma_store && !per_row_sfb;
+    const bool grouped = gemm_type != GemmType::kNormal;
+    allow_multicast = allow_multicast && !grouped;
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");
     const uint32_t num_k_blocks = (k + 127) / 128;
     Fp8GemmConfig best;
@@ -163,8 +182,14 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
     const uint32_t block_ms[] = {64, 128, 256};
     for (const uint32_t block_m: block_ms) {
         // M <= 64: one 64-row math warpgroup; otherwise two warpgroups of 64 or 128 rows
-        if (forced.block_m ? block_m != forced.block_m : ((block_m == 64) != (m <= 64) || (block_m == 256 && m <= 128)))
+        if (grouped) {
+            // Any BLOCK_M that divides the segment alignment (a row block never spans two groups)
+            if ((forced.block_m && block_m != forced.block_m) || grouped_alignment % block_m != 0 || block_m == 256)
+                continue;
+        } else if (forced.block_m ? block_m != forced.block_m
+                                  : ((block_m == 64) != (m <= 64) || (block_m == 256 && m <= 128))) {
             continue;
+        }
         const uint32_t wgs = block_m == 64 ? 1 : 2;
         for (uint32_t block_n = 16; block_n <= 256; block_n += 16) {
             if (forced.block_n && block_n != forced.block_n)
@@ -178,7 +203,7 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                                       : splits > 1 && (m_blocks * n_blocks >= num_sms ||
                                                        splits * kMinKBlocksPerSplit > num_k_blocks))
                     continue;
-                if (per_row_sfb && splits > 1)
+                if ((per_row_sfb || grouped) && splits > 1)
                     continue;
                 if (splits > num_k_blocks)
                     continue;
@@ -212,6 +237,7 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
 
     best.use_tma_store = use_tma_store && best.num_splits == 1;
     best.per_row_sfb = per_row_sfb;
+    best.gemm_type = gemm_type;
     best.store_chunk_n = fp8_gemm_store_chunk(best.block_n);
     best.num_stages = 2;
     while (best.num_stages < 8 && fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1,

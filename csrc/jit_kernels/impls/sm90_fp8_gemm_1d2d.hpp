@@ -29,11 +29,12 @@ inline jit::KernelSource render_sm90_fp8_gemm(const Fp8GemmConfig& c) {
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
                         c.num_group_n, c.num_multicast, c.is_multicast_on_a ? "true" : "false", c.store_chunk_n,
-                        c.use_tma_store ? "true" : "false", c.num_splits, c.per_row_sfb ? "true" : "false")};
+                        c.use_tma_store ? "true" : "false", c.num_splits, c.per_row_sfb ? "true" : "false",
+                        gemm_type_name(c.gemm_type))};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
@@ -53,6 +54,9 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
     c.num_splits = get("num_splits", 1);
     c.per_row_sfb = get("per_row_sfb", 0) != 0;
+    c.gemm_type = static_cast<GemmType>(get("gemm_type", 0));
+    DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 2, "gemm_type must be 0 (normal), 1 (m-grouped contiguous) or "
+                   "2 (m-grouped contiguous, psum layout)");
     c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.per_row_sfb) != 0;
     c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
     c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.per_row_sfb);
@@ -70,13 +74,27 @@ struct Fp8GemmArgs {
     const at::Tensor* c;    // FP32 [M, N] accumulated into D (recipe (1, 1, 128)), may be `d`; or null
     bool per_row_sfb;       // recipe (1, 1, 128)
     bool compile_m, compile_n, compile_k;
+    // M-grouped contiguous (then B is [G, N, K] and sfb [G, ceil(N/128), ceil(K/128)]): the layout tensor
+    // (int32 [M] group ids, or [G] cumulative ends) and the segment alignment
+    GemmType gemm_type = GemmType::kNormal;
+    const at::Tensor* grouped_layout = nullptr;
+    uint32_t num_groups = 1;
+    uint32_t grouped_alignment = 128;
 };
+
+// Mirrors deep_gemm::GroupedLayout (a kernel parameter passed by value).
+struct GroupedLayoutParam {
+    const int32_t* data;
+    uint32_t num_groups;
+    uint32_t alignment;
+};
+static_assert(sizeof(GroupedLayoutParam) == 16);
 
 class Sm90Fp8Gemm1d2dRunner {
 public:
     static void run(const Fp8GemmArgs& args) {
         const int device = args.a.device().index();
-        const uint32_t m = args.a.size(0), k = args.a.size(1), n = args.b.size(0);
+        const uint32_t m = args.a.size(0), k = args.a.size(1), n = args.b.size(args.b.dim() - 2);
         const int64_t ldd_bytes = args.d.stride(0) * 2;
         const bool enable_pdl = jit::DeviceRuntime::instance().pdl();
         const bool use_tma_store = !args.per_row_sfb && ldd_bytes % 16 == 0 &&
@@ -87,9 +105,9 @@ public:
         // aligned row length
         const int64_t sfa_stride = args.sfa.size(1) > 1 ? args.sfa.stride(1) : (m + 3) / 4 * 4;
         const int64_t sfb_stride = !args.per_row_sfb ? 0 : args.sfb.size(1) > 1 ? args.sfb.stride(1) : (n + 3) / 4 * 4;
-        const Signature sig{device, m, n, k, args.a.stride(0), args.b.stride(0), args.d.stride(0), sfa_stride,
-                            sfb_stride, num_sms, use_tma_store, args.per_row_sfb, args.compile_m, args.compile_n,
-                            args.compile_k};
+        const Signature sig{device, m, n, k, args.a.stride(0), args.b.stride(args.b.dim() - 2), args.d.stride(0),
+                            sfa_stride, sfb_stride, num_sms, use_tma_store, args.per_row_sfb, args.compile_m,
+                            args.compile_n, args.compile_k, args.gemm_type, args.num_groups, args.grouped_alignment};
         Plan& plan = get_plan(sig, args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
@@ -119,19 +137,22 @@ public:
         uint32_t ldd = static_cast<uint32_t>(args.d.stride(0));
         const float* c = args.c != nullptr ? args.c->data_ptr<float>() : nullptr;
         uint32_t ldc = args.c != nullptr ? static_cast<uint32_t>(args.c->stride(0)) : 0;
+        GroupedLayoutParam grouped_layout{
+            args.grouped_layout != nullptr ? args.grouped_layout->data_ptr<int32_t>() : nullptr, args.num_groups,
+            args.grouped_alignment};
         const uint32_t num_splits = plan.config.num_splits;
         if (num_splits == 1) {
             float* workspace = nullptr;
-            plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, tma_a, tma_b,
-                                tma_sfa, tma_sfb, tma_d);
+            plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, grouped_layout,
+                                tma_a, tma_b, tma_sfa, tma_sfb, tma_d);
             return;
         }
         // Split-K: FP32 partials [splits, M, N] from PyTorch's caching allocator (ordered on the current
         // stream, so concurrent calls on other streams get their own), then the reduction into D
         const at::Tensor partials = at::empty({static_cast<int64_t>(num_splits), static_cast<int64_t>(m), static_cast<int64_t>(n)}, args.a.options().dtype(at::kFloat));
         float* workspace = partials.data_ptr<float>();
-        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, tma_a, tma_b,
-                            tma_sfa, tma_sfb, tma_d);
+        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, grouped_layout,
+                            tma_a, tma_b, tma_sfa, tma_sfb, tma_d);
         launch_splitk_reduce(device, workspace, d, m, n, ldd, num_splits, enable_pdl);
     }
 
@@ -143,6 +164,8 @@ private:
         int64_t lda, ldb, ldd, sfa_stride, sfb_stride;
         int num_sms;
         bool use_tma_store, per_row_sfb, compile_m, compile_n, compile_k;
+        GemmType gemm_type;
+        uint32_t num_groups, grouped_alignment;
         bool operator==(const Signature&) const = default;
     };
     struct SignatureHash {
@@ -150,7 +173,8 @@ private:
             size_t h = 1469598103934665603ull;
             const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
             mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.sfa_stride);
-            mix(s.sfb_stride), mix(s.num_sms);
+            mix(s.sfb_stride), mix(s.num_sms), mix(static_cast<uint32_t>(s.gemm_type)), mix(s.num_groups);
+            mix(s.grouped_alignment);
             mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.per_row_sfb << 4));
             return h;
         }
@@ -179,7 +203,8 @@ private:
         auto plan = std::make_unique<Plan>();
         auto& c = plan->config;
         c = get_fp8_gemm_config(sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n,
-                                sig.compile_k, multicast_enabled(), forced_config(), sig.per_row_sfb);
+                                sig.compile_k, multicast_enabled(), forced_config(), sig.per_row_sfb, sig.gemm_type,
+                                sig.grouped_alignment);
 
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
@@ -195,8 +220,10 @@ private:
         const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
         plan->tma[0] = jit::make_tma_2d(args.a.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.m,
                                         sig.lda, 128, halve_a ? c.block_m / 2 : c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-        plan->tma[1] = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.n,
-                                        sig.ldb, 128, halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+        // (grouped: B's groups stacked as [G * N, K]; the API checked that they are)
+        plan->tma[1] = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k,
+                                        static_cast<uint64_t>(sig.n) * sig.num_groups, sig.ldb, 128,
+                                        halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
         plan->tma[2] = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
                                         sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
         plan->tma_bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), nullptr, nullptr};

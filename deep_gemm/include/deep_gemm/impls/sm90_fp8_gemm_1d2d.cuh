@@ -39,6 +39,10 @@
 //   FP32 partial sums straight from registers into workspace[split][M][N]; a second kernel
 //   (smxx_splitk_reduce) adds the kNumSplits partials in a fixed order into D (deterministic).
 // Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
+// M-grouped contiguous (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] and sfb as
+//   [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (skipping padding blocks),
+//   the producer offsets B's rows and the sfb loader its scales by the group; tiles with padding rows
+//   are stored directly with a per-row check, whole ones through TMA.
 // Limits: BLOCK_M in {64, 128, 256}; BLOCK_N a multiple of 16 (TMA store) or 8, at most 256;
 //   K a multiple of 16 (TMA strides); the tails of M, N, K are zero-filled by TMA loads and clipped
 //   by the TMA store.
@@ -60,7 +64,8 @@ namespace deep_gemm {
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb>
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb,
+          GemmType kGemmType>
 struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t BLOCK_K = 128;
     static constexpr uint32_t WG_M = BLOCK_M / kNumMathWarpgroups;
@@ -68,7 +73,8 @@ struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     using Wgmma = ptx::WgmmaFp8E4m3<BLOCK_N>;
-    using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits>;
+    using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits, kGemmType>;
+    static constexpr bool kIsGrouped = kGemmType != GemmType::kNormal;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
 
     static constexpr uint32_t SMEM_D_SIZE = kUseTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
@@ -94,6 +100,7 @@ struct Sm90Fp8Gemm1d2d {
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores FP32 partials directly, not through TMA");
     static_assert(!kPerRowSfb || (!kUseTmaStore && kNumSplits == 1),
                   "per-row sfb (recipe (1, 1, 128)) writes FP32 directly, without split-K");
+    static_assert(!kIsGrouped || !kPerRowSfb, "m-grouped GEMMs take recipe (1, 128, 128)");
     static_assert(kNumMulticast == 1 || (kIsMulticastOnA ? BLOCK_M % 16 == 0 : BLOCK_N % 16 == 0),
                   "each CTA of a pair loads half of the shared tile: 8-row (1024-byte) aligned halves");
     static_assert(SMEM_A_SIZE_PER_STAGE % 1024 == 0 && SMEM_B_SIZE_PER_STAGE % 1024 == 0,
@@ -140,14 +147,16 @@ struct Sm90Fp8Gemm1d2d {
     // ---------------------------------------------------------------- sfb loader (one warp)
     __device__ __forceinline__ static void sfb_loader(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                       uint32_t num_k_blocks, const float* __restrict__ sfb,
-                                                      uint32_t rank, uint32_t lane) {
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank);
+                                                      GroupedLayout layout, uint32_t rank, uint32_t lane) {
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout);
         PipelineState<kNumStages> pipe;
         GemmTile tile;
+        // sfb [groups][ceil(N / 128)][K blocks]
+        const uint32_t group_stride = ceil_div(shape_n, 128u) * num_k_blocks;
         while (scheduler.next(tile)) {
             const TileSfb tile_sfb(tile.n_block, shape_n);
-            const float* first = sfb + tile_sfb.first * num_k_blocks;
-            const float* last = sfb + tile_sfb.last * num_k_blocks;
+            const float* first = sfb + tile.group * group_stride + tile_sfb.first * num_k_blocks;
+            const float* last = sfb + tile.group * group_stride + tile_sfb.last * num_k_blocks;
             #pragma unroll 1
             for (uint32_t k0 = tile.k_begin; k0 < tile.k_end; k0 += 32) {
                 // Lane i holds K block k0 + i
@@ -172,16 +181,17 @@ struct Sm90Fp8Gemm1d2d {
     __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                     uint32_t num_k_blocks, const TmaDescriptor* tma_a,
                                                     const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa,
-                                                    const TmaDescriptor* tma_sfb, uint32_t rank) {
+                                                    const TmaDescriptor* tma_sfb, GroupedLayout layout, uint32_t rank) {
         // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer)
         constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + BLOCK_M * 4 +
                                          (kPerRowSfb ? BLOCK_N * 4 : 0);
         constexpr uint16_t kBothCtas = 0b11;
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout);
         PipelineState<kNumStages> pipe;
         GemmTile tile;
         while (scheduler.next(tile)) {
             const uint32_t m_block = tile.m_block, n_block = tile.n_block;
+            const uint32_t b_row = tile.group * shape_n + n_block * BLOCK_N;  // B is [groups * N, K]
             // (not unrolled: the producer runs in 40 registers)
             #pragma unroll 1
             for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
@@ -200,9 +210,9 @@ struct Sm90Fp8Gemm1d2d {
                     // Same n_block in both CTAs: each loads half of B's rows into both
                     constexpr uint32_t kHalf = BLOCK_N / 2;
                     ptx::tma_load_2d_multicast(s.b(pipe.stage) + rank * kHalf * BLOCK_K, tma_b, full, k_block * BLOCK_K,
-                                               n_block * BLOCK_N + rank * kHalf, kBothCtas);
+                                               b_row + rank * kHalf, kBothCtas);
                 } else {
-                    ptx::tma_load_2d(s.b(pipe.stage), tma_b, full, k_block * BLOCK_K, n_block * BLOCK_N);
+                    ptx::tma_load_2d(s.b(pipe.stage), tma_b, full, k_block * BLOCK_K, b_row);
                 }
                 ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, k_block);
                 if constexpr (kPerRowSfb)
@@ -343,14 +353,14 @@ struct Sm90Fp8Gemm1d2d {
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, void* __restrict__ d, uint32_t ldd,
                                                 const float* c, uint32_t ldc, float* __restrict__ workspace,
-                                                const TmaDescriptor* tma_d, uint32_t rank) {
+                                                const TmaDescriptor* tma_d, GroupedLayout layout, uint32_t rank) {
         // (through a shuffle, so that the compiler knows it is warp-uniform: the A descriptors built from it
         // then live in uniform registers, as wgmma needs them)
         const uint32_t wg_idx = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
 
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout);
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
@@ -388,11 +398,9 @@ struct Sm90Fp8Gemm1d2d {
                                   nullptr, 0, warp_in_wg, lane);
             else if constexpr (kPerRowSfb)
                 store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<float*>(d), ldd, c, ldc, warp_in_wg, lane);
-            else if constexpr (kUseTmaStore)
-                store_tile_tma(s, accum, m0, n0, tma_d, wg_idx, warp_in_wg, lane);
             else
-                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, nullptr, 0,
-                                  warp_in_wg, lane);
+                store_tile_bf16(s, accum, tile, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, tma_d,
+                                layout, wg_idx, warp_in_wg, lane);
         }
         if constexpr (kUseTmaStore) {
             if (threadIdx.x % 128 == 0)
@@ -400,7 +408,36 @@ struct Sm90Fp8Gemm1d2d {
         }
     }
 
+    // Whether every row of the tile inside M may be written (then the TMA store, which clips only at M, is
+    // used): always for normal GEMMs; for grouped ones, when the group's rows cover the block (per-row
+    // layout: the padding rows of a segment come last, so the block's last row decides).
+    __device__ __forceinline__ static bool tile_fully_valid(const GemmTile& tile, uint32_t shape_m, GroupedLayout layout) {
+        const uint32_t last_row = min(tile.m_block * BLOCK_M + BLOCK_M, shape_m) - 1;
+        if constexpr (kGemmType == GemmType::kMGroupedContiguous)
+            return __ldg(layout.data + last_row) == static_cast<int32_t>(tile.group);
+        else if constexpr (kGemmType == GemmType::kMGroupedContiguousPsum)
+            return last_row < tile.row_end;
+        else
+            return true;
+    }
+
     // ---------------------------------------------------------------- epilogues
+    // BF16 D: through TMA when D's rows allow it and the tile has no padding rows, else directly.
+    __device__ __forceinline__ static void store_tile_bf16(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
+                                                           const GemmTile& tile, uint32_t m0, uint32_t n0,
+                                                           uint32_t shape_m, uint32_t shape_n, __nv_bfloat16* d,
+                                                           uint32_t ldd, const TmaDescriptor* tma_d, GroupedLayout layout,
+                                                           uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
+        if constexpr (kUseTmaStore) {
+            if (tile_fully_valid(tile, shape_m, layout)) {
+                store_tile_tma(s, accum, m0, n0, tma_d, wg_idx, warp_in_wg, lane);
+                return;
+            }
+        }
+        store_tile_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, nullptr, 0, warp_in_wg, lane,
+                          kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr);
+    }
+
     // BF16 via stmatrix into this warpgroup's WG_M rows of the staging tile, then TMA stores.
     __device__ __forceinline__ static void store_tile_tma(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
                                                           uint32_t m0, uint32_t n0, const TmaDescriptor* tma_d,
@@ -450,14 +487,17 @@ struct Sm90Fp8Gemm1d2d {
             return __float2bfloat16_rn(value);
     }
 
-    // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned), the FP32
-    // partial sums of a split-K unit into its workspace slice, or FP32 D = C + accum (recipe (1, 1, 128);
-    // `c` may be D itself: each element is read, then written, by the same thread; null: no C).
+    // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned, or a grouped
+    // tile with padding rows), the FP32 partial sums of a split-K unit into its workspace slice, or FP32
+    // D = C + accum (recipe (1, 1, 128); `c` may be D itself: each element is read, then written, by the
+    // same thread; null: no C). Rows at or past `row_end` are skipped, and with `row_groups` (the per-row
+    // grouped layout) rows whose group id is negative (padding).
     template <typename Out>
     __device__ __forceinline__ static void store_tile_direct(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0,
-                                                             uint32_t n0, uint32_t shape_m, uint32_t shape_n,
+                                                             uint32_t n0, uint32_t row_end, uint32_t shape_n,
                                                              Out* d, uint32_t ldd, const float* c, uint32_t ldc,
-                                                             uint32_t warp_in_wg, uint32_t lane) {
+                                                             uint32_t warp_in_wg, uint32_t lane,
+                                                             const int32_t* row_groups = nullptr) {
         #pragma unroll
         for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
             #pragma unroll
@@ -466,7 +506,7 @@ struct Sm90Fp8Gemm1d2d {
                 for (uint32_t half = 0; half < 2; ++half) {
                     const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
                     const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
-                    if (row >= shape_m)
+                    if (row >= row_end || (row_groups != nullptr && __ldg(row_groups + row) < 0))
                         continue;
                     Out* out = d + static_cast<uint64_t>(row) * ldd + col;
                     float v0 = accum[im][j * 4 + half * 2], v1 = accum[im][j * 4 + half * 2 + 1];
@@ -487,16 +527,18 @@ struct Sm90Fp8Gemm1d2d {
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb>
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb,
+          GemmType kGemmType>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
                           void* __restrict__ d, uint32_t ldd, const float* c, uint32_t ldc,
-                          float* __restrict__ workspace, const __grid_constant__ TmaDescriptor tma_a,
+                          float* __restrict__ workspace, GroupedLayout grouped_layout,
+                          const __grid_constant__ TmaDescriptor tma_a,
                           const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
                           const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d) {
     using Gemm = Sm90Fp8Gemm1d2d<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups,
                                  kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits,
-                                 kPerRowSfb>;
+                                 kPerRowSfb, kGemmType>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
@@ -540,12 +582,13 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
         ptx::warpgroup_reg_dealloc<40>();
         const uint32_t producer_warp = (threadIdx.x - Gemm::kNumMathThreads) / 32;
         if (threadIdx.x == Gemm::kNumMathThreads)
-            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, rank);
+            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, grouped_layout,
+                           rank);
         else if (!kPerRowSfb && producer_warp == 1)
-            Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, rank, threadIdx.x % 32);
+            Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, grouped_layout, rank, threadIdx.x % 32);
     } else {
         ptx::warpgroup_reg_alloc<232>();
-        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, c, ldc, workspace, &tma_d, rank);
+        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, c, ldc, workspace, &tma_d, grouped_layout, rank);
     }
     // No CTA may leave while its peer can still arrive on its barriers
     if constexpr (kNumMulticast > 1)

@@ -11,22 +11,42 @@
 // loads its half of the shared operand for its peer; TMA zero-fills its loads and clips its stores.
 // Tiles (or pairs) are rasterized in groups of kNumGroupN columns: inside a group the N index moves
 // fastest, so the CTAs running at one time share a few rows of A and a few columns of B in L2.
+// M-grouped contiguous GEMMs (MoE): the rows of A are the concatenated segments of the groups (experts),
+// each starting at a multiple of `alignment` (itself a multiple of BLOCK_M), so a row block lies in one
+// group's segment or in padding. The group of a row block is read on the device from the layout: per
+// row (GemmType::kMGroupedContiguous: int32 group id per row, -1 for padding) or as cumulative end rows
+// (kMGroupedContiguousPsum: group g spans [align(end[g-1], alignment), end[g])). Padding blocks are
+// skipped by every role alike; `tile.row_end` bounds the rows the epilogue may write (the per-row
+// layout's padding rows are checked row by row).
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
 
 namespace deep_gemm {
 
+enum class GemmType : uint32_t { kNormal = 0, kMGroupedContiguous = 1, kMGroupedContiguousPsum = 2 };
+
 struct GemmTile {
     uint32_t m_block, n_block;
     uint32_t split;             // index of the K range (0 without split-K)
     uint32_t k_begin, k_end;    // K blocks [k_begin, k_end)
+    uint32_t group;             // the group (expert) of the rows (0 without groups)
+    uint32_t row_end;           // rows at or past this are not written (M without groups)
+};
+
+// The device-side description of an m-grouped layout (unused by normal GEMMs).
+struct GroupedLayout {
+    const int32_t* data;     // per-row group ids [M], or cumulative end rows [num_groups]
+    uint32_t num_groups;
+    uint32_t alignment;      // segment start alignment (rows)
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumGroupN, uint32_t kNumMulticast, bool kIsMulticastOnA,
-          uint32_t kNumSplits = 1>
+          uint32_t kNumSplits = 1, GemmType kGemmType = GemmType::kNormal>
 struct GemmScheduler {
     static_assert(kNumSplits >= 1 && (kNumSplits == 1 || kNumMulticast == 1), "split-K runs without multicast");
+    static_assert(kGemmType == GemmType::kNormal || (kNumSplits == 1 && kNumMulticast == 1),
+                  "m-grouped GEMMs run without split-K and without multicast (a pair could span two groups)");
 
     uint32_t num_m_units;  // rows of the unit grid (tiles, or pairs along M)
     uint32_t num_n_units;  // columns of the unit grid (tiles, or pairs along N)
@@ -34,9 +54,11 @@ struct GemmScheduler {
     uint32_t num_k_blocks;
     uint32_t unit_idx;
     uint32_t rank;
+    uint32_t shape_m;
+    GroupedLayout layout;
 
     __device__ __forceinline__ GemmScheduler(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks,
-                                             uint32_t cta_rank) {
+                                             uint32_t cta_rank, GroupedLayout grouped_layout = {}) {
         const uint32_t num_m_blocks = ceil_div(shape_m, BLOCK_M);
         const uint32_t num_n_blocks = ceil_div(shape_n, BLOCK_N);
         const bool pair_along_m = kNumMulticast > 1 && !kIsMulticastOnA;
@@ -47,10 +69,51 @@ struct GemmScheduler {
         this->num_k_blocks = num_k_blocks;
         unit_idx = blockIdx.x / kNumMulticast;
         rank = cta_rank;
+        this->shape_m = shape_m;
+        layout = grouped_layout;
     }
 
-    // The next unit of this CTA; false when none is left.
+    // The next unit of this CTA; false when none is left. Padding row blocks of grouped GEMMs are skipped.
     __device__ __forceinline__ bool next(GemmTile& tile) {
+        while (next_unit(tile)) {
+            if (find_group(tile))
+                return true;
+        }
+        return false;
+    }
+
+    // Sets tile.group and tile.row_end; false for a padding block (or an out-of-range group id, which is
+    // treated as padding: nothing is read or written for it).
+    __device__ __forceinline__ bool find_group(GemmTile& tile) const {
+        const uint32_t row = tile.m_block * BLOCK_M;
+        tile.group = 0;
+        tile.row_end = shape_m;
+        if constexpr (kGemmType == GemmType::kMGroupedContiguous) {
+            const int32_t group = __ldg(layout.data + row);
+            tile.group = static_cast<uint32_t>(group);
+            return group >= 0 && static_cast<uint32_t>(group) < layout.num_groups;
+        } else if constexpr (kGemmType == GemmType::kMGroupedContiguousPsum) {
+            // The first group whose end is past `row` (ends are non-decreasing), then check its aligned start
+            uint32_t lo = 0, hi = layout.num_groups;
+            while (lo < hi) {
+                const uint32_t mid = (lo + hi) / 2;
+                if (static_cast<uint32_t>(__ldg(layout.data + mid)) <= row)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo >= layout.num_groups)
+                return false;
+            const uint32_t start = lo == 0 ? 0 : align_up(static_cast<uint32_t>(__ldg(layout.data + lo - 1)), layout.alignment);
+            tile.group = lo;
+            tile.row_end = min(static_cast<uint32_t>(__ldg(layout.data + lo)), shape_m);
+            return row >= start;
+        } else {
+            return true;
+        }
+    }
+
+    __device__ __forceinline__ bool next_unit(GemmTile& tile) {
         if (unit_idx >= num_units)
             return false;
         const uint32_t split = unit_idx % kNumSplits;

@@ -1,0 +1,107 @@
+// M-grouped FP8 GEMM API (MoE): validate every input, then run the FP8 GEMM kernel in its grouped mode.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+
+#include "../jit/device_runtime.hpp"
+#include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
+#include "../utils/env.hpp"
+#include "../utils/tensor_checks.hpp"
+#include "gemm.hpp"
+#include "layout.hpp"
+
+namespace dg::apis {
+
+// D[rows of group g] = A[rows of group g] @ B[g].T for the groups (experts) whose row segments are
+// concatenated in A; see the Python docstring for the layouts.
+inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const TensorPair& b_pair, const at::Tensor& d,
+                                             const at::Tensor& grouped_layout, const Recipe& recipe,
+                                             const Recipe& recipe_a, const Recipe& recipe_b,
+                                             const std::string& compiled_dims, bool disable_ue8m0_cast,
+                                             bool use_psum_layout, bool ensure_zero_padding,
+                                             std::optional<int64_t> expected_m_for_psum_layout) {
+    (void)disable_ue8m0_cast;          // SM90 takes FP32 scales
+    (void)ensure_zero_padding;         // padding rows are neither computed into valid rows nor written
+    (void)expected_m_for_psum_layout;  // the config is chosen from the total row count
+    const auto& [a, sfa_in] = a_pair;
+    const auto& [b, sfb_in] = b_pair;
+    check_fp8_operand(a, "a[0] (A)");
+    check_defined(b, "b[0] (B)");
+    check_dim(b, 3, "b[0] (B)");
+    check_dtype(b, at::kFloat8_e4m3fn, "b[0] (B)");
+    check_k_major_tma(b, "b[0] (B)");
+    const int64_t m = a.size(0), k = a.size(1), num_groups = b.size(0), n = b.size(1);
+    DG_CHECK_INPUT(b.size(2) == k, "b[0] (B) must be [G, N, K] with K = {} (A's K), got a {}", k, describe(b));
+    DG_CHECK_INPUT(num_groups >= 1, "b[0] (B) must hold at least one group, got a {}", describe(b));
+    DG_CHECK_INPUT(b.stride(0) == n * b.stride(1) || num_groups == 1,
+                   "b[0] (B): the groups must be stacked densely (stride 0 = N * stride 1), got a {}", describe(b));
+    check_defined(d, "d");
+    check_dim(d, 2, "d");
+    check_dtype(d, at::kBFloat16, "d");
+    DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
+    DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
+    DG_CHECK_INPUT(m <= INT32_MAX && n * num_groups <= INT32_MAX && k <= INT32_MAX,
+                   "M, G * N and K must each be below 2^31");
+    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
+    const auto cdims = parse_compiled_dims(compiled_dims);
+    const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);
+    DG_CHECK_INPUT(gran_m == 1 && gran_n == 128 && gran_k == 128,
+                   "recipe must be (1, 128, 128) for m-grouped GEMMs on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
+
+    const int64_t sf_k = (k + 127) / 128, sf_n = (n + 127) / 128;
+    check_defined(sfa_in, "a[1] (sfa)");
+    check_dtype(sfa_in, at::kFloat, "a[1] (sfa)");
+    DG_CHECK_INPUT(sfa_in.dim() == 2 && sfa_in.size(0) == m && sfa_in.size(1) == sf_k,
+                   "a[1] (sfa) must be [M, ceil(K/128)] = [{}, {}], got a {}", m, sf_k, describe(sfa_in));
+    check_defined(sfb_in, "b[1] (sfb)");
+    check_dtype(sfb_in, at::kFloat, "b[1] (sfb)");
+    DG_CHECK_INPUT(sfb_in.dim() == 3 && sfb_in.size(0) == num_groups && sfb_in.size(1) == sf_n && sfb_in.size(2) == sf_k,
+                   "b[1] (sfb) must be [G, ceil(N/128), ceil(K/128)] = [{}, {}, {}], got a {}", num_groups, sf_n, sf_k,
+                   describe(sfb_in));
+
+    const int64_t alignment = jit::DeviceRuntime::instance().mk_alignment();
+    check_defined(grouped_layout, "grouped_layout");
+    check_dtype(grouped_layout, at::kInt, "grouped_layout");
+    if (use_psum_layout) {
+        DG_CHECK_INPUT(grouped_layout.dim() == 1 && grouped_layout.size(0) == num_groups,
+                       "grouped_layout (use_psum_layout=True) must be int32 [G] = [{}] cumulative end rows, got a {}",
+                       num_groups, describe(grouped_layout));
+    } else {
+        DG_CHECK_INPUT(grouped_layout.dim() == 1 && grouped_layout.size(0) == m,
+                       "grouped_layout must be int32 [M] = [{}], one group id per row (-1 for padding), got a {}", m,
+                       describe(grouped_layout));
+        DG_CHECK_INPUT(m % alignment == 0, "M = {} must be a multiple of get_mk_alignment_for_contiguous_layout() = {} "
+                                           "(each group's segment starts aligned and is padded)", m, alignment);
+    }
+    DG_CHECK_INPUT(grouped_layout.stride(0) == 1 || grouped_layout.size(0) <= 1,
+                   "grouped_layout must be contiguous, got a {}", describe(grouped_layout));
+
+    // Devices last
+    check_cuda(a, "a[0] (A)");
+    for (const auto& [t, name]: {std::pair{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
+                                 {&grouped_layout, "grouped_layout"}}) {
+        check_cuda(*t, name);
+        check_same_device(*t, a, name, "a[0] (A)");
+    }
+    check_sm90(a, "m_grouped_fp8_gemm_nt_contiguous");
+    if (!get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
+        throw NotImplementedError("m_grouped_fp8_gemm_nt_contiguous is implemented but not yet validated on a GPU; set "
+                                  "DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run it anyway");
+    const jit::DeviceScope device_scope(a.device().index());
+
+    if (m == 0 || n == 0)
+        return;
+    const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in);
+    const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
+    kernels::Fp8GemmArgs args{a, sfa, b, sfb, d, nullptr, false, cdims.m, cdims.n, cdims.k};
+    args.gemm_type = use_psum_layout ? kernels::GemmType::kMGroupedContiguousPsum : kernels::GemmType::kMGroupedContiguous;
+    args.grouped_layout = &grouped_layout;
+    args.num_groups = static_cast<uint32_t>(num_groups);
+    args.grouped_alignment = static_cast<uint32_t>(alignment);
+    kernels::Sm90Fp8Gemm1d2dRunner::run(args);
+}
+
+}  // namespace dg::apis

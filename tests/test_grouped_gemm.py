@@ -1,0 +1,174 @@
+"""m_grouped_fp8_gemm_nt_contiguous: input validation everywhere; on a GPU, every group's rows against a
+float64 reference of the dequantized inputs, padding rows of D untouched (per-row and psum layouts).
+
+The function is gated (NotImplementedError) until validated on a GPU; these tests set
+DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run it."""
+
+import random
+
+import pytest
+import torch
+
+import deep_gemm
+from deep_gemm.testing import calc_diff
+from deep_gemm.utils import align, ceil_div, per_block_cast_to_fp8, per_token_cast_to_fp8
+
+gpu = pytest.mark.gpu
+
+
+# ----------------------------------------------------------------------------- validation (CPU tier)
+def cpu_operands(num_groups: int = 2, m: int = 256, n: int = 128, k: int = 256):
+    a = torch.zeros(m, k, dtype=torch.float8_e4m3fn)
+    sfa = torch.ones(m, ceil_div(k, 128))
+    b = torch.zeros(num_groups, n, k, dtype=torch.float8_e4m3fn)
+    sfb = torch.ones(num_groups, ceil_div(n, 128), ceil_div(k, 128))
+    d = torch.empty(m, n, dtype=torch.bfloat16)
+    layout = torch.zeros(m, dtype=torch.int32)
+    return a, sfa, b, sfb, d, layout
+
+
+@pytest.mark.parametrize(
+    ("case", "pattern"),
+    [
+        ("b_2d", r"b\[0\] \(B\) must be 3-D"),
+        ("b_k", r"b\[0\] \(B\) must be \[G, N, K\] with K = 256"),
+        ("b_not_dense", r"the groups must be stacked densely"),
+        ("d_dtype", r"d must have dtype torch.bfloat16"),
+        ("d_shape", r"d must be \[M, N\] = \[256, 128\]"),
+        ("sfb_shape", r"b\[1\] \(sfb\) must be \[G, ceil\(N/128\), ceil\(K/128\)\] = \[2, 1, 2\]"),
+        ("layout_dtype", r"grouped_layout must have dtype torch.int32"),
+        ("layout_shape", r"grouped_layout must be int32 \[M\] = \[256\]"),
+        ("psum_shape", r"grouped_layout \(use_psum_layout=True\) must be int32 \[G\] = \[2\]"),
+        ("m_unaligned", r"M = 200 must be a multiple of get_mk_alignment_for_contiguous_layout\(\) = 128"),
+        ("recipe", r"recipe must be \(1, 128, 128\) for m-grouped GEMMs"),
+        ("k_zero", r"K must be positive"),
+        ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
+    ],
+)
+def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
+    a, sfa, b, sfb, d, layout = cpu_operands()
+    kwargs = {}
+    if case == "b_2d":
+        b = b[0]
+    elif case == "b_k":
+        b = torch.zeros(2, 128, 128, dtype=torch.float8_e4m3fn)
+    elif case == "b_not_dense":
+        b = torch.zeros(2, 256, 256, dtype=torch.float8_e4m3fn)[:, :128]
+    elif case == "d_dtype":
+        d = d.float()
+    elif case == "d_shape":
+        d = d[:, :64]
+    elif case == "sfb_shape":
+        sfb = sfb[:, :, :1]
+    elif case == "layout_dtype":
+        layout = layout.long()
+    elif case == "layout_shape":
+        layout = layout[:100]
+    elif case == "psum_shape":
+        kwargs["use_psum_layout"] = True
+    elif case == "m_unaligned":
+        a, sfa, d, layout = a[:200], sfa[:200], d[:200], layout[:200]
+    elif case == "recipe":
+        kwargs["recipe"] = (1, 1, 128)
+    elif case == "k_zero":
+        a, sfa = torch.zeros(256, 0, dtype=torch.float8_e4m3fn), torch.ones(256, 0)
+        b, sfb = torch.zeros(2, 128, 0, dtype=torch.float8_e4m3fn), torch.ones(2, 1, 0)
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, **kwargs)
+
+
+def test_alias_and_heuristic() -> None:
+    assert deep_gemm.m_grouped_fp8_fp4_gemm_nt_contiguous is deep_gemm.m_grouped_fp8_gemm_nt_contiguous
+    config = deep_gemm._C.get_fp8_gemm_config
+    for gemm_type in (1, 2):
+        for alignment in (64, 128, 256):
+            for m, n, k in ((8192, 4096, 7168), (16384, 7168, 2048), (512, 576, 7168)):
+                cfg = config(m, n, k, gemm_type=gemm_type, grouped_alignment=alignment, allow_multicast=True)
+                # A row block never spans two groups; no split-K, no multicast (a pair could span groups)
+                assert alignment % cfg["block_m"] == 0 and cfg["block_m"] in (64, 128), cfg
+                assert cfg["num_splits"] == 1 and cfg["num_multicast"] == 1, cfg
+                assert cfg["gemm_type"] == gemm_type
+
+
+# ----------------------------------------------------------------------------- GPU tier
+def make_grouped_inputs(num_groups: int, expected_m: int, n: int, k: int, seed: int):
+    """Random per-group row counts (U(0.7, 1.3) x expected, about one group in five empty), segments
+    aligned to the contiguous-layout alignment; returns the FP8 operands, both layouts and the segments."""
+    rng = random.Random(seed)
+    alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    sizes = [0 if rng.random() < 0.2 else int(expected_m * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
+    starts, ends, row = [], [], 0
+    for size in sizes:
+        starts.append(row)
+        ends.append(row + size)
+        row = align(row + size, alignment)
+    m = max(row, alignment)
+    a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)
+    a, sfa = per_token_cast_to_fp8(a_bf16)
+    b = torch.empty(num_groups, n, k, device="cuda", dtype=torch.float8_e4m3fn)
+    sfb = torch.empty(num_groups, ceil_div(n, 128), ceil_div(k, 128), device="cuda")
+    for g in range(num_groups):
+        b[g], sfb[g] = per_block_cast_to_fp8(b_bf16[g])
+    per_row = torch.full((m,), -1, device="cuda", dtype=torch.int32)
+    for g, (s, e) in enumerate(zip(starts, ends)):
+        per_row[s:e] = g
+    psum = torch.tensor(ends, device="cuda", dtype=torch.int32)
+    return a, sfa, b, sfb, per_row, psum, list(zip(starts, ends))
+
+
+def check_grouped(d, a, sfa, b, sfb, segments, case: str) -> None:
+    k = a.shape[1]
+    written = torch.zeros(d.shape[0], dtype=torch.bool, device="cuda")
+    for g, (s, e) in enumerate(segments):
+        if s == e:
+            continue
+        a_g = a[s:e].double() * sfa[s:e].double().repeat_interleave(128, dim=1)[:, :k]
+        sfb_g = sfb[g].double().repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[: b.shape[1], :k]
+        ref = a_g @ (b[g].double() * sfb_g).t()
+        diff = calc_diff(d[s:e], ref)
+        assert torch.isfinite(d[s:e]).all(), f"{case}: group {g} has unwritten rows"
+        assert diff < 5e-6, f"{case}: group {g} calc_diff vs float64 = {diff}"
+        written[s:e] = True
+    assert d[~written].isnan().all(), f"{case}: padding rows of d were written"
+
+
+@gpu
+@pytest.mark.parametrize("psum", [False, True], ids=["per_row", "psum"])
+@pytest.mark.parametrize(
+    ("num_groups", "expected_m", "n", "k"),
+    [(4, 1024, 4096, 7168), (8, 512, 7168, 2048), (32, 256, 2112, 7168), (64, 64, 576, 1040)],
+)
+def test_m_grouped_contiguous(monkeypatch, psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
+    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+    a, sfa, b, sfb, per_row, ends, segments = make_grouped_inputs(num_groups, expected_m, n, k, seed=num_groups + k)
+    d = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    layout = ends if psum else per_row
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum)
+    check_grouped(d, a, sfa, b, sfb, segments, f"G{num_groups}-m{expected_m}-n{n}-k{k}")
+    d2 = torch.full_like(d, float("nan"))
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d2, layout, use_psum_layout=psum)
+    assert torch.equal(d.nan_to_num(), d2.nan_to_num()), "two runs differ"
+
+
+@gpu
+def test_m_grouped_contiguous_bad_ids_are_padding(monkeypatch) -> None:
+    # Device-side ids out of range must not read or write out of bounds: their rows are treated as padding
+    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+    a, sfa, b, sfb, per_row, _, segments = make_grouped_inputs(4, 256, 1024, 512, seed=7)
+    bad = per_row.clone()
+    s, e = next(seg for seg in segments if seg[1] > seg[0])
+    bad[s:e] = 1000
+    d = torch.full((a.shape[0], 1024), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, bad)
+    torch.cuda.synchronize()
+    assert d[s:e].isnan().all()
+
+
+@gpu
+def test_m_grouped_contiguous_is_gated(monkeypatch) -> None:
+    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", raising=False)
+    a, sfa, b, sfb, per_row, _, _ = make_grouped_inputs(2, 128, 256, 256, seed=1)
+    d = torch.empty(a.shape[0], 256, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, per_row)
