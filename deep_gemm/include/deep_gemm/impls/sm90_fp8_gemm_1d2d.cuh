@@ -255,9 +255,9 @@ struct Sm90Fp8Gemm1d2d {
     }
 
     // partial = A_slice (64 x 128) * B_tile^T (128 x BLOCK_N) per 64-row slice, in four k32 steps: one
-    // committed wgmma group, not waited for.
+    // committed wgmma group, not waited for. `desc_a` / `desc_b`: descriptors of this warpgroup's rows of A
+    // and of B in stage 0.
     template <typename Registers>
-    // `desc_a` / `desc_b`: descriptors of this warpgroup's rows of A and of B in stage 0.
     __device__ __forceinline__ static void issue_mma(uint64_t desc_a, uint64_t desc_b, uint32_t stage,
                                                      Registers& partial) {
         fence_registers(partial);
