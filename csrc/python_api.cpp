@@ -105,6 +105,22 @@ PYBIND11_MODULE(_C, m) {
           "and expected_m_for_psum_layout are accepted for API compatibility (no effect: padding rows never\n"
           "reach valid outputs, and the config follows the total row count).\n"
           "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).");
+    m.def("m_grouped_fp8_gemm_nt_masked", &dg::apis::m_grouped_fp8_gemm_nt_masked, "a"_a, "b"_a, "d"_a, "masked_m"_a,
+          "expected_m"_a, "recipe"_a = py::none(), "recipe_a"_a = py::none(), "recipe_b"_a = py::none(),
+          "compiled_dims"_a = "nk", "disable_ue8m0_cast"_a = false,
+          "MoE decode GEMM over groups (experts) with per-group row counts on the device: for each group g,\n"
+          "D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T (SM90; aliases fp8_m_grouped_gemm_nt_masked,\n"
+          "m_grouped_fp8_fp4_gemm_nt_masked). IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises\n"
+          "NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          "a = (A, sfa): A float8_e4m3fn [G, max_m, K] (max_m a multiple of 64), K-major, groups stacked densely;\n"
+          "    sfa FP32 [G, max_m, ceil(K / 128)].\n"
+          "b = (B, sfb): B float8_e4m3fn [G, N, K], K-major; sfb FP32 [G, ceil(N / 128), ceil(K / 128)].\n"
+          "d: BF16 [G, max_m, N]; rows at or past masked_m[g] are not written.\n"
+          "masked_m: int32 [G] on the device, read by the kernel (no host sync, so the call can be captured in a\n"
+          "    CUDA graph and replayed with new counts); values are clamped to [0, max_m].\n"
+          "expected_m: a host hint of the typical rows per group, used only to choose the config.\n"
+          "recipe: (1, 128, 128) only. compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt.\n"
+          "Raises ValueError on a bad dtype, shape, stride or device (K must be positive).");
     m.def("fp8_gemm_nn",
           [](py::args, py::kwargs) {
               dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_nn", "transpose B to K-major ([N, K] contiguous)");
@@ -125,7 +141,7 @@ PYBIND11_MODULE(_C, m) {
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
              uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
              uint32_t grouped_alignment) {
-              DG_CHECK_INPUT(gemm_type <= 2, "gemm_type must be 0, 1 or 2, got {}", gemm_type);
+              DG_CHECK_INPUT(gemm_type <= 3, "gemm_type must be 0, 1, 2 or 3, got {}", gemm_type);
               const auto c = dg::kernels::get_fp8_gemm_config(
                   m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast, {block_m, block_n, num_splits},
                   per_row_sfb, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment);
@@ -143,8 +159,9 @@ PYBIND11_MODULE(_C, m) {
           "allow_multicast lets it pair tiles into 2-CTA clusters (default: the library's default, which\n"
           "DG_FP8_GEMM_MULTICAST=0/1 overrides at run time); block_m, block_n, num_splits force those choices\n"
           "as DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K do (0: the heuristic decides); per_row_sfb: recipe\n"
-          "(1, 1, 128); gemm_type: 0 normal, 1 m-grouped contiguous, 2 the same with the psum layout (m is then\n"
-          "the total row count, grouped_alignment the segment alignment). Raises ValueError when no config fits.");
+          "(1, 1, 128); gemm_type: 0 normal, 1 m-grouped contiguous, 2 the same with the psum layout, 3 m-grouped\n"
+          "masked (m is then the total, or groups x expected, row count; grouped_alignment the segment alignment\n"
+          "or the masked rows per group's). Raises ValueError when no config fits.");
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",

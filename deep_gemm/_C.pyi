@@ -53,6 +53,18 @@ def m_grouped_fp8_gemm_nt_contiguous(
     ensure_zero_padding: bool = True,
     expected_m_for_psum_layout: int | None = None,
 ) -> None: ...
+def m_grouped_fp8_gemm_nt_masked(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    recipe: Sequence[int] | None = None,
+    recipe_a: Sequence[int] | None = None,
+    recipe_b: Sequence[int] | None = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+) -> None: ...
 def fp8_gemm_nn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tt(*args: Any, **kwargs: Any) -> None: ...

@@ -23,6 +23,7 @@ from deep_gemm._C import (
     get_tma_aligned_size,
     kernel_families,
     m_grouped_fp8_gemm_nt_contiguous,
+    m_grouped_fp8_gemm_nt_masked,
     set_mk_alignment_for_contiguous_layout,
     set_num_sms,
     set_pdl,
@@ -33,6 +34,8 @@ from deep_gemm._C import (
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
 m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
+m_grouped_fp8_fp4_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
+fp8_m_grouped_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
 get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 
@@ -57,6 +60,9 @@ __all__ = [
     "kernel_families",
     "m_grouped_fp8_fp4_gemm_nt_contiguous",
     "m_grouped_fp8_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nt_masked",
+    "m_grouped_fp8_fp4_gemm_nt_masked",
+    "fp8_m_grouped_gemm_nt_masked",
     "set_mk_alignment_for_contiguous_layout",
     "set_num_sms",
     "set_pdl",

@@ -1,8 +1,9 @@
-"""m_grouped_fp8_gemm_nt_contiguous: input validation everywhere; on a GPU, every group's rows against a
-float64 reference of the dequantized inputs, padding rows of D untouched (per-row and psum layouts).
+"""m_grouped_fp8_gemm_nt_contiguous and m_grouped_fp8_gemm_nt_masked: input validation everywhere; on a GPU,
+every group's rows against a float64 reference of the dequantized inputs, rows that must not be written
+untouched (padding rows; rows past masked_m), CUDA-graph replay with new masked_m.
 
-The function is gated (NotImplementedError) until validated on a GPU; these tests set
-DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run it."""
+The functions are gated (NotImplementedError) until validated on a GPU; these tests set
+DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run them."""
 
 import random
 
@@ -77,10 +78,58 @@ def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
         deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, **kwargs)
 
 
+def masked_cpu_operands(num_groups: int = 2, max_m: int = 128, n: int = 128, k: int = 256):
+    a = torch.zeros(num_groups, max_m, k, dtype=torch.float8_e4m3fn)
+    sfa = torch.ones(num_groups, max_m, ceil_div(k, 128))
+    b = torch.zeros(num_groups, n, k, dtype=torch.float8_e4m3fn)
+    sfb = torch.ones(num_groups, ceil_div(n, 128), ceil_div(k, 128))
+    d = torch.empty(num_groups, max_m, n, dtype=torch.bfloat16)
+    return a, sfa, b, sfb, d, torch.zeros(num_groups, dtype=torch.int32)
+
+
+@pytest.mark.parametrize(
+    ("case", "pattern"),
+    [
+        ("a_2d", r"a\[0\] \(A\) must be 3-D"),
+        ("b_groups", r"b\[0\] \(B\) must be \[G, N, K\] with G = 2 and K = 256"),
+        ("max_m", r"max_m = 100\) must be a multiple of 64"),
+        ("d_shape", r"d must be \[G, max_m, N\] = \[2, 128, 128\]"),
+        ("sfa_shape", r"a\[1\] \(sfa\) must be \[G, max_m, ceil\(K/128\)\] = \[2, 128, 2\]"),
+        ("masked_dtype", r"masked_m must have dtype torch.int32"),
+        ("masked_shape", r"masked_m must be a contiguous int32 \[G\] = \[2\]"),
+        ("expected_m", r"expected_m must be positive"),
+        ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
+    ],
+)
+def test_masked_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
+    a, sfa, b, sfb, d, masked_m = masked_cpu_operands()
+    expected_m = 64
+    if case == "a_2d":
+        a = a[0]
+    elif case == "b_groups":
+        b = torch.zeros(3, 128, 256, dtype=torch.float8_e4m3fn)
+    elif case == "max_m":
+        a, sfa, d = a[:, :100], sfa[:, :100], d[:, :100]
+    elif case == "d_shape":
+        d = d[:, :, :64]
+    elif case == "sfa_shape":
+        sfa = sfa[:, :, :1]
+    elif case == "masked_dtype":
+        masked_m = masked_m.long()
+    elif case == "masked_shape":
+        masked_m = torch.zeros(3, dtype=torch.int32)
+    elif case == "expected_m":
+        expected_m = 0
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)
+
+
 def test_alias_and_heuristic() -> None:
+    assert deep_gemm.fp8_m_grouped_gemm_nt_masked is deep_gemm.m_grouped_fp8_gemm_nt_masked
+    assert deep_gemm.m_grouped_fp8_fp4_gemm_nt_masked is deep_gemm.m_grouped_fp8_gemm_nt_masked
     assert deep_gemm.m_grouped_fp8_fp4_gemm_nt_contiguous is deep_gemm.m_grouped_fp8_gemm_nt_contiguous
     config = deep_gemm._C.get_fp8_gemm_config
-    for gemm_type in (1, 2):
+    for gemm_type in (1, 2, 3):
         for alignment in (64, 128, 256):
             for m, n, k in ((8192, 4096, 7168), (16384, 7168, 2048), (512, 576, 7168)):
                 cfg = config(m, n, k, gemm_type=gemm_type, grouped_alignment=alignment, allow_multicast=True)
@@ -172,3 +221,66 @@ def test_m_grouped_contiguous_is_gated(monkeypatch) -> None:
     d = torch.empty(a.shape[0], 256, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
         deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, per_row)
+
+
+def make_masked_inputs(num_groups: int, max_m: int, n: int, k: int):
+    a_bf16 = torch.randn(num_groups, max_m, k, device="cuda", dtype=torch.bfloat16)
+    b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)
+    a, sfa = per_token_cast_to_fp8(a_bf16.view(-1, k))
+    a, sfa = a.view(num_groups, max_m, k), sfa.view(num_groups, max_m, -1)
+    b = torch.empty(num_groups, n, k, device="cuda", dtype=torch.float8_e4m3fn)
+    sfb = torch.empty(num_groups, ceil_div(n, 128), ceil_div(k, 128), device="cuda")
+    for g in range(num_groups):
+        b[g], sfb[g] = per_block_cast_to_fp8(b_bf16[g])
+    return a, sfa, b, sfb
+
+
+def check_masked(d, a, sfa, b, sfb, masked_m: list[int], case: str) -> None:
+    k = a.shape[2]
+    for g, rows in enumerate(masked_m):
+        rows = max(0, min(rows, a.shape[1]))
+        if rows:
+            a_g = a[g, :rows].double() * sfa[g, :rows].double().repeat_interleave(128, dim=1)[:, :k]
+            sfb_g = sfb[g].double().repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[: b.shape[1], :k]
+            ref = a_g @ (b[g].double() * sfb_g).t()
+            assert torch.isfinite(d[g, :rows]).all(), f"{case}: group {g} has unwritten rows"
+            diff = calc_diff(d[g, :rows], ref)
+            assert diff < 5e-6, f"{case}: group {g} calc_diff vs float64 = {diff}"
+        assert d[g, rows:].isnan().all(), f"{case}: group {g} rows past masked_m were written"
+
+
+@gpu
+@pytest.mark.parametrize(("num_groups", "expected_m"), [(32, 192), (6, 1024), (32, 20), (6, 20), (16, 1)])
+def test_m_grouped_masked(monkeypatch, num_groups: int, expected_m: int) -> None:
+    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+    rng = random.Random(num_groups * 1000 + expected_m)
+    max_m, n, k = 4096, 4096, 7168
+    a, sfa, b, sfb = make_masked_inputs(num_groups, max_m, n, k)
+    counts = [0 if rng.random() < 0.15 else min(max_m, int(expected_m * rng.uniform(0.7, 1.3)) + 1)
+              for _ in range(num_groups)]
+    masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+    d = torch.full((num_groups, max_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)
+    check_masked(d, a, sfa, b, sfb, counts, f"G{num_groups}-m{expected_m}")
+
+
+@gpu
+def test_m_grouped_masked_graph_replay_and_clamping(monkeypatch) -> None:
+    # Captured once, replayed with new counts (read on the device); counts past max_m are clamped
+    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+    num_groups, max_m, n, k = 4, 256, 1024, 1024
+    a, sfa, b, sfb = make_masked_inputs(num_groups, max_m, n, k)
+    sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa.view(-1, sfa.shape[2])).view(num_groups, max_m, -1)
+    masked_m = torch.tensor([100, 0, 256, 37], device="cuda", dtype=torch.int32)
+    d = torch.full((num_groups, max_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 100)  # warm-up (compiles)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 100)
+    for counts in ([1, 255, 0, 128], [300, 64, 7, -5]):
+        masked_m.copy_(torch.tensor(counts, dtype=torch.int32))
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_masked(d, a, sfa, b, sfb, counts, f"replay {counts}")

@@ -31,6 +31,7 @@ GEMM_CONFIGS = [
     # m-grouped contiguous: per-row group ids, and the psum layout
     dict(shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, gemm_type=1),
     dict(shape_n=7168, shape_k=2048, block_m=64, block_n=112, num_stages=6, gemm_type=2),
+    dict(shape_n=4096, shape_k=7168, block_m=64, block_n=128, num_stages=6, gemm_type=3),  # masked
 ]
 
 

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "../jit/device_runtime.hpp"
 #include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
@@ -101,6 +102,91 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     args.grouped_layout = &grouped_layout;
     args.num_groups = static_cast<uint32_t>(num_groups);
     args.grouped_alignment = static_cast<uint32_t>(alignment);
+    kernels::Sm90Fp8Gemm1d2dRunner::run(args);
+}
+
+// For each group g, the first masked_m[g] rows: D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T (MoE decode);
+// masked_m stays on the device (no host sync: the call can be captured in a CUDA graph).
+inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorPair& b_pair, const at::Tensor& d,
+                                         const at::Tensor& masked_m, int64_t expected_m, const Recipe& recipe,
+                                         const Recipe& recipe_a, const Recipe& recipe_b,
+                                         const std::string& compiled_dims, bool disable_ue8m0_cast) {
+    (void)disable_ue8m0_cast;  // SM90 takes FP32 scales
+    const auto& [a, sfa_in] = a_pair;
+    const auto& [b, sfb_in] = b_pair;
+    for (const auto& [t, name]: {std::pair{&a, "a[0] (A)"}, {&b, "b[0] (B)"}}) {
+        check_defined(*t, name);
+        check_dim(*t, 3, name);
+        check_dtype(*t, at::kFloat8_e4m3fn, name);
+        check_k_major_tma(*t, name);
+    }
+    const int64_t num_groups = a.size(0), max_m = a.size(1), k = a.size(2), n = b.size(1);
+    DG_CHECK_INPUT(b.size(0) == num_groups && b.size(2) == k, "b[0] (B) must be [G, N, K] with G = {} and K = {} "
+                   "(A's), got a {}", num_groups, k, describe(b));
+    DG_CHECK_INPUT(num_groups >= 1, "a[0] (A) must hold at least one group, got a {}", describe(a));
+    DG_CHECK_INPUT(max_m % 64 == 0, "A's rows per group (max_m = {}) must be a multiple of 64", max_m);
+    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
+    for (const auto& [t, rows, name]: {std::tuple{&a, max_m, "a[0] (A)"}, {&b, n, "b[0] (B)"}})
+        DG_CHECK_INPUT(t->stride(0) == rows * t->stride(1) || num_groups == 1,
+                       "{}: the groups must be stacked densely (stride 0 = rows * stride 1), got a {}", name, describe(*t));
+    check_defined(d, "d");
+    check_dim(d, 3, "d");
+    check_dtype(d, at::kBFloat16, "d");
+    DG_CHECK_INPUT(d.size(0) == num_groups && d.size(1) == max_m && d.size(2) == n,
+                   "d must be [G, max_m, N] = [{}, {}, {}], got a {}", num_groups, max_m, n, describe(d));
+    DG_CHECK_INPUT(d.stride(2) == 1 && (d.stride(0) == max_m * d.stride(1) || num_groups == 1),
+                   "d must be row-major with its groups stacked densely, got a {}", describe(d));
+    DG_CHECK_INPUT(num_groups * max_m <= INT32_MAX && num_groups * n <= INT32_MAX && k <= INT32_MAX,
+                   "G * max_m, G * N and K must each be below 2^31");
+    DG_CHECK_INPUT(expected_m > 0, "expected_m must be positive (a hint of the rows per group), got {}", expected_m);
+    const auto cdims = parse_compiled_dims(compiled_dims);
+    const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);
+    DG_CHECK_INPUT(gran_m == 1 && gran_n == 128 && gran_k == 128,
+                   "recipe must be (1, 128, 128) for m-grouped GEMMs on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
+
+    const int64_t sf_k = (k + 127) / 128, sf_n = (n + 127) / 128;
+    check_defined(sfa_in, "a[1] (sfa)");
+    check_dtype(sfa_in, at::kFloat, "a[1] (sfa)");
+    DG_CHECK_INPUT(sfa_in.dim() == 3 && sfa_in.size(0) == num_groups && sfa_in.size(1) == max_m && sfa_in.size(2) == sf_k,
+                   "a[1] (sfa) must be [G, max_m, ceil(K/128)] = [{}, {}, {}], got a {}", num_groups, max_m, sf_k,
+                   describe(sfa_in));
+    check_defined(sfb_in, "b[1] (sfb)");
+    check_dtype(sfb_in, at::kFloat, "b[1] (sfb)");
+    DG_CHECK_INPUT(sfb_in.dim() == 3 && sfb_in.size(0) == num_groups && sfb_in.size(1) == sf_n && sfb_in.size(2) == sf_k,
+                   "b[1] (sfb) must be [G, ceil(N/128), ceil(K/128)] = [{}, {}, {}], got a {}", num_groups, sf_n, sf_k,
+                   describe(sfb_in));
+    check_defined(masked_m, "masked_m");
+    check_dtype(masked_m, at::kInt, "masked_m");
+    DG_CHECK_INPUT(masked_m.dim() == 1 && masked_m.size(0) == num_groups && (masked_m.stride(0) == 1 || num_groups == 1),
+                   "masked_m must be a contiguous int32 [G] = [{}], got a {}", num_groups, describe(masked_m));
+
+    // Devices last
+    check_cuda(a, "a[0] (A)");
+    for (const auto& [t, name]: {std::pair{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
+                                 {&masked_m, "masked_m"}}) {
+        check_cuda(*t, name);
+        check_same_device(*t, a, name, "a[0] (A)");
+    }
+    check_sm90(a, "m_grouped_fp8_gemm_nt_masked");
+    if (!get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
+        throw NotImplementedError("m_grouped_fp8_gemm_nt_masked is implemented but not yet validated on a GPU; set "
+                                  "DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run it anyway");
+    const jit::DeviceScope device_scope(a.device().index());
+    if (n == 0 || max_m == 0)
+        return;
+
+    // The groups flattened: A [G * max_m, K], D [G * max_m, N], sfa [G * max_m, ceil(K/128)]
+    const at::Tensor a_flat = a.view({num_groups * max_m, k});
+    const at::Tensor d_flat = d.view({num_groups * max_m, n});
+    const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in.reshape({num_groups * max_m, sf_k}));
+    const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
+    kernels::Fp8GemmArgs args{a_flat, sfa, b, sfb, d_flat, nullptr, false, cdims.m, cdims.n, cdims.k};
+    args.gemm_type = kernels::GemmType::kMGroupedMasked;
+    args.grouped_layout = &masked_m;
+    args.num_groups = static_cast<uint32_t>(num_groups);
+    args.grouped_alignment = max_m % 128 == 0 ? 128 : 64;  // BLOCK_M must divide max_m
+    args.max_m = static_cast<uint32_t>(max_m);
+    args.config_m = static_cast<uint32_t>(std::min<int64_t>(num_groups * std::min(expected_m, max_m), INT32_MAX));
     kernels::Sm90Fp8Gemm1d2dRunner::run(args);
 }
 

@@ -25,12 +25,13 @@
 namespace dg::kernels {
 
 // The kernel's GemmType (deep_gemm/include/deep_gemm/scheduler/gemm_scheduler.cuh).
-enum class GemmType : uint32_t { kNormal = 0, kMGroupedContiguous = 1, kMGroupedContiguousPsum = 2 };
+enum class GemmType : uint32_t { kNormal = 0, kMGroupedContiguous = 1, kMGroupedContiguousPsum = 2, kMGroupedMasked = 3 };
 
 inline const char* gemm_type_name(GemmType type) {
     switch (type) {
         case GemmType::kMGroupedContiguous: return "GemmType::kMGroupedContiguous";
         case GemmType::kMGroupedContiguousPsum: return "GemmType::kMGroupedContiguousPsum";
+        case GemmType::kMGroupedMasked: return "GemmType::kMGroupedMasked";
         default: return "GemmType::kNormal";
     }
 }
@@ -166,8 +167,9 @@ constexpr uint32_t kMaxSplits = 16;
 constexpr uint32_t kMinKBlocksPerSplit = 2;
 
 // per_row_sfb: recipe (1, 1, 128) (FP32 D written directly: no TMA store, no split-K).
-// gemm_type: m-grouped contiguous layouts take BLOCK_M dividing `grouped_alignment` (a row block never
-// spans two groups) and neither split-K nor multicast; `m` is then the total row count.
+// gemm_type: m-grouped layouts take BLOCK_M dividing `grouped_alignment` (a row block never spans two
+// groups: the contiguous segments' alignment, or the masked layout's rows per group) and neither split-K
+// nor multicast; `m` is then the total (contiguous) or expected (masked: groups x expected_m) row count.
 inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
                                          bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
                                          const Fp8GemmOverrides& forced = {}, bool per_row_sfb = false,

@@ -55,8 +55,8 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     c.num_splits = get("num_splits", 1);
     c.per_row_sfb = get("per_row_sfb", 0) != 0;
     c.gemm_type = static_cast<GemmType>(get("gemm_type", 0));
-    DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 2, "gemm_type must be 0 (normal), 1 (m-grouped contiguous) or "
-                   "2 (m-grouped contiguous, psum layout)");
+    DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 3, "gemm_type must be 0 (normal), 1 (m-grouped contiguous), "
+                   "2 (m-grouped contiguous, psum layout) or 3 (m-grouped masked)");
     c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.per_row_sfb) != 0;
     c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
     c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.per_row_sfb);
@@ -76,10 +76,14 @@ struct Fp8GemmArgs {
     bool compile_m, compile_n, compile_k;
     // M-grouped contiguous (then B is [G, N, K] and sfb [G, ceil(N/128), ceil(K/128)]): the layout tensor
     // (int32 [M] group ids, or [G] cumulative ends) and the segment alignment
+    // Masked (A [G * max_m, K], D [G * max_m, N]): the layout tensor is masked_m [G]; config_m is the row
+    // count the heuristic plans for (G x expected_m), 0 for the real one.
     GemmType gemm_type = GemmType::kNormal;
     const at::Tensor* grouped_layout = nullptr;
     uint32_t num_groups = 1;
     uint32_t grouped_alignment = 128;
+    uint32_t max_m = 0;
+    uint32_t config_m = 0;
 };
 
 // Mirrors deep_gemm::GroupedLayout (a kernel parameter passed by value).
@@ -87,8 +91,9 @@ struct GroupedLayoutParam {
     const int32_t* data;
     uint32_t num_groups;
     uint32_t alignment;
+    uint32_t max_m;
 };
-static_assert(sizeof(GroupedLayoutParam) == 16);
+static_assert(sizeof(GroupedLayoutParam) == 24);
 
 class Sm90Fp8Gemm1d2dRunner {
 public:
@@ -107,7 +112,8 @@ public:
         const int64_t sfb_stride = !args.per_row_sfb ? 0 : args.sfb.size(1) > 1 ? args.sfb.stride(1) : (n + 3) / 4 * 4;
         const Signature sig{device, m, n, k, args.a.stride(0), args.b.stride(args.b.dim() - 2), args.d.stride(0),
                             sfa_stride, sfb_stride, num_sms, use_tma_store, args.per_row_sfb, args.compile_m,
-                            args.compile_n, args.compile_k, args.gemm_type, args.num_groups, args.grouped_alignment};
+                            args.compile_n, args.compile_k, args.gemm_type, args.num_groups, args.grouped_alignment,
+                            args.max_m, args.config_m};
         Plan& plan = get_plan(sig, args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
@@ -139,7 +145,7 @@ public:
         uint32_t ldc = args.c != nullptr ? static_cast<uint32_t>(args.c->stride(0)) : 0;
         GroupedLayoutParam grouped_layout{
             args.grouped_layout != nullptr ? args.grouped_layout->data_ptr<int32_t>() : nullptr, args.num_groups,
-            args.grouped_alignment};
+            args.grouped_alignment, args.max_m};
         const uint32_t num_splits = plan.config.num_splits;
         if (num_splits == 1) {
             float* workspace = nullptr;
@@ -165,7 +171,7 @@ private:
         int num_sms;
         bool use_tma_store, per_row_sfb, compile_m, compile_n, compile_k;
         GemmType gemm_type;
-        uint32_t num_groups, grouped_alignment;
+        uint32_t num_groups, grouped_alignment, max_m, config_m;
         bool operator==(const Signature&) const = default;
     };
     struct SignatureHash {
@@ -174,7 +180,7 @@ private:
             const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
             mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.sfa_stride);
             mix(s.sfb_stride), mix(s.num_sms), mix(static_cast<uint32_t>(s.gemm_type)), mix(s.num_groups);
-            mix(s.grouped_alignment);
+            mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m);
             mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.per_row_sfb << 4));
             return h;
         }
@@ -202,9 +208,11 @@ private:
 
         auto plan = std::make_unique<Plan>();
         auto& c = plan->config;
-        c = get_fp8_gemm_config(sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n,
+        c = get_fp8_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store,
+                                sig.compile_m, sig.compile_n,
                                 sig.compile_k, multicast_enabled(), forced_config(), sig.per_row_sfb, sig.gemm_type,
                                 sig.grouped_alignment);
+        c.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
 
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);

@@ -39,10 +39,11 @@
 //   FP32 partial sums straight from registers into workspace[split][M][N]; a second kernel
 //   (smxx_splitk_reduce) adds the kNumSplits partials in a fixed order into D (deterministic).
 // Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
-// M-grouped contiguous (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] and sfb as
-//   [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (skipping padding blocks),
-//   the producer offsets B's rows and the sfb loader its scales by the group; tiles with padding rows
-//   are stored directly with a per-row check, whole ones through TMA.
+// M-grouped (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] and sfb as
+//   [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous: skipping
+//   padding blocks; masked: A and D [groups * max_m, ...], walking each group's masked_m rows), the
+//   producer offsets B's rows and the sfb loader its scales by the group; tiles with rows that must not
+//   be written are stored directly with a per-row check, whole ones through TMA.
 // Limits: BLOCK_M in {64, 128, 256}; BLOCK_N a multiple of 16 (TMA store) or 8, at most 256;
 //   K a multiple of 16 (TMA strides); the tails of M, N, K are zero-filled by TMA loads and clipped
 //   by the TMA store.
@@ -415,7 +416,7 @@ struct Sm90Fp8Gemm1d2d {
         const uint32_t last_row = min(tile.m_block * BLOCK_M + BLOCK_M, shape_m) - 1;
         if constexpr (kGemmType == GemmType::kMGroupedContiguous)
             return __ldg(layout.data + last_row) == static_cast<int32_t>(tile.group);
-        else if constexpr (kGemmType == GemmType::kMGroupedContiguousPsum)
+        else if constexpr (kGemmType == GemmType::kMGroupedContiguousPsum || kGemmType == GemmType::kMGroupedMasked)
             return last_row < tile.row_end;
         else
             return true;

@@ -18,13 +18,22 @@
 // (kMGroupedContiguousPsum: group g spans [align(end[g-1], alignment), end[g])). Padding blocks are
 // skipped by every role alike; `tile.row_end` bounds the rows the epilogue may write (the per-row
 // layout's padding rows are checked row by row).
+// M-grouped masked GEMMs (kMGroupedMasked, MoE decode): A and D are [groups, max_m, ...] viewed as
+// [groups * max_m, ...] (max_m a multiple of BLOCK_M), and only the first masked_m[g] rows of group g
+// count (read on the device, clamped to max_m): the units are walked group after group, each group
+// contributing ceil(masked_m[g] / BLOCK_M) x #column blocks tiles, with a cursor that only moves forward.
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
 
 namespace deep_gemm {
 
-enum class GemmType : uint32_t { kNormal = 0, kMGroupedContiguous = 1, kMGroupedContiguousPsum = 2 };
+enum class GemmType : uint32_t {
+    kNormal = 0,
+    kMGroupedContiguous = 1,
+    kMGroupedContiguousPsum = 2,
+    kMGroupedMasked = 3,
+};
 
 struct GemmTile {
     uint32_t m_block, n_block;
@@ -36,9 +45,10 @@ struct GemmTile {
 
 // The device-side description of an m-grouped layout (unused by normal GEMMs).
 struct GroupedLayout {
-    const int32_t* data;     // per-row group ids [M], or cumulative end rows [num_groups]
+    const int32_t* data;     // per-row group ids [M], cumulative end rows [num_groups], or masked_m [num_groups]
     uint32_t num_groups;
-    uint32_t alignment;      // segment start alignment (rows)
+    uint32_t alignment;      // contiguous: segment start alignment (rows)
+    uint32_t max_m;          // masked: rows per group in A and D
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumGroupN, uint32_t kNumMulticast, bool kIsMulticastOnA,
@@ -56,6 +66,8 @@ struct GemmScheduler {
     uint32_t rank;
     uint32_t shape_m;
     GroupedLayout layout;
+    // Masked mode's cursor: the group holding unit `first_unit` .. `first_unit + group_units - 1`
+    uint32_t num_n_blocks, cur_group = 0, first_unit = 0, group_units = 0, group_m_blocks = 0;
 
     __device__ __forceinline__ GemmScheduler(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks,
                                              uint32_t cta_rank, GroupedLayout grouped_layout = {}) {
@@ -71,6 +83,18 @@ struct GemmScheduler {
         rank = cta_rank;
         this->shape_m = shape_m;
         layout = grouped_layout;
+        this->num_n_blocks = num_n_blocks;
+        if constexpr (kGemmType == GemmType::kMGroupedMasked)
+            enter_group(0);
+    }
+
+    // Masked mode: make group g current (its tile count from masked_m, clamped to [0, max_m]).
+    __device__ __forceinline__ void enter_group(uint32_t g) {
+        cur_group = g;
+        const int32_t rows = g < layout.num_groups ? __ldg(layout.data + g) : 0;
+        const uint32_t valid = static_cast<uint32_t>(max(0, min(rows, static_cast<int32_t>(layout.max_m))));
+        group_m_blocks = ceil_div(valid, BLOCK_M);
+        group_units = group_m_blocks * num_n_blocks;
     }
 
     // The next unit of this CTA; false when none is left. Padding row blocks of grouped GEMMs are skipped.
@@ -86,6 +110,8 @@ struct GemmScheduler {
     // treated as padding: nothing is read or written for it).
     __device__ __forceinline__ bool find_group(GemmTile& tile) const {
         const uint32_t row = tile.m_block * BLOCK_M;
+        if constexpr (kGemmType == GemmType::kMGroupedMasked)
+            return true;  // set by next_unit
         tile.group = 0;
         tile.row_end = shape_m;
         if constexpr (kGemmType == GemmType::kMGroupedContiguous) {
@@ -114,6 +140,8 @@ struct GemmScheduler {
     }
 
     __device__ __forceinline__ bool next_unit(GemmTile& tile) {
+        if constexpr (kGemmType == GemmType::kMGroupedMasked)
+            return next_masked_unit(tile);
         if (unit_idx >= num_units)
             return false;
         const uint32_t split = unit_idx % kNumSplits;
@@ -139,6 +167,29 @@ struct GemmScheduler {
         tile.k_begin = split * num_k_blocks / kNumSplits;
         tile.k_end = (split + 1) * num_k_blocks / kNumSplits;
         unit_idx += gridDim.x / kNumMulticast;
+        return true;
+    }
+
+    // Masked mode: move the cursor forward to the group holding unit_idx, then place the tile in it
+    // (column blocks fastest, so that the CTAs running together share the group's rows of A).
+    __device__ __forceinline__ bool next_masked_unit(GemmTile& tile) {
+        while (unit_idx >= first_unit + group_units) {
+            if (cur_group + 1 >= layout.num_groups)
+                return false;
+            first_unit += group_units;
+            enter_group(cur_group + 1);
+        }
+        const uint32_t local = unit_idx - first_unit;
+        const uint32_t m_in_group = local / num_n_blocks;
+        tile.n_block = local % num_n_blocks;
+        tile.m_block = cur_group * (layout.max_m / BLOCK_M) + m_in_group;
+        tile.group = cur_group;
+        const int32_t rows = __ldg(layout.data + cur_group);
+        tile.row_end = cur_group * layout.max_m + static_cast<uint32_t>(min(rows, static_cast<int32_t>(layout.max_m)));
+        tile.split = 0;
+        tile.k_begin = 0;
+        tile.k_end = num_k_blocks;
+        unit_idx += gridDim.x;
         return true;
     }
 };
