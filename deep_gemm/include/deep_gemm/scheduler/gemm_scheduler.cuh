@@ -185,7 +185,7 @@ struct GemmScheduler {
         tile.m_block = cur_group * (layout.max_m / BLOCK_M) + m_in_group;
         tile.group = cur_group;
         const int32_t rows = __ldg(layout.data + cur_group);
-        tile.row_end = cur_group * layout.max_m + static_cast<uint32_t>(min(rows, static_cast<int32_t>(layout.max_m)));
+        tile.row_end = cur_group * layout.max_m + static_cast<uint32_t>(max(0, min(rows, static_cast<int32_t>(layout.max_m))));
         tile.split = 0;
         tile.k_begin = 0;
         tile.k_end = num_k_blocks;
