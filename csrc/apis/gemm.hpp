@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -60,6 +61,32 @@ inline void check_fp8_operand(const at::Tensor& t, const char* name) {
     check_k_major_tma(t, name);
 }
 
+// An FP32 scale tensor of exactly `sizes` (`layout` names them in the message, e.g. "[M, ceil(K/128)]").
+inline void check_scales(const at::Tensor& sf, const char* name, std::initializer_list<int64_t> sizes,
+                         const char* layout, const std::string& note = "") {
+    check_defined(sf, name);
+    check_dtype(sf, at::kFloat, name);
+    DG_CHECK_INPUT(sf.sizes().equals(sizes), "{} must be {} = [{}]{}, got a {}", name, layout, fmt::join(sizes, ", "),
+                   note, describe(sf));
+}
+
+// Every tensor on a CUDA device, the same as `a`'s (checked after everything checkable on the host).
+inline void check_same_cuda_device(const at::Tensor& a, const char* a_name,
+                                   std::initializer_list<std::pair<const at::Tensor*, const char*>> others) {
+    check_cuda(a, a_name);
+    for (const auto& [t, name]: others) {
+        check_cuda(*t, name);
+        check_same_device(*t, a, name, a_name);
+    }
+}
+
+// Features implemented but not yet run on a GPU raise until DG_FP8_GEMM_ALLOW_UNVALIDATED=1.
+inline void require_validated_or_opt_in(const std::string& what) {
+    if (!get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
+        throw NotImplementedError(fmt::format("{} is implemented but not yet validated on a GPU; set "
+                                              "DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run it anyway", what));
+}
+
 inline void check_sm90(const at::Tensor& t, const char* fn) {
     const int major = jit::DeviceRuntime::instance().properties(t.device().index()).major;
     if (major != 9)
@@ -110,32 +137,17 @@ inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, cons
 
     const int64_t sf_k = (k + 127) / 128;
     const int64_t sfb_rows = per_row_sfb ? n : (n + 127) / 128;
-    check_defined(sfa_in, "a[1] (sfa)");
-    check_dtype(sfa_in, at::kFloat, "a[1] (sfa)");
-    DG_CHECK_INPUT(sfa_in.dim() == 2 && sfa_in.size(0) == m && sfa_in.size(1) == sf_k,
-                   "a[1] (sfa) must be [M, ceil(K/128)] = [{}, {}], got a {}", m, sf_k, describe(sfa_in));
-    check_defined(sfb_in, "b[1] (sfb)");
-    check_dtype(sfb_in, at::kFloat, "b[1] (sfb)");
-    DG_CHECK_INPUT(sfb_in.dim() == 2 && sfb_in.size(0) == sfb_rows && sfb_in.size(1) == sf_k,
-                   "b[1] (sfb) must be {} = [{}, {}] for recipe ({}, {}, {}), got a {}",
-                   per_row_sfb ? "[N, ceil(K/128)]" : "[ceil(N/128), ceil(K/128)]", sfb_rows, sf_k, gran_m, gran_n,
-                   gran_k, describe(sfb_in));
+    check_scales(sfa_in, "a[1] (sfa)", {m, sf_k}, "[M, ceil(K/128)]");
+    check_scales(sfb_in, "b[1] (sfb)", {sfb_rows, sf_k}, per_row_sfb ? "[N, ceil(K/128)]" : "[ceil(N/128), ceil(K/128)]",
+                 fmt::format(" for recipe ({}, {}, {})", gran_m, gran_n, gran_k));
 
     // Devices last
-    check_cuda(a, "a[0] (A)");
-    for (const auto& [t, name]: {std::pair{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"}}) {
-        check_cuda(*t, name);
-        check_same_device(*t, a, name, "a[0] (A)");
-    }
-    if (c.has_value()) {
-        check_cuda(*c, "c");
-        check_same_device(*c, a, "c", "a[0] (A)");
-    }
+    check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"}});
+    if (c.has_value())
+        check_same_cuda_device(a, "a[0] (A)", {{&*c, "c"}});
     check_sm90(a, "fp8_gemm_nt");
-    if (per_row_sfb && !get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
-        throw NotImplementedError("fp8_gemm_nt: recipe (1, 1, 128) (per-row B scales, FP32 output, optional C) is "
-                                  "implemented but not yet validated on a GPU; set DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to "
-                                  "run it anyway, or use recipe (1, 128, 128)");
+    if (per_row_sfb)
+        require_validated_or_opt_in("fp8_gemm_nt with recipe (1, 1, 128) (per-row B scales, FP32 output, optional C)");
     const jit::DeviceScope device_scope(a.device().index());
 
     if (m == 0 || n == 0)

@@ -53,15 +53,8 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
                    "recipe must be (1, 128, 128) for m-grouped GEMMs on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
 
     const int64_t sf_k = (k + 127) / 128, sf_n = (n + 127) / 128;
-    check_defined(sfa_in, "a[1] (sfa)");
-    check_dtype(sfa_in, at::kFloat, "a[1] (sfa)");
-    DG_CHECK_INPUT(sfa_in.dim() == 2 && sfa_in.size(0) == m && sfa_in.size(1) == sf_k,
-                   "a[1] (sfa) must be [M, ceil(K/128)] = [{}, {}], got a {}", m, sf_k, describe(sfa_in));
-    check_defined(sfb_in, "b[1] (sfb)");
-    check_dtype(sfb_in, at::kFloat, "b[1] (sfb)");
-    DG_CHECK_INPUT(sfb_in.dim() == 3 && sfb_in.size(0) == num_groups && sfb_in.size(1) == sf_n && sfb_in.size(2) == sf_k,
-                   "b[1] (sfb) must be [G, ceil(N/128), ceil(K/128)] = [{}, {}, {}], got a {}", num_groups, sf_n, sf_k,
-                   describe(sfb_in));
+    check_scales(sfa_in, "a[1] (sfa)", {m, sf_k}, "[M, ceil(K/128)]");
+    check_scales(sfb_in, "b[1] (sfb)", {num_groups, sf_n, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
 
     const int64_t alignment = jit::DeviceRuntime::instance().mk_alignment();
     check_defined(grouped_layout, "grouped_layout");
@@ -81,16 +74,10 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
                    "grouped_layout must be contiguous, got a {}", describe(grouped_layout));
 
     // Devices last
-    check_cuda(a, "a[0] (A)");
-    for (const auto& [t, name]: {std::pair{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
-                                 {&grouped_layout, "grouped_layout"}}) {
-        check_cuda(*t, name);
-        check_same_device(*t, a, name, "a[0] (A)");
-    }
+    check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
+                                           {&grouped_layout, "grouped_layout"}});
     check_sm90(a, "m_grouped_fp8_gemm_nt_contiguous");
-    if (!get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
-        throw NotImplementedError("m_grouped_fp8_gemm_nt_contiguous is implemented but not yet validated on a GPU; set "
-                                  "DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run it anyway");
+    require_validated_or_opt_in("m_grouped_fp8_gemm_nt_contiguous");
     const jit::DeviceScope device_scope(a.device().index());
 
     if (m == 0 || n == 0)
@@ -145,32 +132,18 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
                    "recipe must be (1, 128, 128) for m-grouped GEMMs on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
 
     const int64_t sf_k = (k + 127) / 128, sf_n = (n + 127) / 128;
-    check_defined(sfa_in, "a[1] (sfa)");
-    check_dtype(sfa_in, at::kFloat, "a[1] (sfa)");
-    DG_CHECK_INPUT(sfa_in.dim() == 3 && sfa_in.size(0) == num_groups && sfa_in.size(1) == max_m && sfa_in.size(2) == sf_k,
-                   "a[1] (sfa) must be [G, max_m, ceil(K/128)] = [{}, {}, {}], got a {}", num_groups, max_m, sf_k,
-                   describe(sfa_in));
-    check_defined(sfb_in, "b[1] (sfb)");
-    check_dtype(sfb_in, at::kFloat, "b[1] (sfb)");
-    DG_CHECK_INPUT(sfb_in.dim() == 3 && sfb_in.size(0) == num_groups && sfb_in.size(1) == sf_n && sfb_in.size(2) == sf_k,
-                   "b[1] (sfb) must be [G, ceil(N/128), ceil(K/128)] = [{}, {}, {}], got a {}", num_groups, sf_n, sf_k,
-                   describe(sfb_in));
+    check_scales(sfa_in, "a[1] (sfa)", {num_groups, max_m, sf_k}, "[G, max_m, ceil(K/128)]");
+    check_scales(sfb_in, "b[1] (sfb)", {num_groups, sf_n, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
     check_defined(masked_m, "masked_m");
     check_dtype(masked_m, at::kInt, "masked_m");
     DG_CHECK_INPUT(masked_m.dim() == 1 && masked_m.size(0) == num_groups && (masked_m.stride(0) == 1 || num_groups == 1),
                    "masked_m must be a contiguous int32 [G] = [{}], got a {}", num_groups, describe(masked_m));
 
     // Devices last
-    check_cuda(a, "a[0] (A)");
-    for (const auto& [t, name]: {std::pair{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
-                                 {&masked_m, "masked_m"}}) {
-        check_cuda(*t, name);
-        check_same_device(*t, a, name, "a[0] (A)");
-    }
+    check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
+                                           {&masked_m, "masked_m"}});
     check_sm90(a, "m_grouped_fp8_gemm_nt_masked");
-    if (!get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
-        throw NotImplementedError("m_grouped_fp8_gemm_nt_masked is implemented but not yet validated on a GPU; set "
-                                  "DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run it anyway");
+    require_validated_or_opt_in("m_grouped_fp8_gemm_nt_masked");
     const jit::DeviceScope device_scope(a.device().index());
     if (n == 0 || max_m == 0)
         return;
