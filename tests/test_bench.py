@@ -8,6 +8,7 @@ import deep_gemm
 from deep_gemm.bench import BenchOptions, Suite, SuiteReport, get_suite, register_suite, suite_names
 from deep_gemm.bench.__main__ import main
 from deep_gemm.bench.fp8_gemm import DENSE_SHAPES, parse_mnk
+from deep_gemm.bench.grouped import CONTIGUOUS_SHAPES, MASKED_SHAPES, parse_gmnk
 from deep_gemm.bench.report import Column, Table, geomean
 
 
@@ -70,3 +71,24 @@ def test_main_without_fp8_gemm_exits_non_zero(monkeypatch, tmp_path, capsys) -> 
 def test_bench_options_defaults() -> None:
     options = BenchOptions()
     assert options.shapes is None and options.num_tests > 0 and options.flush_l2
+
+
+def test_grouped_suites_are_registered() -> None:
+    assert {"grouped", "masked"} <= set(suite_names())
+    assert get_suite("grouped").parse_shape("8x4096x7168x2048") == (8, 4096, 7168, 2048)
+    # The shape sets
+    assert len(CONTIGUOUS_SHAPES) == 16 and (256, 64, 7168, 3072) in CONTIGUOUS_SHAPES
+    assert (32, 20, 4096, 7168) in MASKED_SHAPES and (1, 1024, 7168, 2048) in MASKED_SHAPES
+
+
+@pytest.mark.parametrize("text", ["8x4096x7168", "0x1x1x1", "ax1x1x1", "", "1x2x3x4x5"], ids=lambda t: t or "empty")
+def test_parse_gmnk_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="GxMxNxK"):
+        parse_gmnk(text)
+
+
+def test_grouped_suite_without_gpu_reports_error(capsys) -> None:
+    if __import__("torch").cuda.is_available():
+        pytest.skip("checks the CPU-only behaviour")
+    assert main(["--suite", "masked", "--shapes", "2x64x256x512"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().out

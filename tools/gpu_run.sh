@@ -12,12 +12,21 @@
 #      two variants in one run),
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last).
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier.)
-# The device tool returns at most 8 files from $OUT: the default steps write 8 (env, install, smoke,
-# pytest, jit json + log, bench json + log); the optional ones add more, which may not come back.
+#      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites, with DG_FP8_GEMM_ALLOW_UNVALIDATED=1).
+# The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
+# packs all of it into $OUT/all-logs.tgz and copies the main logs and JSON next to it (7 at most).
 set -uo pipefail
-OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
+FINAL_OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
 shift
-mkdir -p "$OUT"
+OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT at the end
+mkdir -p "$FINAL_OUT"
+pack() {
+    tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
+    for f in pytest.log bench.log bench.json jit.json smoke.log grouped.log masked.log; do
+        [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
+    done
+}
+trap pack EXIT  # (also after each step below, so that a run killed at its time limit still returns its logs)
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 CXX=${CXX:-/usr/bin/g++}
 export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dg_cache}
@@ -39,11 +48,13 @@ for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "DG_FP8_GEMM_MULTICAST
     fi
 done
 grep -h "calc_diff\|fp8_gemm_nt m=" "$OUT/smoke.log"
+pack
 
 if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
     (cd tests && timeout ${DG_GPU_RUN_TEST_TIMEOUT:-420} python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "$@" .) > "$OUT/pytest.log" 2>&1
     echo "pytest exit code $?"; tail -25 "$OUT/pytest.log"
 fi
+pack
 if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
     # Hardware counters of one large GEMM; memcheck of small ones (odd tile pairs, direct stores)
     # (default config and the 2-CTA multicast variant side by side, with warp stall reasons)
@@ -61,6 +72,14 @@ fi
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     (cd /tmp && timeout 300 python3 -m deep_gemm.bench --json "$OUT/bench.json" ${DG_BENCH_ARGS:-}) > "$OUT/bench.log" 2>&1
     echo "bench exit code $?"; tail -60 "$OUT/bench.log"
+fi
+pack
+if [[ -n "${DG_GPU_RUN_GROUPED_BENCH:-}" ]]; then
+    for suite in grouped masked; do
+        (cd /tmp && DG_FP8_GEMM_ALLOW_UNVALIDATED=1 timeout 300 python3 -m deep_gemm.bench --suite $suite \
+            --json "$OUT/$suite.json" ${DG_GROUPED_BENCH_ARGS:-}) > "$OUT/$suite.log" 2>&1
+        echo "$suite bench exit code $?"; tail -30 "$OUT/$suite.log"
+    done
 fi
 if [[ -n "${DG_GPU_RUN_MULTICAST_SHAPES:-}" ]]; then
     for multicast in ${DG_GPU_RUN_MULTICAST_SETTINGS:-0 1}; do

@@ -21,9 +21,11 @@ from typing import Any
 
 import torch
 
+from deep_gemm.bench.common import time_call as _time
+from deep_gemm.bench.common import try_first_call as _try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt, geomean
-from deep_gemm.testing import bench_kernel, calc_diff, count_bytes, d2d_copy_bandwidth, gpu_idle, sm_clock_mhz
+from deep_gemm.testing import calc_diff, count_bytes, d2d_copy_bandwidth, gpu_idle, sm_clock_mhz
 from deep_gemm.utils import mn_major_tma_aligned_reference, per_block_cast_to_fp8, per_token_cast_to_fp8
 
 __all__ = ["DENSE_SHAPES", "parse_mnk", "run_dense"]
@@ -75,26 +77,6 @@ def parse_mnk(text: str) -> tuple[int, int, int]:
     if len(values) != 3 or min(values) <= 0:
         raise ValueError(f"expected a shape MxNxK of positive integers such as 4096x7168x2048, got {text!r}")
     return values
-
-
-def _error_text(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:200]
-
-
-def _time(fn: Callable[[], object], options: BenchOptions) -> dict[str, Any]:
-    """Time ``fn`` (which must already have run once successfully)."""
-    result = bench_kernel(fn, num_warmups=options.num_warmups, num_tests=options.num_tests, flush_l2=options.flush_l2)
-    return {"median_us": result.median_us, "min_us": result.min_us, "samples_us": [s * 1e6 for s in result.samples_s]}
-
-
-def _try_first_call(fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor | None, str | None]:
-    try:
-        out = fn()
-        torch.cuda.synchronize()
-        return out, None
-    except Exception as exc:  # any failure is recorded and the run goes on
-        return None, _error_text(exc)
 
 
 def _bench_shape(
