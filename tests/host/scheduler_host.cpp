@@ -1,0 +1,73 @@
+// Host build of the device tile scheduler (deep_gemm/include/deep_gemm/scheduler/gemm_scheduler.cuh), for
+// CPU tests of its tile enumeration: the CUDA qualifiers and built-ins it uses are stubbed, and every CTA
+// of a virtual persistent grid is walked in turn.
+//
+// stdin:  type block_m block_n shape_m shape_n num_k_blocks grid num_groups alignment max_m layout_len layout...
+// stdout: one line per tile: cta m_block n_block group row_end k_begin k_end
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#define __device__
+#define __host__
+#define __forceinline__ inline
+struct Dim3 {
+    unsigned x = 0, y = 0, z = 0;
+};
+static Dim3 blockIdx, gridDim;
+template <typename T>
+T __ldg(const T* p) {
+    return *p;
+}
+using std::max;
+using std::min;
+
+#include <deep_gemm/scheduler/gemm_scheduler.cuh>
+
+using namespace deep_gemm;
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, GemmType kType>
+static void walk(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint32_t grid, GroupedLayout layout) {
+    gridDim.x = grid;
+    for (uint32_t cta = 0; cta < grid; ++cta) {
+        blockIdx.x = cta;
+        GemmScheduler<BLOCK_M, BLOCK_N, 8, 1, false, 1, kType> scheduler(shape_m, shape_n, num_k_blocks, 0, layout);
+        GemmTile tile;
+        while (scheduler.next(tile))
+            std::printf("%u %u %u %u %u %u %u\n", cta, tile.m_block, tile.n_block, tile.group, tile.row_end,
+                        tile.k_begin, tile.k_end);
+    }
+}
+
+template <GemmType kType>
+static bool dispatch_blocks(uint32_t bm, uint32_t bn, uint32_t m, uint32_t n, uint32_t kb, uint32_t grid,
+                            GroupedLayout layout) {
+    if (bm == 128 && bn == 128)
+        walk<128, 128, kType>(m, n, kb, grid, layout);
+    else if (bm == 64 && bn == 112)
+        walk<64, 112, kType>(m, n, kb, grid, layout);
+    else
+        return false;
+    return true;
+}
+
+int main() {
+    uint32_t type, bm, bn, m, n, kb, grid, groups, alignment, max_m, len;
+    if (std::scanf("%u %u %u %u %u %u %u %u %u %u %u", &type, &bm, &bn, &m, &n, &kb, &grid, &groups, &alignment,
+                   &max_m, &len) != 11)
+        return 2;
+    std::vector<int32_t> data(len);
+    for (auto& v: data)
+        if (std::scanf("%d", &v) != 1)
+            return 2;
+    const GroupedLayout layout{data.data(), groups, alignment, max_m};
+    bool ok = false;
+    switch (type) {
+        case 0: ok = dispatch_blocks<GemmType::kNormal>(bm, bn, m, n, kb, grid, layout); break;
+        case 1: ok = dispatch_blocks<GemmType::kMGroupedContiguous>(bm, bn, m, n, kb, grid, layout); break;
+        case 2: ok = dispatch_blocks<GemmType::kMGroupedContiguousPsum>(bm, bn, m, n, kb, grid, layout); break;
+        case 3: ok = dispatch_blocks<GemmType::kMGroupedMasked>(bm, bn, m, n, kb, grid, layout); break;
+    }
+    return ok ? 0 : 3;
+}

@@ -1,0 +1,125 @@
+"""CPU tier: the device tile scheduler (gemm_scheduler.cuh), built for the host with its CUDA built-ins
+stubbed (tests/host/scheduler_host.cpp), must hand out every tile that has rows to compute exactly once
+over a persistent grid, skip padding, and bound the rows the epilogue may write — for the normal GEMM
+and the m-grouped contiguous (per-row ids, psum) and masked layouts, valid and invalid device data."""
+
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from deep_gemm.utils import align, ceil_div
+
+ROOT = Path(__file__).resolve().parent.parent
+NORMAL, CONTIGUOUS, PSUM, MASKED = 0, 1, 2, 3
+
+
+def cuda_include_dirs() -> list[str]:
+    """The toolkit's include folders, found as the JIT finds them ($CUDA_HOME, $CUDA_PATH, nvcc, /usr/local/cuda)."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    if shutil.which("nvcc"):
+        candidates.append(str(Path(shutil.which("nvcc")).resolve().parent.parent))
+    candidates.append("/usr/local/cuda")
+    for home in (Path(c) for c in candidates if c):
+        dirs = [home / "include" / "cccl", home / "include"]
+        if any((d / "cuda" / "std" / "cstdint").exists() for d in dirs):
+            return [str(d) for d in dirs]
+    raise AssertionError(f"CUDA's CCCL headers (cuda/std/cstdint) not found under any of {candidates}; set CUDA_HOME")
+
+
+@pytest.fixture(scope="module")
+def scheduler_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("scheduler") / "scheduler_host"
+    include = ["-I", str(ROOT / "deep_gemm" / "include")]
+    for d in cuda_include_dirs():
+        include += ["-I", d]
+    cxx = os.environ.get("CXX", "g++")
+    subprocess.run([cxx, "-std=c++20", "-O1", *include, str(ROOT / "tests" / "host" / "scheduler_host.cpp"), "-o",
+                    str(out)], check=True, capture_output=True, text=True)
+    return out
+
+
+def walk(binary: Path, gemm_type: int, bm: int, bn: int, m: int, n: int, grid: int, groups: int = 1,
+         alignment: int = 128, max_m: int = 0, data: list[int] = ()) -> list[tuple[int, ...]]:
+    text = f"{gemm_type} {bm} {bn} {m} {n} 4 {grid} {groups} {alignment} {max_m} {len(data)} " + " ".join(map(str, data))
+    out = subprocess.run([str(binary)], input=text, capture_output=True, text=True, check=True).stdout
+    return [tuple(int(v) for v in line.split()) for line in out.splitlines()]
+
+
+def tiles_of(lines) -> list[tuple[int, int, int, int]]:
+    """(m_block, n_block, group, row_end) of each handed-out tile, and each CTA's k range checked."""
+    assert all((k0, k1) == (0, 4) for *_, k0, k1 in lines)
+    return [(mb, nb, g, end) for _, mb, nb, g, end, _, _ in lines]
+
+
+def check_exactly(expected: set, lines) -> None:
+    tiles = tiles_of(lines)
+    assert len(tiles) == len(set(tiles)), "a tile was handed out twice"
+    assert set(tiles) == expected
+
+
+@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 112)])
+@pytest.mark.parametrize("seed", range(4))
+def test_normal(scheduler_binary: Path, bm: int, bn: int, seed: int) -> None:
+    rng = random.Random(seed)
+    m, n, grid = rng.randint(1, 2000), rng.randint(1, 3000), rng.choice([1, 7, 132])
+    expected = {(mb, nb, 0, m) for mb in range(ceil_div(m, bm)) for nb in range(ceil_div(n, bn))}
+    check_exactly(expected, walk(scheduler_binary, NORMAL, bm, bn, m, n, grid))
+
+
+def contiguous_case(rng: random.Random, groups: int, bm: int, alignment: int):
+    sizes = [0 if rng.random() < 0.25 else rng.randint(1, 3 * alignment) for _ in range(groups)]
+    starts, ends, row = [], [], 0
+    for size in sizes:
+        starts.append(row)
+        ends.append(row + size)
+        row = align(row + size, alignment)
+    return max(row, alignment), starts, ends
+
+
+@pytest.mark.parametrize("bm,bn,alignment", [(128, 128, 128), (64, 112, 128), (64, 112, 64), (128, 128, 256)])
+@pytest.mark.parametrize("seed", range(4))
+def test_contiguous_per_row_and_psum(scheduler_binary: Path, bm: int, bn: int, alignment: int, seed: int) -> None:
+    rng = random.Random(seed * 31 + bm + alignment)
+    groups, n, grid = rng.randint(1, 12), rng.randint(1, 600), rng.choice([1, 5, 132])
+    m, starts, ends = contiguous_case(rng, groups, bm, alignment)
+    per_row = [-1] * m
+    for g, (s, e) in enumerate(zip(starts, ends)):
+        per_row[s:e] = [g] * (e - s)
+    # A block is computed when its first row belongs to a group (segments start aligned to the alignment,
+    # a multiple of BLOCK_M, so a block never spans two groups)
+    n_blocks = ceil_div(n, bn)
+    per_row_expected = {(mb, nb, per_row[mb * bm], m) for mb in range(m // bm) if per_row[mb * bm] >= 0
+                        for nb in range(n_blocks)}
+    check_exactly(per_row_expected, walk(scheduler_binary, CONTIGUOUS, bm, bn, m, n, grid, groups, alignment,
+                                         data=per_row))
+    psum_expected = {(mb, nb, g, min(ends[g], m)) for g in range(groups) for mb in range(m // bm)
+                     if starts[g] <= mb * bm < ends[g] for nb in range(n_blocks)}
+    check_exactly(psum_expected, walk(scheduler_binary, PSUM, bm, bn, m, n, grid, groups, alignment, data=ends))
+
+
+def test_contiguous_invalid_ids_are_padding(scheduler_binary: Path) -> None:
+    # Ids outside [0, G) on the device: the block is skipped, nothing is read or written for it
+    per_row = [0] * 128 + [7] * 128 + [-3] * 128 + [1] * 128
+    expected = {(0, 0, 0, 512), (3, 0, 1, 512)}
+    check_exactly(expected, walk(scheduler_binary, CONTIGUOUS, 128, 128, 512, 100, 3, 2, 128, data=per_row))
+
+
+@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 112)])
+@pytest.mark.parametrize("seed", range(4))
+def test_masked(scheduler_binary: Path, bm: int, bn: int, seed: int) -> None:
+    rng = random.Random(seed * 17 + bm)
+    groups, max_m, n, grid = rng.randint(1, 20), 128 * rng.randint(1, 6), rng.randint(1, 500), rng.choice([1, 9, 132])
+    # Counts past max_m and negative ones are clamped on the device
+    counts = [rng.choice([0, -5, rng.randint(1, max_m), max_m + 77, rng.randint(1, 40)]) for _ in range(groups)]
+    expected = set()
+    for g, c in enumerate(counts):
+        rows = max(0, min(c, max_m))
+        for mb in range(ceil_div(rows, bm)):
+            for nb in range(ceil_div(n, bn)):
+                expected.add((g * (max_m // bm) + mb, nb, g, g * max_m + rows))
+    check_exactly(expected, walk(scheduler_binary, MASKED, bm, bn, groups * max_m, n, grid, groups, max_m=max_m,
+                                 data=counts))
