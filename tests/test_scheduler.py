@@ -14,7 +14,7 @@ import pytest
 from deep_gemm.utils import align, ceil_div
 
 ROOT = Path(__file__).resolve().parent.parent
-NORMAL, CONTIGUOUS, PSUM, MASKED = 0, 1, 2, 3
+NORMAL, CONTIGUOUS, PSUM, MASKED, SPLIT_K3, PAIRS = 0, 1, 2, 3, 4, 5
 
 
 def cuda_include_dirs() -> list[str]:
@@ -68,6 +68,39 @@ def test_normal(scheduler_binary: Path, bm: int, bn: int, seed: int) -> None:
     m, n, grid = rng.randint(1, 2000), rng.randint(1, 3000), rng.choice([1, 7, 132])
     expected = {(mb, nb, 0, m) for mb in range(ceil_div(m, bm)) for nb in range(ceil_div(n, bn))}
     check_exactly(expected, walk(scheduler_binary, NORMAL, bm, bn, m, n, grid))
+
+
+@pytest.mark.parametrize("num_k_blocks", [3, 4, 7, 56])
+def test_split_k_ranges_partition_k(scheduler_binary: Path, num_k_blocks: int) -> None:
+    m, n = 200, 300
+    text = f"{SPLIT_K3} 128 128 {m} {n} {num_k_blocks} 132 1 128 0 0"
+    out = subprocess.run([str(scheduler_binary)], input=text, capture_output=True, text=True, check=True).stdout
+    ranges = {}
+    for line in out.splitlines():
+        _, mb, nb, _, _, k0, k1 = (int(v) for v in line.split())
+        ranges.setdefault((mb, nb), []).append((k0, k1))
+    assert set(ranges) == {(mb, nb) for mb in range(2) for nb in range(3)}
+    for parts in ranges.values():
+        # Three consecutive, non-overlapping ranges covering [0, K blocks), each non-empty when K allows
+        parts.sort()
+        assert len(parts) == 3 and parts[0][0] == 0 and parts[-1][1] == num_k_blocks
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+        assert all(k1 > k0 for k0, k1 in parts)
+
+
+@pytest.mark.parametrize("m", [128, 384, 1000, 4096])
+def test_multicast_pairs(scheduler_binary: Path, m: int) -> None:
+    # Pairs along M: the two CTAs of a cluster take row blocks 2i and 2i + 1 of the same column block;
+    # an odd count leaves a phantom block past M (still run, so that it loads its half of B)
+    n, grid = 700, 132
+    lines = walk(scheduler_binary, PAIRS, 128, 128, m, n, grid)
+    tiles = tiles_of(lines)
+    assert len(tiles) == len(set(tiles))
+    m_blocks = ceil_div(m, 128)
+    expected = {(mb, nb, 0, m) for mb in range(align(m_blocks, 2)) for nb in range(ceil_div(n, 128))}
+    assert set(tiles) == expected
+    for cta, mb, nb, *_ in lines:
+        assert mb % 2 == cta % 2  # rank r takes tile r of each pair
 
 
 def contiguous_case(rng: random.Random, groups: int, bm: int, alignment: int):

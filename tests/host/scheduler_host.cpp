@@ -2,6 +2,7 @@
 // CPU tests of its tile enumeration: the CUDA qualifiers and built-ins it uses are stubbed, and every CTA
 // of a virtual persistent grid is walked in turn.
 //
+// type: 0 normal, 1 contiguous, 2 psum, 3 masked, 4 normal with 3-way split-K, 5 normal with 2-CTA pairs along M
 // stdin:  type block_m block_n shape_m shape_n num_k_blocks grid num_groups alignment max_m layout_len layout...
 // stdout: one line per tile: cta m_block n_block group row_end k_begin k_end
 #include <algorithm>
@@ -27,12 +28,13 @@ using std::min;
 
 using namespace deep_gemm;
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, GemmType kType>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1>
 static void walk(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint32_t grid, GroupedLayout layout) {
     gridDim.x = grid;
     for (uint32_t cta = 0; cta < grid; ++cta) {
         blockIdx.x = cta;
-        GemmScheduler<BLOCK_M, BLOCK_N, 8, 1, false, 1, kType> scheduler(shape_m, shape_n, num_k_blocks, 0, layout);
+        GemmScheduler<BLOCK_M, BLOCK_N, 8, kNumMulticast, false, kNumSplits, kType> scheduler(
+            shape_m, shape_n, num_k_blocks, cta % kNumMulticast, layout);
         GemmTile tile;
         while (scheduler.next(tile))
             std::printf("%u %u %u %u %u %u %u\n", cta, tile.m_block, tile.n_block, tile.group, tile.row_end,
@@ -40,13 +42,13 @@ static void walk(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint
     }
 }
 
-template <GemmType kType>
+template <GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1>
 static bool dispatch_blocks(uint32_t bm, uint32_t bn, uint32_t m, uint32_t n, uint32_t kb, uint32_t grid,
                             GroupedLayout layout) {
     if (bm == 128 && bn == 128)
-        walk<128, 128, kType>(m, n, kb, grid, layout);
+        walk<128, 128, kType, kNumSplits, kNumMulticast>(m, n, kb, grid, layout);
     else if (bm == 64 && bn == 112)
-        walk<64, 112, kType>(m, n, kb, grid, layout);
+        walk<64, 112, kType, kNumSplits, kNumMulticast>(m, n, kb, grid, layout);
     else
         return false;
     return true;
@@ -68,6 +70,8 @@ int main() {
         case 1: ok = dispatch_blocks<GemmType::kMGroupedContiguous>(bm, bn, m, n, kb, grid, layout); break;
         case 2: ok = dispatch_blocks<GemmType::kMGroupedContiguousPsum>(bm, bn, m, n, kb, grid, layout); break;
         case 3: ok = dispatch_blocks<GemmType::kMGroupedMasked>(bm, bn, m, n, kb, grid, layout); break;
+        case 4: ok = dispatch_blocks<GemmType::kNormal, 3>(bm, bn, m, n, kb, grid, layout); break;     // split-K 3
+        case 5: ok = dispatch_blocks<GemmType::kNormal, 1, 2>(bm, bn, m, n, kb, grid, layout); break;  // pairs along M
     }
     return ok ? 0 : 3;
 }
