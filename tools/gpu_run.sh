@@ -22,7 +22,7 @@ OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT 
 mkdir -p "$FINAL_OUT"
 pack() {
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
-    for f in pytest.log bench.log bench.json jit.json smoke.log grouped.log masked.log; do
+    for f in pytest.log bench.log bench.json jit.json smoke.log ncu.txt grouped.log; do
         [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
     done
 }
@@ -56,19 +56,23 @@ if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
 fi
 pack
 if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
-    # Hardware counters of one large GEMM; memcheck of small ones (odd tile pairs, direct stores)
-    # (default config and the 2-CTA multicast variant side by side, with warp stall reasons)
-    for multicast in 0 1; do
-        DG_FP8_GEMM_MULTICAST=$multicast timeout 150 ncu --clock-control none --section SpeedOfLight \
-            --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-            -k regex:sm90_fp8 -s 1 -c 1 python3 tools/profile_gemm.py 4096 7168 7168
-    done > "$OUT/ncu.txt" 2>&1
-    for shape in "300 2112 7168" "129 1001 1040"; do
+    # Hardware counters (with warp stall reasons) of a large GEMM, plain and with 2-CTA multicast, and of a
+    # split-K decode GEMM (both of its kernels); memcheck of small ones (odd tile pairs, direct stores)
+    {
+        for multicast in 0 1; do
+            DG_FP8_GEMM_MULTICAST=$multicast timeout 150 ncu --clock-control none --section SpeedOfLight \
+                --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+                -k regex:sm90_fp8 -s 1 -c 1 python3 tools/profile_gemm.py 4096 7168 7168
+        done
+        timeout 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section LaunchStats -s 2 -c 2 python3 tools/profile_gemm.py 1 2112 7168
+    } > "$OUT/ncu.txt" 2>&1
+    for shape in "300 2112 7168" "129 1001 1040" "1 2112 7168"; do
         timeout 120 compute-sanitizer --tool memcheck python3 tools/profile_gemm.py $shape --calls 1
     done > "$OUT/sanitizer.txt" 2>&1
     grep -E "ERROR SUMMARY|calc_diff" "$OUT/sanitizer.txt"
+    pack
 fi
-[[ -n "${DG_GPU_RUN_SKIP_JIT:-}" ]] || python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1 || tail -20 "$OUT/jit.log"
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     (cd /tmp && timeout 300 python3 -m deep_gemm.bench --json "$OUT/bench.json" ${DG_BENCH_ARGS:-}) > "$OUT/bench.log" 2>&1
     echo "bench exit code $?"; tail -60 "$OUT/bench.log"
