@@ -65,7 +65,8 @@ if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
                 -k regex:sm90_fp8 -s 1 -c 1 python3 tools/profile_gemm.py 4096 7168 7168
         done
         timeout 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-            --section WarpStateStats --section LaunchStats -s 2 -c 2 python3 tools/profile_gemm.py 1 2112 7168
+            --section WarpStateStats --section LaunchStats -k "regex:sm90_fp8|splitk_reduce" -s 2 -c 2 \
+            python3 tools/profile_gemm.py 1 2112 7168
     } > "$OUT/ncu.txt" 2>&1
     for shape in "300 2112 7168" "129 1001 1040" "1 2112 7168"; do
         timeout 120 compute-sanitizer --tool memcheck python3 tools/profile_gemm.py $shape --calls 1
