@@ -183,6 +183,10 @@ def test_heuristic_forced_choices() -> None:
     cfg = config(64, 2112, 7168, block_n=64, num_splits=4)
     assert (cfg["block_m"], cfg["block_n"], cfg["num_splits"]) == (64, 64, 4)
     assert config(4096, 7168, 7168, block_m=256, block_n=64)["block_m"] == 256
+    # Three math warpgroups: only when forced, with at most 128 columns (152 registers per thread)
+    assert all(config(m, n, k)["block_m"] != 192 for m, n, k in ((4096, 7168, 7168), (8192, 8192, 8192)))
+    cfg = config(4096, 7168, 7168, block_m=192)
+    assert (cfg["block_m"], cfg["num_math_warpgroups"]) == (192, 3) and cfg["block_n"] <= 128
     # A forced value no config can take is an error naming the variables
     with pytest.raises(ValueError, match="DG_FP8_GEMM_BLOCK_M"):
         config(64, 2112, 7168, block_n=200)
@@ -275,6 +279,7 @@ FORCED_ENVS = {
     # (multicast needs 2 row blocks and no split-K: a split plan shows multicast=1, checked below)
     "multicast_on": ({"DG_FP8_GEMM_MULTICAST": "1"}, "multicast=2(B) ", "multicast=1 "),
     "split_k3": ({"DG_FP8_GEMM_SPLIT_K": "3"}, "split_k=3 ", "split_k=3 "),
+    "bm192": ({"DG_FP8_GEMM_BLOCK_M": "192"}, "BLOCK_M=192 ", "BLOCK_M=192 "),
     "split_k2_bm128_bn48": ({"DG_FP8_GEMM_SPLIT_K": "2", "DG_FP8_GEMM_BLOCK_M": "128", "DG_FP8_GEMM_BLOCK_N": "48"},
                             "BLOCK_M=128 BLOCK_N=48 split_k=2 ", "BLOCK_M=128 BLOCK_N=48 split_k=2 "),
 }

@@ -32,6 +32,7 @@ GEMM_CONFIGS = [
     dict(shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, gemm_type=1),
     dict(shape_n=7168, shape_k=2048, block_m=64, block_n=112, num_stages=6, gemm_type=2),
     dict(shape_n=4096, shape_k=7168, block_m=64, block_n=128, num_stages=6, gemm_type=3),  # masked
+    dict(shape_n=7168, shape_k=7168, block_m=192, block_n=128, num_stages=4),  # three math warpgroups
 ]
 
 
@@ -71,7 +72,7 @@ def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: boo
     lines = sass.splitlines()
     # FP8 tensor-core MMAs, 4 per 64 rows per 128-deep K block
     num_qgmma = sum("QGMMA" in line for line in lines)
-    rows_per_wg = cfg["block_m"] // (1 if cfg["block_m"] == 64 else 2)
+    rows_per_wg = cfg["block_m"] // {64: 1, 192: 3}.get(cfg["block_m"], 2)
     assert num_qgmma == 4 * (rows_per_wg // 64), f"expected QGMMA per K block, found {num_qgmma}"
     assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"

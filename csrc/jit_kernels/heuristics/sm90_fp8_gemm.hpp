@@ -110,9 +110,14 @@ inline uint64_t fp8_gemm_num_units(uint64_t m_blocks, uint64_t n_blocks, uint32_
 }
 
 // Accumulator registers per math thread: partial + accumulated, per 64-row slice.
+// Three math warpgroups (BLOCK_M = 192) get 152 registers each instead of 232: BLOCK_N <= 128 (SASS-checked).
 inline bool fp8_gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t num_math_warpgroups) {
     const uint32_t slices = block_m / num_math_warpgroups / 64;
-    return slices * block_n <= 160;
+    return slices * block_n <= (num_math_warpgroups == 3 ? 128u : 160u);
+}
+
+inline uint32_t fp8_gemm_math_warpgroups(uint32_t block_m) {
+    return block_m == 64 ? 1 : block_m == 192 ? 3 : 2;
 }
 
 // Forced choices (0: the heuristic decides), from DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K: for
@@ -181,8 +186,12 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
     const uint32_t num_k_blocks = (k + 127) / 128;
     Fp8GemmConfig best;
     double best_cost = -1;
-    const uint32_t block_ms[] = {64, 128, 256};
+    // (BLOCK_M = 192, three math warpgroups so that two cover each one's promotion, is compiled and
+    // SASS-checked but not yet measured: only taken when forced)
+    const uint32_t block_ms[] = {64, 128, 192, 256};
     for (const uint32_t block_m: block_ms) {
+        if (block_m == 192 && forced.block_m != 192)
+            continue;
         // M <= 64: one 64-row math warpgroup; otherwise two warpgroups of 64 or 128 rows
         if (grouped) {
             // Any BLOCK_M that divides the segment alignment (a row block never spans two groups)
@@ -192,7 +201,7 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                                   : ((block_m == 64) != (m <= 64) || (block_m == 256 && m <= 128))) {
             continue;
         }
-        const uint32_t wgs = block_m == 64 ? 1 : 2;
+        const uint32_t wgs = fp8_gemm_math_warpgroups(block_m);
         for (uint32_t block_n = 16; block_n <= 256; block_n += 16) {
             if (forced.block_n && block_n != forced.block_n)
                 continue;

@@ -47,7 +47,7 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     };
     c.shape_m = get("shape_m", 0), c.shape_n = get("shape_n", 0), c.shape_k = get("shape_k", 0);
     c.block_m = get("block_m", c.block_m), c.block_n = get("block_n", c.block_n);
-    c.num_math_warpgroups = get("num_math_warpgroups", c.block_m == 64 ? 1 : 2);
+    c.num_math_warpgroups = get("num_math_warpgroups", fp8_gemm_math_warpgroups(c.block_m));
     c.num_stages = get("num_stages", c.num_stages);
     c.num_group_n = get("num_group_n", c.num_group_n);
     c.num_multicast = get("num_multicast", 1);

@@ -8,7 +8,7 @@
 //   with kNumMulticast = 2, clusters of 2 CTAs work on tile pairs that share B (or A, kIsMulticastOnA):
 //   each CTA's producer loads half of the shared tile and multicasts it into both CTAs.
 // Roles:
-//   warpgroups 0 .. kNumMathWarpgroups-1  math (setmaxnreg 232): each owns WG_M = BLOCK_M / kNumMathWarpgroups
+//   warpgroups 0 .. kNumMathWarpgroups-1  math (setmaxnreg 232; 152 with three): each owns WG_M = BLOCK_M / kNumMathWarpgroups
 //       rows of the tile. Per 128-deep K block: wait full[s]; read its sfa rows from smem; issue
 //       4 x wgmma m64nBLOCK_Nk32 per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp);
 //       promote: accum += partial * sfa[row] * sfb[col block] on the CUDA cores (two-level
@@ -44,7 +44,7 @@
 //   padding blocks; masked: A and D [groups * max_m, ...], walking each group's masked_m rows), the
 //   producer offsets B's rows and the sfb loader its scales by the group; tiles with rows that must not
 //   be written are stored directly with a per-row check, whole ones through TMA.
-// Limits: BLOCK_M in {64, 128, 256}; BLOCK_N a multiple of 16 (TMA store) or 8, at most 256;
+// Limits: BLOCK_M in {64, 128, 192 (three math warpgroups, BLOCK_N <= 128), 256}; BLOCK_N a multiple of 16 (TMA store) or 8, at most 256;
 //   K a multiple of 16 (TMA strides); the tails of M, N, K are zero-filled by TMA loads and clipped
 //   by the TMA store.
 #pragma once
@@ -91,7 +91,14 @@ struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
     static constexpr uint32_t kStoreSwizzleMask = kStoreChunkBytes / 16 - 1;  // 7, 3, 1 for 128/64/32-byte rows
 
-    static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "BLOCK_M must be 64, 128 or 256");
+    static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192 || BLOCK_M == 256,
+                  "BLOCK_M must be 64, 128, 192 (three math warpgroups) or 256");
+    static_assert(kNumMathWarpgroups >= 1 && kNumMathWarpgroups <= 3, "one to three math warpgroups");
+    // Register split after setmaxnreg: the producer warpgroup keeps 40; the math warpgroups share the rest of
+    // the 64K-register file (only registers the CTA's own warps released can be handed out: the counts
+    // must add up exactly, or setmaxnreg.inc waits forever)
+    static constexpr uint32_t kProducerRegs = 40;
+    static constexpr uint32_t kMathRegs = kNumMathWarpgroups == 3 ? 152 : 232;
     static_assert(WG_M % 64 == 0 && kNumWgmmaM >= 1 && kNumWgmmaM <= 2, "each math warpgroup owns 64 or 128 rows");
     static_assert(BLOCK_N % 8 == 0 && BLOCK_N <= 256, "BLOCK_N must be a multiple of 8, at most 256");
     static_assert(!kUseTmaStore || (BLOCK_N % 16 == 0 && BLOCK_N % kStoreChunkN == 0 &&
@@ -580,7 +587,7 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
     ptx::grid_dependency_launch_dependents();
 
     if (threadIdx.x >= Gemm::kNumMathThreads) {
-        ptx::warpgroup_reg_dealloc<40>();
+        ptx::warpgroup_reg_dealloc<Gemm::kProducerRegs>();
         const uint32_t producer_warp = (threadIdx.x - Gemm::kNumMathThreads) / 32;
         if (threadIdx.x == Gemm::kNumMathThreads)
             Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, grouped_layout,
@@ -588,7 +595,7 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
         else if (!kPerRowSfb && producer_warp == 1)
             Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, grouped_layout, rank, threadIdx.x % 32);
     } else {
-        ptx::warpgroup_reg_alloc<232>();
+        ptx::warpgroup_reg_alloc<Gemm::kMathRegs>();
         Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, c, ldc, workspace, &tma_d, grouped_layout, rank);
     }
     // No CTA may leave while its peer can still arrive on its barriers
