@@ -174,6 +174,11 @@ def test_heuristic_split_k() -> None:
     # Enough tiles to fill the SMs: never
     for m, n, k in ((4096, 7168, 7168), (128, 129280, 7168), (1, 32768, 512)):
         assert config(m, n, k)["num_splits"] == 1
+    # The calibration of the cost model (docs/perf/h200.md, run 9 sweep): the measured-best choices
+    cfg = config(1, 2112, 7168)
+    assert (cfg["block_m"], cfg["block_n"], cfg["num_splits"]) == (64, 64, 4)
+    assert config(128, 4096, 7168)["num_splits"] == 1 and config(128, 7168, 16384)["num_splits"] == 1
+    assert config(64, 7168, 16384)["block_n"] == 64  # wide tiles left SMs idle there (52 us vs 42 us)
     # Split-K and multicast exclude each other
     assert config(256, 576, 7168, allow_multicast=True, num_splits=2)["num_multicast"] == 1
 
