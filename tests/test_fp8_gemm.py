@@ -276,8 +276,16 @@ def test_fp8_gemm_random_odd_shapes(seed: int) -> None:
 
 # Shapes for forced configs: odd and even counts of 128-row blocks (a pair's phantom tile), N across
 # scale-block boundaries, odd N (direct stores; the 1-wide reduction), K not a multiple of 128.
-FORCED_SHAPES = [(4096, 7168, 2048), (300, 2112, 7168), (1000, 4104, 1040), (640, 3001, 528), (2049, 255, 4112),
-                 (1, 2112, 7168), (7, 1000, 7168 + 16), (64, 255, 4112)]
+FORCED_SHAPES = [
+    (4096, 7168, 2048),
+    (300, 2112, 7168),
+    (1000, 4104, 1040),
+    (640, 3001, 528),
+    (2049, 255, 4112),
+    (1, 2112, 7168),
+    (7, 1000, 7168 + 16),
+    (64, 255, 4112),
+]
 # name: (environment, what DG_PRINT_CONFIGS shows for a plan with M > 128, and for one with M <= 128)
 FORCED_ENVS = {
     "multicast_off": ({"DG_FP8_GEMM_MULTICAST": "0"}, "multicast=1 ", "multicast=1 "),
@@ -285,14 +293,23 @@ FORCED_ENVS = {
     "multicast_on": ({"DG_FP8_GEMM_MULTICAST": "1"}, "multicast=2(B) ", "multicast=1 "),
     "split_k3": ({"DG_FP8_GEMM_SPLIT_K": "3"}, "split_k=3 ", "split_k=3 "),
     "bm192": ({"DG_FP8_GEMM_BLOCK_M": "192"}, "BLOCK_M=192 ", "BLOCK_M=192 "),
-    "split_k2_bm128_bn48": ({"DG_FP8_GEMM_SPLIT_K": "2", "DG_FP8_GEMM_BLOCK_M": "128", "DG_FP8_GEMM_BLOCK_N": "48"},
-                            "BLOCK_M=128 BLOCK_N=48 split_k=2 ", "BLOCK_M=128 BLOCK_N=48 split_k=2 "),
+    "split_k2_bm128_bn48": (
+        {"DG_FP8_GEMM_SPLIT_K": "2", "DG_FP8_GEMM_BLOCK_M": "128", "DG_FP8_GEMM_BLOCK_N": "48"},
+        "BLOCK_M=128 BLOCK_N=48 split_k=2 ",
+        "BLOCK_M=128 BLOCK_N=48 split_k=2 ",
+    ),
 }
 
 
 def run_in_subprocess(script: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__),
-                          env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=os.path.dirname(__file__),
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @gpu
@@ -333,7 +350,8 @@ def test_fp8_gemm_bad_forced_config_raises() -> None:
     )
     out = run_in_subprocess(script, {"DG_FP8_GEMM_SPLIT_K": "two"})
     assert "ValueError: DG_FP8_GEMM_SPLIT_K must be a small non-negative integer, got 'two'" in out.stdout, (
-        out.stdout + out.stderr)
+        out.stdout + out.stderr
+    )
     out = run_in_subprocess(script, {"DG_FP8_GEMM_BLOCK_N": "200"})
     assert "ValueError: no FP8 GEMM config fits" in out.stdout, out.stdout + out.stderr
 
@@ -352,48 +370,41 @@ PER_ROW_SHAPES = [(4096, 7168, 2048), (129, 4096, 7168), (1000, 1000, 1040), (1,
 
 @gpu
 @pytest.mark.parametrize("accumulate", ["none", "separate_c", "in_place"])
-def test_fp8_gemm_per_row_recipe(accumulate: str) -> None:
+def test_fp8_gemm_per_row_recipe(monkeypatch: pytest.MonkeyPatch, accumulate: str) -> None:
     # Recipe (1, 1, 128) is gated until validated on a GPU: this is the test that validates it
-    script = (
-        "import torch, deep_gemm, test_fp8_gemm as t\n"
-        "from deep_gemm.testing import calc_diff\n"
-        "from deep_gemm.utils import per_token_cast_to_fp8\n"
-        f"for i, (m, n, k) in enumerate({PER_ROW_SHAPES}):\n"
-        "    torch.manual_seed(i)\n"
-        "    a_bf16 = torch.randn(m, k, device='cuda', dtype=torch.bfloat16)\n"
-        "    b_bf16 = torch.randn(n, k, device='cuda', dtype=torch.bfloat16)\n"
-        "    (a, sfa), (b, sfb) = per_token_cast_to_fp8(a_bf16), per_token_cast_to_fp8(b_bf16)\n"
-        "    buf = torch.full((m + 1, n + 3), float('nan'), device='cuda')\n"
-        "    d = buf[:m, :n]\n"
-        f"    mode = {accumulate!r}\n"
-        "    c = None if mode == 'none' else torch.randn(m, n, device='cuda')\n"
-        "    ref = t.per_row_reference(a, sfa, b, sfb, c)\n"
-        "    if mode == 'in_place':\n"
-        "        d.copy_(c)\n"
-        "        c = d\n"
-        "    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c)\n"
-        "    assert torch.isfinite(d).all(), (m, n, k)\n"
-        "    diff = calc_diff(d, ref)\n"
+    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+    for i, (m, n, k) in enumerate(PER_ROW_SHAPES):
+        torch.manual_seed(i)
+        a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b_bf16 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        (a, sfa), (b, sfb) = per_token_cast_to_fp8(a_bf16), per_token_cast_to_fp8(b_bf16)
+        buf = torch.full((m + 1, n + 3), float("nan"), device="cuda")
+        d = buf[:m, :n]
+        c = None if accumulate == "none" else torch.randn(m, n, device="cuda")
+        ref = per_row_reference(a, sfa, b, sfb, c)
+        if accumulate == "in_place":
+            d.copy_(c)
+            c = d
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c)
+        assert torch.isfinite(d).all(), (m, n, k)
         # FP32 output: what is left is the tensor cores' reduced-precision accumulation inside each 128-deep K
         # block (about 14 mantissa bits), so calc_diff ~1e-9; any indexing or scaling error gives > 1e-3
-        "    assert diff < 1e-7, (m, n, k, diff)\n"
-        "    err = (d.double() - ref).abs().max().item()\n"
-        "    assert err <= 1e-3 * ref.abs().max().item(), (m, n, k, err)\n"
-        "    untouched = torch.ones_like(buf, dtype=torch.bool)\n"
-        "    untouched[:m, :n] = False\n"
-        "    assert buf[untouched].isnan().all(), 'padding of d was written'\n"
-        "    if mode == 'none':\n"
-        "        d2 = torch.empty_like(d)\n"
-        "        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d2)\n"
-        "        assert torch.equal(d, d2), 'two runs differ'\n"
-        "print('ok')\n"
-    )
-    out = run_in_subprocess(script, {"DG_FP8_GEMM_ALLOW_UNVALIDATED": "1"})
-    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
+        diff = calc_diff(d, ref)
+        assert diff < 1e-7, (m, n, k, diff)
+        err = (d.double() - ref).abs().max().item()
+        assert err <= 1e-3 * ref.abs().max().item(), (m, n, k, err)
+        untouched = torch.ones_like(buf, dtype=torch.bool)
+        untouched[:m, :n] = False
+        assert buf[untouched].isnan().all(), "padding of d was written"
+        if accumulate == "none":
+            d2 = torch.empty_like(d)
+            deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d2)
+            assert torch.equal(d, d2), "two runs differ"
 
 
 @gpu
-def test_fp8_gemm_per_row_recipe_is_gated() -> None:
+def test_fp8_gemm_per_row_recipe_is_gated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", raising=False)
     _, _, a, sfa, b, _ = make_inputs(64, 256, 512)
     d = torch.empty(64, 256, device="cuda")
     with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):

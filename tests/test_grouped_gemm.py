@@ -160,10 +160,10 @@ def make_grouped_inputs(num_groups: int, expected_m: int, n: int, k: int, seed: 
     for g in range(num_groups):
         b[g], sfb[g] = per_block_cast_to_fp8(b_bf16[g])
     per_row = torch.full((m,), -1, device="cuda", dtype=torch.int32)
-    for g, (s, e) in enumerate(zip(starts, ends)):
+    for g, (s, e) in enumerate(zip(starts, ends, strict=False)):
         per_row[s:e] = g
     psum = torch.tensor(ends, device="cuda", dtype=torch.int32)
-    return a, sfa, b, sfb, per_row, psum, list(zip(starts, ends))
+    return a, sfa, b, sfb, per_row, psum, list(zip(starts, ends, strict=False))
 
 
 def check_grouped(d, a, sfa, b, sfb, segments, case: str) -> None:
@@ -256,8 +256,9 @@ def test_m_grouped_masked(monkeypatch, num_groups: int, expected_m: int) -> None
     rng = random.Random(num_groups * 1000 + expected_m)
     max_m, n, k = 4096, 4096, 7168
     a, sfa, b, sfb = make_masked_inputs(num_groups, max_m, n, k)
-    counts = [0 if rng.random() < 0.15 else min(max_m, int(expected_m * rng.uniform(0.7, 1.3)) + 1)
-              for _ in range(num_groups)]
+    counts = [
+        0 if rng.random() < 0.15 else min(max_m, int(expected_m * rng.uniform(0.7, 1.3)) + 1) for _ in range(num_groups)
+    ]
     masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
     d = torch.full((num_groups, max_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)

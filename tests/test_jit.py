@@ -11,8 +11,12 @@ from jit_helpers import compile_in_subprocess, dump_sass, finish, run_python
 import deep_gemm
 
 LAYOUT_FAMILIES = ["smxx_transpose_sf", "smxx_pack_ue8m0"]
-HELPER_KERNELS = [("smxx_transpose_sf", {}), ("smxx_pack_ue8m0", {}), ("smxx_splitk_reduce", {"vec": 4}),
-                  ("smxx_splitk_reduce", {"vec": 1})]
+HELPER_KERNELS = [
+    ("smxx_transpose_sf", {}),
+    ("smxx_pack_ue8m0", {}),
+    ("smxx_splitk_reduce", {"vec": 4}),
+    ("smxx_splitk_reduce", {"vec": 1}),
+]
 GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5),
     dict(shape_n=2112, shape_k=7168, block_m=128, block_n=128, num_stages=5),

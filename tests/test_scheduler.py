@@ -37,14 +37,31 @@ def scheduler_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for d in cuda_include_dirs():
         include += ["-I", d]
     cxx = os.environ.get("CXX", "g++")
-    subprocess.run([cxx, "-std=c++20", "-O1", *include, str(ROOT / "tests" / "host" / "scheduler_host.cpp"), "-o",
-                    str(out)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [cxx, "-std=c++20", "-O1", *include, str(ROOT / "tests" / "host" / "scheduler_host.cpp"), "-o", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out
 
 
-def walk(binary: Path, gemm_type: int, bm: int, bn: int, m: int, n: int, grid: int, groups: int = 1,
-         alignment: int = 128, max_m: int = 0, data: list[int] = ()) -> list[tuple[int, ...]]:
-    text = f"{gemm_type} {bm} {bn} {m} {n} 4 {grid} {groups} {alignment} {max_m} {len(data)} " + " ".join(map(str, data))
+def walk(
+    binary: Path,
+    gemm_type: int,
+    bm: int,
+    bn: int,
+    m: int,
+    n: int,
+    grid: int,
+    groups: int = 1,
+    alignment: int = 128,
+    max_m: int = 0,
+    data: list[int] = (),
+) -> list[tuple[int, ...]]:
+    text = f"{gemm_type} {bm} {bn} {m} {n} 4 {grid} {groups} {alignment} {max_m} {len(data)} " + " ".join(
+        map(str, data)
+    )
     out = subprocess.run([str(binary)], input=text, capture_output=True, text=True, check=True).stdout
     return [tuple(int(v) for v in line.split()) for line in out.splitlines()]
 
@@ -84,7 +101,7 @@ def test_split_k_ranges_partition_k(scheduler_binary: Path, num_k_blocks: int) -
         # Three consecutive, non-overlapping ranges covering [0, K blocks), each non-empty when K allows
         parts.sort()
         assert len(parts) == 3 and parts[0][0] == 0 and parts[-1][1] == num_k_blocks
-        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False))
         assert all(k1 > k0 for k0, k1 in parts)
 
 
@@ -99,7 +116,7 @@ def test_multicast_pairs(scheduler_binary: Path, m: int) -> None:
     m_blocks = ceil_div(m, 128)
     expected = {(mb, nb, 0, m) for mb in range(align(m_blocks, 2)) for nb in range(ceil_div(n, 128))}
     assert set(tiles) == expected
-    for cta, mb, nb, *_ in lines:
+    for cta, mb, _nb, *_ in lines:
         assert mb % 2 == cta % 2  # rank r takes tile r of each pair
 
 
@@ -120,17 +137,24 @@ def test_contiguous_per_row_and_psum(scheduler_binary: Path, bm: int, bn: int, a
     groups, n, grid = rng.randint(1, 12), rng.randint(1, 600), rng.choice([1, 5, 132])
     m, starts, ends = contiguous_case(rng, groups, bm, alignment)
     per_row = [-1] * m
-    for g, (s, e) in enumerate(zip(starts, ends)):
+    for g, (s, e) in enumerate(zip(starts, ends, strict=False)):
         per_row[s:e] = [g] * (e - s)
     # A block is computed when its first row belongs to a group (segments start aligned to the alignment,
     # a multiple of BLOCK_M, so a block never spans two groups)
     n_blocks = ceil_div(n, bn)
-    per_row_expected = {(mb, nb, per_row[mb * bm], m) for mb in range(m // bm) if per_row[mb * bm] >= 0
-                        for nb in range(n_blocks)}
-    check_exactly(per_row_expected, walk(scheduler_binary, CONTIGUOUS, bm, bn, m, n, grid, groups, alignment,
-                                         data=per_row))
-    psum_expected = {(mb, nb, g, min(ends[g], m)) for g in range(groups) for mb in range(m // bm)
-                     if starts[g] <= mb * bm < ends[g] for nb in range(n_blocks)}
+    per_row_expected = {
+        (mb, nb, per_row[mb * bm], m) for mb in range(m // bm) if per_row[mb * bm] >= 0 for nb in range(n_blocks)
+    }
+    check_exactly(
+        per_row_expected, walk(scheduler_binary, CONTIGUOUS, bm, bn, m, n, grid, groups, alignment, data=per_row)
+    )
+    psum_expected = {
+        (mb, nb, g, min(ends[g], m))
+        for g in range(groups)
+        for mb in range(m // bm)
+        if starts[g] <= mb * bm < ends[g]
+        for nb in range(n_blocks)
+    }
     check_exactly(psum_expected, walk(scheduler_binary, PSUM, bm, bn, m, n, grid, groups, alignment, data=ends))
 
 
@@ -154,5 +178,6 @@ def test_masked(scheduler_binary: Path, bm: int, bn: int, seed: int) -> None:
         for mb in range(ceil_div(rows, bm)):
             for nb in range(ceil_div(n, bn)):
                 expected.add((g * (max_m // bm) + mb, nb, g, g * max_m + rows))
-    check_exactly(expected, walk(scheduler_binary, MASKED, bm, bn, groups * max_m, n, grid, groups, max_m=max_m,
-                                 data=counts))
+    check_exactly(
+        expected, walk(scheduler_binary, MASKED, bm, bn, groups * max_m, n, grid, groups, max_m=max_m, data=counts)
+    )

@@ -28,19 +28,26 @@ def main() -> None:
     blockwise = [r["speedup_vs_blockwise"] for r in dense if r.get("speedup_vs_blockwise")]
     fast = [r["speedup_vs_fast_accum"] for r in dense if r.get("speedup_vs_fast_accum")]
     worst = min(dense, key=lambda r: r.get("speedup_vs_blockwise") or math.inf)
-    print(f"dense geomean vs cuBLASLt blockwise: {geomean(blockwise):.3f} (target >= 1.35), "
-          f"worst {worst['speedup_vs_blockwise']:.2f} at {worst['m']}x{worst['n']}x{worst['k']} (target >= 1.0)")
+    print(
+        f"dense geomean vs cuBLASLt blockwise: {geomean(blockwise):.3f} (target >= 1.35), "
+        f"worst {worst['speedup_vs_blockwise']:.2f} at {worst['m']}x{worst['n']}x{worst['k']} (target >= 1.0)"
+    )
     print(f"dense geomean vs cuBLASLt per-tensor fast-accum: {geomean(fast):.3f} (target >= 1.05)")
     large = [r for r in dense if r["m"] == 4096]
     over = sum(r["tflops"] >= 1300 for r in large)
-    print("M = 4096 TFLOPS: " + ", ".join(f"{r['n']}x{r['k']}: {r['tflops']:.0f}" for r in large)
-          + f" ({over} of {len(large)} >= 1300; target: 4)")
+    print(
+        "M = 4096 TFLOPS: "
+        + ", ".join(f"{r['n']}x{r['k']}: {r['tflops']:.0f}" for r in large)
+        + f" ({over} of {len(large)} >= 1300; target: 4)"
+    )
     cube = rows.get((8192, 8192, 8192))
     if cube:
         print(f"8192^3: {cube['tflops']:.0f} TFLOPS (target >= 1400)")
     memory = [r for r in dense if r["m"] <= 128 and r["k"] >= 7168]
-    print("memory-bound M <= 128, K >= 7168, % of copy bandwidth (target >= 75): "
-          + ", ".join(f"{r['m']}x{r['n']}x{r['k']}: {r['pct_copy_bandwidth']:.0f}" for r in memory))
+    print(
+        "memory-bound M <= 128, K >= 7168, % of copy bandwidth (target >= 75): "
+        + ", ".join(f"{r['m']}x{r['n']}x{r['k']}: {r['pct_copy_bandwidth']:.0f}" for r in memory)
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,12 @@ import subprocess
 import sys
 import tempfile
 
-KEYS = {"bm": "DG_FP8_GEMM_BLOCK_M", "bn": "DG_FP8_GEMM_BLOCK_N", "s": "DG_FP8_GEMM_SPLIT_K", "mc": "DG_FP8_GEMM_MULTICAST"}
+KEYS = {
+    "bm": "DG_FP8_GEMM_BLOCK_M",
+    "bn": "DG_FP8_GEMM_BLOCK_N",
+    "s": "DG_FP8_GEMM_SPLIT_K",
+    "mc": "DG_FP8_GEMM_MULTICAST",
+}
 
 
 def config_env(config: str) -> dict[str, str]:
@@ -46,8 +51,12 @@ def run_config(config: str, shapes: list[str], extra: list[str]) -> dict[str, di
     for row in rows:
         shape = f"{row['m']}x{row['n']}x{row['k']}"
         if row["ours"]:
-            result[shape] = {"median_us": row["ours"]["median_us"], "min_us": row["ours"]["min_us"],
-                             "accurate": row["ours_accurate"], "sm_clock_mhz": row["sm_clock_mhz"]}
+            result[shape] = {
+                "median_us": row["ours"]["median_us"],
+                "min_us": row["ours"]["min_us"],
+                "accurate": row["ours_accurate"],
+                "sm_clock_mhz": row["sm_clock_mhz"],
+            }
         else:
             result[shape] = {"error": row["ours_error"]}
     return result
@@ -73,7 +82,11 @@ def main() -> None:
         cells = []
         for c in args.configs:
             t = times[c]
-            text = "err" if t is None else f"{t:.1f}" + ("*" if t == best else "") + ("" if results[c][shape]["accurate"] else "!")
+            text = (
+                "err"
+                if t is None
+                else f"{t:.1f}" + ("*" if t == best else "") + ("" if results[c][shape]["accurate"] else "!")
+            )
             cells.append(text.rjust(width))
         m, n, k = (int(v) for v in shape.split("x"))
         cfg = deep_gemm._C.get_fp8_gemm_config(m, n, k)

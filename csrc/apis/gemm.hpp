@@ -54,11 +54,19 @@ inline std::tuple<int64_t, int64_t, int64_t> resolve_recipe(const Recipe& recipe
 }
 
 // Host-checkable properties first (so that they are testable without a GPU), the device last.
-inline void check_fp8_operand(const at::Tensor& t, const char* name) {
+// (`dims` 3: a stack of groups [G, rows, K], see check_groups_stacked.)
+inline void check_fp8_operand(const at::Tensor& t, const char* name, int64_t dims = 2) {
     check_defined(t, name);
-    check_dim(t, 2, name);
+    check_dim(t, dims, name);
     check_dtype(t, at::kFloat8_e4m3fn, name);
     check_k_major_tma(t, name);
+}
+
+// The groups of a [G, rows, K] operand follow each other densely, so that the kernels read them as one
+// [G * rows, K] matrix.
+inline void check_groups_stacked(const at::Tensor& t, const char* name) {
+    DG_CHECK_INPUT(t.stride(0) == t.size(1) * t.stride(1) || t.size(0) == 1,
+                   "{}: the groups must be stacked densely (stride 0 = rows * stride 1), got a {}", name, describe(t));
 }
 
 // An FP32 scale tensor of exactly `sizes` (`layout` names them in the message, e.g. "[M, ceil(K/128)]").

@@ -5,11 +5,9 @@
 
 #include <optional>
 #include <string>
-#include <tuple>
 
 #include "../jit/device_runtime.hpp"
 #include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
-#include "../utils/env.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
 #include "layout.hpp"
@@ -30,15 +28,11 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     const auto& [a, sfa_in] = a_pair;
     const auto& [b, sfb_in] = b_pair;
     check_fp8_operand(a, "a[0] (A)");
-    check_defined(b, "b[0] (B)");
-    check_dim(b, 3, "b[0] (B)");
-    check_dtype(b, at::kFloat8_e4m3fn, "b[0] (B)");
-    check_k_major_tma(b, "b[0] (B)");
+    check_fp8_operand(b, "b[0] (B)", 3);
     const int64_t m = a.size(0), k = a.size(1), num_groups = b.size(0), n = b.size(1);
     DG_CHECK_INPUT(b.size(2) == k, "b[0] (B) must be [G, N, K] with K = {} (A's K), got a {}", k, describe(b));
     DG_CHECK_INPUT(num_groups >= 1, "b[0] (B) must hold at least one group, got a {}", describe(b));
-    DG_CHECK_INPUT(b.stride(0) == n * b.stride(1) || num_groups == 1,
-                   "b[0] (B): the groups must be stacked densely (stride 0 = N * stride 1), got a {}", describe(b));
+    check_groups_stacked(b, "b[0] (B)");
     check_defined(d, "d");
     check_dim(d, 2, "d");
     check_dtype(d, at::kBFloat16, "d");
@@ -101,21 +95,16 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     (void)disable_ue8m0_cast;  // SM90 takes FP32 scales
     const auto& [a, sfa_in] = a_pair;
     const auto& [b, sfb_in] = b_pair;
-    for (const auto& [t, name]: {std::pair{&a, "a[0] (A)"}, {&b, "b[0] (B)"}}) {
-        check_defined(*t, name);
-        check_dim(*t, 3, name);
-        check_dtype(*t, at::kFloat8_e4m3fn, name);
-        check_k_major_tma(*t, name);
-    }
+    check_fp8_operand(a, "a[0] (A)", 3);
+    check_fp8_operand(b, "b[0] (B)", 3);
     const int64_t num_groups = a.size(0), max_m = a.size(1), k = a.size(2), n = b.size(1);
     DG_CHECK_INPUT(b.size(0) == num_groups && b.size(2) == k, "b[0] (B) must be [G, N, K] with G = {} and K = {} "
                    "(A's), got a {}", num_groups, k, describe(b));
     DG_CHECK_INPUT(num_groups >= 1, "a[0] (A) must hold at least one group, got a {}", describe(a));
     DG_CHECK_INPUT(max_m % 64 == 0, "A's rows per group (max_m = {}) must be a multiple of 64", max_m);
     DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
-    for (const auto& [t, rows, name]: {std::tuple{&a, max_m, "a[0] (A)"}, {&b, n, "b[0] (B)"}})
-        DG_CHECK_INPUT(t->stride(0) == rows * t->stride(1) || num_groups == 1,
-                       "{}: the groups must be stacked densely (stride 0 = rows * stride 1), got a {}", name, describe(*t));
+    check_groups_stacked(a, "a[0] (A)");
+    check_groups_stacked(b, "b[0] (B)");
     check_defined(d, "d");
     check_dim(d, 3, "d");
     check_dtype(d, at::kBFloat16, "d");

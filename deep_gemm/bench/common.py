@@ -8,7 +8,7 @@ import torch
 from deep_gemm.bench.registry import BenchOptions
 from deep_gemm.testing import bench_kernel
 
-__all__ = ["error_text", "time_call", "try_first_call"]
+__all__ = ["derive_throughput", "error_text", "time_call", "try_first_call"]
 
 
 def error_text(exc: BaseException) -> str:
@@ -31,3 +31,15 @@ def try_first_call(fn: Callable[[], Any]) -> tuple[Any, str | None]:
         return out, None
     except Exception as exc:  # any failure is recorded and the run goes on
         return None, error_text(exc)
+
+
+def derive_throughput(row: dict[str, Any], copy_bandwidth: float, baselines: tuple[str, ...]) -> None:
+    """Add to ``row`` (with ``flops``, ``bytes``, timing entries ``ours`` and each baseline, None when it
+    did not run) the TFLOPS, GB/s and % of ``copy_bandwidth`` of ours and ``speedup_vs_<baseline>``."""
+    ours_s = row["ours"]["median_us"] * 1e-6 if row["ours"] else None
+    row["tflops"] = row["flops"] / ours_s * 1e-12 if ours_s else None
+    row["gbps"] = row["bytes"] / ours_s * 1e-9 if ours_s else None
+    row["pct_copy_bandwidth"] = row["bytes"] / ours_s / copy_bandwidth * 100 if ours_s else None
+    for key in baselines:
+        theirs = row.get(key)
+        row[f"speedup_vs_{key}"] = theirs["median_us"] * 1e-6 / ours_s if ours_s and theirs else None

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from deep_gemm.bench.common import derive_throughput
 from deep_gemm.bench.common import time_call as _time
 from deep_gemm.bench.common import try_first_call as _try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
@@ -132,17 +133,6 @@ def _bench_shape(
     return row
 
 
-def _derive(row: dict[str, Any], copy_bandwidth: float) -> None:
-    """Add throughputs and speedups computed from the median times."""
-    ours_s = row["ours"]["median_us"] * 1e-6 if row["ours"] else None
-    row["tflops"] = row["flops"] / ours_s * 1e-12 if ours_s else None
-    row["gbps"] = row["bytes"] / ours_s * 1e-9 if ours_s else None
-    row["pct_copy_bandwidth"] = row["bytes"] / ours_s / copy_bandwidth * 100 if ours_s else None
-    for key in ("blockwise", "fast_accum"):
-        theirs = row[key]
-        row[f"speedup_vs_{key}"] = theirs["median_us"] * 1e-6 / ours_s if ours_s and theirs else None
-
-
 def _format_row(row: dict[str, Any]) -> str:
     def us(entry: dict[str, Any] | None) -> str:
         return fmt(entry["median_us"] if entry else None, ".1f")
@@ -203,7 +193,7 @@ def run_dense(options: BenchOptions) -> SuiteReport:
     for m, n, k in shapes:
         gpu_idle(options.idle_s)
         row = _bench_shape(m, n, k, gemm, sf_layout, options)
-        _derive(row, copy_bandwidth)
+        derive_throughput(row, copy_bandwidth, ("blockwise", "fast_accum"))
         rows.append(row)
         print(_format_row(row), flush=True)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import time_call, try_first_call
+from deep_gemm.bench.common import derive_throughput, time_call, try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle
@@ -37,13 +37,30 @@ MASKED_MAX_M = 4096
 _NKS = ((4096, 7168), (7168, 2048), (6144, 7168), (7168, 3072))
 CONTIGUOUS_SHAPES = tuple((g, m, n, k) for g, m in ((4, 8192), (8, 4096), (32, 256), (256, 64)) for n, k in _NKS)
 MASKED_SHAPES = tuple(
-    (g, m, n, k) for g, m in ((1, 1024), (2, 512), (4, 256), (32, 192), (6, 1024), (32, 20), (6, 20)) for n, k in _NKS[:2]
+    (g, m, n, k)
+    for g, m in ((1, 1024), (2, 512), (4, 256), (32, 192), (6, 1024), (32, 20), (6, 20))
+    for n, k in _NKS[:2]
 )
 
 _TABLE = Table(
-    [Column("G", 4), Column("M", 5), Column("N", 5), Column("K", 5), Column("rows", 7), Column("ours us", 9),
-     Column("TFLOPS", 7), Column("GB/s", 6), Column("%copy", 5), Column("blockwise us", 9), Column("speedup", 7),
-     Column("fast us", 9), Column("speedup", 7), Column("grouped_mm us", 9), Column("speedup", 7), Column("diff", 8)]
+    [
+        Column("G", 4),
+        Column("M", 5),
+        Column("N", 5),
+        Column("K", 5),
+        Column("rows", 7),
+        Column("ours us", 9),
+        Column("TFLOPS", 7),
+        Column("GB/s", 6),
+        Column("%copy", 5),
+        Column("blockwise us", 9),
+        Column("speedup", 7),
+        Column("fast us", 9),
+        Column("speedup", 7),
+        Column("grouped_mm us", 9),
+        Column("speedup", 7),
+        Column("diff", 8),
+    ]
 )
 
 
@@ -98,6 +115,35 @@ def _per_group_baselines(a_rows: list[tuple[torch.Tensor, torch.Tensor]], b, sfb
     return {"blockwise": blockwise, "fast_accum": fast_accum}
 
 
+def _new_row(g: int, m: int, n: int, k: int, counts: list[int]) -> dict[str, Any]:
+    """A shape's row: FLOPs and bytes over valid rows only (A, its scales and D per row; B once per active group)."""
+    valid_rows = sum(counts)
+    active = sum(c > 0 for c in counts)
+    return {
+        "g": g,
+        "m": m,
+        "n": n,
+        "k": k,
+        "valid_rows": valid_rows,
+        "flops": 2 * valid_rows * n * k,
+        "bytes": valid_rows * (k + 2 * n + 4 * ceil_div(k, 128)) + active * n * k,
+    }
+
+
+def _measure_ours(
+    row: dict[str, Any], ours: Callable[[], object], group_diffs: Callable[[], list[float]], options: BenchOptions
+) -> None:
+    """First call (checked: the worst group's calc_diff against the BF16 product), then the timing."""
+    out, row["ours_error"] = try_first_call(ours)
+    if out is not None:
+        diffs = group_diffs()
+        row["ours_diff"] = max(diffs) if diffs else 0.0
+    else:
+        row["ours_diff"] = None
+    row["ours_accurate"] = row["ours_diff"] is not None and row["ours_diff"] < MAX_DIFF
+    row["ours"] = time_call(ours, options) if out is not None else None
+
+
 def _measure(row: dict[str, Any], calls: dict[str, Callable[[], object]], options: BenchOptions) -> None:
     for key, fn in calls.items():
         out, row[f"{key}_error"] = try_first_call(fn)
@@ -105,24 +151,30 @@ def _measure(row: dict[str, Any], calls: dict[str, Callable[[], object]], option
 
 
 def _finish_row(row: dict[str, Any], copy_bandwidth: float) -> None:
-    ours_s = row["ours"]["median_us"] * 1e-6 if row["ours"] else None
-    row["tflops"] = row["flops"] / ours_s * 1e-12 if ours_s else None
-    row["gbps"] = row["bytes"] / ours_s * 1e-9 if ours_s else None
-    row["pct_copy_bandwidth"] = row["bytes"] / ours_s / copy_bandwidth * 100 if ours_s else None
-    for key in ("blockwise", "fast_accum", "grouped_mm"):
-        theirs = row.get(key)
-        row[f"speedup_vs_{key}"] = theirs["median_us"] * 1e-6 / ours_s if ours_s and theirs else None
-    print(_TABLE.row([str(row["g"]), str(row["m"]), str(row["n"]), str(row["k"]), str(row["valid_rows"]),
-                      fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"), fmt(row["tflops"], ".0f"),
-                      fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".0f"),
-                      fmt(row["blockwise"]["median_us"] if row.get("blockwise") else None, ".1f"),
-                      fmt(row["speedup_vs_blockwise"], ".2f"),
-                      fmt(row["fast_accum"]["median_us"] if row.get("fast_accum") else None, ".1f"),
-                      fmt(row["speedup_vs_fast_accum"], ".2f"),
-                      fmt(row["grouped_mm"]["median_us"] if row.get("grouped_mm") else None, ".1f"),
-                      fmt(row["speedup_vs_grouped_mm"], ".2f"),
-                      "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")]),
-          flush=True)
+    derive_throughput(row, copy_bandwidth, ("blockwise", "fast_accum", "grouped_mm"))
+    print(
+        _TABLE.row(
+            [
+                str(row["g"]),
+                str(row["m"]),
+                str(row["n"]),
+                str(row["k"]),
+                str(row["valid_rows"]),
+                fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"),
+                fmt(row["tflops"], ".0f"),
+                fmt(row["gbps"], ".0f"),
+                fmt(row["pct_copy_bandwidth"], ".0f"),
+                fmt(row["blockwise"]["median_us"] if row.get("blockwise") else None, ".1f"),
+                fmt(row["speedup_vs_blockwise"], ".2f"),
+                fmt(row["fast_accum"]["median_us"] if row.get("fast_accum") else None, ".1f"),
+                fmt(row["speedup_vs_fast_accum"], ".2f"),
+                fmt(row["grouped_mm"]["median_us"] if row.get("grouped_mm") else None, ".1f"),
+                fmt(row["speedup_vs_grouped_mm"], ".2f"),
+                "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!"),
+            ]
+        ),
+        flush=True,
+    )
 
 
 def _bench_contiguous(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict[str, Any]:
@@ -139,29 +191,30 @@ def _bench_contiguous(g: int, m: int, n: int, k: int, options: BenchOptions) -> 
     a, sfa = per_token_cast_to_fp8(a_bf16)
     b_bf16, b, sfb = _quantized_b(g, n, k)
     layout = torch.full((total,), -1, device="cuda", dtype=torch.int32)
-    for i, (s, c) in enumerate(zip(starts, counts)):
+    for i, (s, c) in enumerate(zip(starts, counts, strict=False)):
         layout[s : s + c] = i
     sfa_tma = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
     d = torch.full((total, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    active = [i for i, c in enumerate(counts) if c > 0]
-    valid_rows = sum(counts)
-    row = {"g": g, "m": m, "n": n, "k": k, "valid_rows": valid_rows, "flops": 2 * valid_rows * n * k,
-           "bytes": valid_rows * (k + 2 * n + 4 * ceil_div(k, 128)) + len(active) * n * k}
+    row = _new_row(g, m, n, k, counts)
 
     def ours() -> torch.Tensor:
         deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa_tma), (b, sfb), d, layout)
         return d
 
-    out, row["ours_error"] = try_first_call(ours)
-    if out is not None:
-        diffs = [calc_diff(d[s : s + c], a_bf16[s : s + c].float() @ b_bf16[i].float().t())
-                 for i, (s, c) in enumerate(zip(starts, counts)) if c > 0]
-        row["ours_diff"] = max(diffs) if diffs else 0.0
-    else:
-        row["ours_diff"] = None
-    row["ours_accurate"] = row["ours_diff"] is not None and row["ours_diff"] < MAX_DIFF
-    row["ours"] = time_call(ours, options) if out is not None else None
-    a_rows = [(a[s : s + align(c, 16)], sfa[s : s + align(c, 16)]) if c > 0 else None for s, c in zip(starts, counts)]
+    _measure_ours(
+        row,
+        ours,
+        lambda: [
+            calc_diff(d[s : s + c], a_bf16[s : s + c].float() @ b_bf16[i].float().t())
+            for i, (s, c) in enumerate(zip(starts, counts, strict=False))
+            if c > 0
+        ],
+        options,
+    )
+    a_rows = [
+        (a[s : s + align(c, 16)], sfa[s : s + align(c, 16)]) if c > 0 else None
+        for s, c in zip(starts, counts, strict=False)
+    ]
     _measure(row, _per_group_baselines(a_rows, b, sfb), options)
     return row
 
@@ -178,23 +231,18 @@ def _bench_masked(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict
     b_bf16, b, sfb = _quantized_b(g, n, k)
     masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
     d = torch.full((g, max_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    active = [i for i, c in enumerate(counts) if c > 0]
-    valid_rows = sum(counts)
-    row = {"g": g, "m": m, "n": n, "k": k, "valid_rows": valid_rows, "flops": 2 * valid_rows * n * k,
-           "bytes": valid_rows * (k + 2 * n + 4 * ceil_div(k, 128)) + len(active) * n * k}
+    row = _new_row(g, m, n, k, counts)
 
     def ours() -> torch.Tensor:
         deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa_tma), (b, sfb), d, masked_m, m)
         return d
 
-    out, row["ours_error"] = try_first_call(ours)
-    if out is not None:
-        diffs = [calc_diff(d[i, :c], a_bf16[i, :c].float() @ b_bf16[i].float().t()) for i, c in enumerate(counts) if c]
-        row["ours_diff"] = max(diffs) if diffs else 0.0
-    else:
-        row["ours_diff"] = None
-    row["ours_accurate"] = row["ours_diff"] is not None and row["ours_diff"] < MAX_DIFF
-    row["ours"] = time_call(ours, options) if out is not None else None
+    _measure_ours(
+        row,
+        ours,
+        lambda: [calc_diff(d[i, :c], a_bf16[i, :c].float() @ b_bf16[i].float().t()) for i, c in enumerate(counts) if c],
+        options,
+    )
     a_rows = [(a[i, : align(c, 16)], sfa[i, : align(c, 16)]) if c > 0 else None for i, c in enumerate(counts)]
     calls = _per_group_baselines(a_rows, b, sfb)
     if hasattr(torch, "_scaled_grouped_mm"):
@@ -233,17 +281,33 @@ def _run(name: str, default_shapes, bench_one, options: BenchOptions) -> SuiteRe
         _finish_row(row, copy_bandwidth)
         rows.append(row)
         torch.cuda.empty_cache()
-    geomeans = {key: geomean(r.get(f"speedup_vs_{key}") for r in rows) for key in ("blockwise", "fast_accum", "grouped_mm")}
+    geomeans = {
+        key: geomean(r.get(f"speedup_vs_{key}") for r in rows) for key in ("blockwise", "fast_accum", "grouped_mm")
+    }
     for key, value in geomeans.items():
         print(f"geomean speedup vs {key}: {fmt(value, '.3f')}")
-    for note in sorted({f"{key}: {r[f'{key}_error']}" for r in rows for key in ("ours", "blockwise", "fast_accum",
-                                                                                   "grouped_mm") if r.get(f"{key}_error")}):
+    for note in sorted(
+        {
+            f"{key}: {r[f'{key}_error']}"
+            for r in rows
+            for key in ("ours", "blockwise", "fast_accum", "grouped_mm")
+            if r.get(f"{key}_error")
+        }
+    ):
         print(f"note: {note}")
     failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
-    data = {"suite": name, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "deep_gemm_version": getattr(deep_gemm, "__version__", None), "options": vars(options),
-            "max_diff": MAX_DIFF, "copy_bandwidth_gbps": copy_bandwidth * 1e-9, "geomean_speedup": geomeans, "rows": rows}
+    data = {
+        "suite": name,
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "deep_gemm_version": getattr(deep_gemm, "__version__", None),
+        "options": vars(options),
+        "max_diff": MAX_DIFF,
+        "copy_bandwidth_gbps": copy_bandwidth * 1e-9,
+        "geomean_speedup": geomeans,
+        "rows": rows,
+    }
     json.dumps(data)
     return SuiteReport(data=data, ok=not failed)
 
@@ -259,12 +323,20 @@ def run_masked(options: BenchOptions) -> SuiteReport:
 
 
 GROUPED_SUITE = register_suite(
-    Suite(name="grouped", description="MoE m-grouped contiguous FP8 GEMM vs cuBLASLt group by group",
-          shape_help="GxMxNxK (groups x rows per group x N x K), e.g. 8x4096x7168x2048", parse_shape=parse_gmnk,
-          run=run_contiguous)
+    Suite(
+        name="grouped",
+        description="MoE m-grouped contiguous FP8 GEMM vs cuBLASLt group by group",
+        shape_help="GxMxNxK (groups x rows per group x N x K), e.g. 8x4096x7168x2048",
+        parse_shape=parse_gmnk,
+        run=run_contiguous,
+    )
 )
 MASKED_SUITE = register_suite(
-    Suite(name="masked", description="MoE m-grouped masked FP8 GEMM vs cuBLASLt group by group and _scaled_grouped_mm",
-          shape_help="GxMxNxK (groups x expected rows x N x K), e.g. 32x192x4096x7168", parse_shape=parse_gmnk,
-          run=run_masked)
+    Suite(
+        name="masked",
+        description="MoE m-grouped masked FP8 GEMM vs cuBLASLt group by group and _scaled_grouped_mm",
+        shape_help="GxMxNxK (groups x expected rows x N x K), e.g. 32x192x4096x7168",
+        parse_shape=parse_gmnk,
+        run=run_masked,
+    )
 )

@@ -192,7 +192,8 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
     for (const uint32_t block_m: block_ms) {
         if (block_m == 192 && forced.block_m != 192)
             continue;
-        // M <= 64: one 64-row math warpgroup; otherwise two warpgroups of 64 or 128 rows
+        // M <= 64: one 64-row math warpgroup; otherwise two warpgroups of 64 or 128 rows (three of 64 rows
+        // for BLOCK_M = 192, see fp8_gemm_math_warpgroups)
         if (grouped) {
             // Any BLOCK_M that divides the segment alignment (a row block never spans two groups)
             if ((forced.block_m && block_m != forced.block_m) || grouped_alignment % block_m != 0 || block_m == 256)
@@ -210,13 +211,12 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
             const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
             for (uint32_t splits = 1; splits <= kMaxSplits; ++splits) {
                 // Split-K only when the tiles alone leave SMs idle, and with a few K blocks per split
+                // (never with per-row sfb or groups, nor more splits than K blocks)
                 if (forced.num_splits ? splits != forced.num_splits
                                       : splits > 1 && (m_blocks * n_blocks >= num_sms ||
                                                        splits * kMinKBlocksPerSplit > num_k_blocks))
                     continue;
-                if ((per_row_sfb || grouped) && splits > 1)
-                    continue;
-                if (splits > num_k_blocks)
+                if (splits > num_k_blocks || (splits > 1 && (per_row_sfb || grouped)))
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
                 if (fp8_gemm_smem_bytes(block_m, block_n, 2, tma_store, per_row_sfb) > kSm90MaxSmemBytes)
