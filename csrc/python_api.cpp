@@ -4,6 +4,7 @@
 #include "apis/gemm.hpp"
 #include "apis/grouped_gemm.hpp"
 #include "apis/jit.hpp"
+#include "apis/k_grouped_gemm.hpp"
 #include "apis/layout.hpp"
 #include "apis/runtime.hpp"
 
@@ -82,15 +83,13 @@ PYBIND11_MODULE(_C, m) {
           "compiled_dims: which of m, n, k are compile-time constants (default 'nk': one kernel per weight).\n"
           "disable_ue8m0_cast: accepted for API compatibility; SM90 takes FP32 scales.\n"
           "Any M, N >= 0 (0 is a no-op); K a multiple of 16 (K = 0 gives d = c or zeros). Raises ValueError on\n"
-          "a bad dtype, shape, stride, alignment, overlap or device; NotImplementedError off SM90, and for\n"
-          "recipe (1, 1, 128) until it is validated on a GPU unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.");
+          "a bad dtype, shape, stride, alignment, overlap or device; NotImplementedError off SM90.");
     m.def("m_grouped_fp8_gemm_nt_contiguous", &dg::apis::m_grouped_fp8_gemm_nt_contiguous, "a"_a, "b"_a, "d"_a,
           "grouped_layout"_a, "recipe"_a = py::none(), "recipe_a"_a = py::none(), "recipe_b"_a = py::none(),
           "compiled_dims"_a = "nk", "disable_ue8m0_cast"_a = false, "use_psum_layout"_a = false,
           "ensure_zero_padding"_a = true, "expected_m_for_psum_layout"_a = py::none(),
           "MoE forward GEMM over groups (experts) of rows: for each group g, D[rows of g] = A[rows of g] @ B[g].T\n"
-          "(SM90; alias m_grouped_fp8_fp4_gemm_nt_contiguous). IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises\n"
-          "NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          "(SM90; alias m_grouped_fp8_fp4_gemm_nt_contiguous).\n\n"
           "a = (A, sfa): A float8_e4m3fn [M, K], the groups' row segments concatenated, each starting at a\n"
           "    multiple of get_mk_alignment_for_contiguous_layout() (padding rows between them); sfa FP32\n"
           "    [M, ceil(K / 128)] (any layout, as for fp8_gemm_nt).\n"
@@ -110,8 +109,7 @@ PYBIND11_MODULE(_C, m) {
           "compiled_dims"_a = "nk", "disable_ue8m0_cast"_a = false,
           "MoE decode GEMM over groups (experts) with per-group row counts on the device: for each group g,\n"
           "D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T (SM90; aliases fp8_m_grouped_gemm_nt_masked,\n"
-          "m_grouped_fp8_fp4_gemm_nt_masked). IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises\n"
-          "NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          "m_grouped_fp8_fp4_gemm_nt_masked).\n\n"
           "a = (A, sfa): A float8_e4m3fn [G, max_m, K] (max_m a multiple of 64), K-major, groups stacked densely;\n"
           "    sfa FP32 [G, max_m, ceil(K / 128)].\n"
           "b = (B, sfb): B float8_e4m3fn [G, N, K], K-major; sfb FP32 [G, ceil(N / 128), ceil(K / 128)].\n"
@@ -121,6 +119,42 @@ PYBIND11_MODULE(_C, m) {
           "expected_m: a host hint of the typical rows per group, used only to choose the config.\n"
           "recipe: (1, 128, 128) only. compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt.\n"
           "Raises ValueError on a bad dtype, shape, stride or device (K must be positive).");
+    m.def("k_grouped_fp8_gemm_nt_contiguous", &dg::apis::k_grouped_fp8_gemm_nt_contiguous, "a"_a, "b"_a, "d"_a,
+          "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "recipe"_a = py::none(), "compiled_dims"_a = "mn",
+          "use_psum_layout"_a = false,
+          "MoE weight-gradient GEMM over groups of K: for each group g, D[g] = C[g] + A_g @ B_g.T with A_g [M, K_g]\n"
+          "and B_g [N, K_g] (SM90, recipe (1, 1, 128)). IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises\n"
+          "NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          "a = (A, sfa): A float8_e4m3fn, a contiguous 1-D buffer holding the groups' A_g [M, K_g] K-major back to\n"
+          "    back (group g at element M * start_g, start_g = sum of the previous groups' K); sfa FP32\n"
+          "    [sum_g ceil(K_g / 128), M] (one scale per row per 128 of the group's K; the groups' rows back to\n"
+          "    back) or its transpose [M, sum_g ceil(K_g / 128)].\n"
+          "b = (B, sfb): the same for B_g [N, K_g].\n"
+          "ks_cpu: list of the G groups' K (each a multiple of 16; 0 for an empty group: D[g] = C[g], or zeros).\n"
+          "grouped_layout: int32 [G] on the device (the same K values, or with use_psum_layout=True the groups'\n"
+          "    cumulative ends); checked for shape and device only: ks_cpu is what the kernel follows.\n"
+          "use_psum_layout: group g's K starts at align(end of group g-1, get_mk_alignment_for_contiguous_layout())\n"
+          "    instead of right after it (the scale rows stay back to back either way).\n"
+          "d: FP32 [G, M, N] contiguous. c: None or FP32 [G, M, N] contiguous, accumulated (may be d: in place).\n"
+          "recipe: (1, 1, 128) only (None means that). compiled_dims: which of m, n are compile-time constants.\n"
+          "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.");
+    m.def("k_grouped_fp8_gemm_tn_contiguous", &dg::apis::k_grouped_fp8_gemm_tn_contiguous, "a"_a, "b"_a, "d"_a,
+          "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "recipe"_a = py::none(), "compiled_dims"_a = "mn",
+          "use_psum_layout"_a = false,
+          "k_grouped_fp8_gemm_nt_contiguous with the MN-major operands training frameworks hold: A float8_e4m3fn\n"
+          "[sum(K), M] and B [sum(K), N] (stride 1 along M / N), group g's rows from start_g. On SM90 FP8 wgmma\n"
+          "reads K-major operands only: each group is first transposed into the nt layout (a copy of A and B).\n"
+          "IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises NotImplementedError unless\n"
+          "DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          "a = (A, sfa), b = (B, sfb): sfa FP32 [sum_g ceil(K_g / 128), M], sfb the same with N (or transposes).\n"
+          "ks_cpu: list of the G groups' K (each a multiple of 16; 0 for an empty group: D[g] = C[g], or zeros).\n"
+          "grouped_layout: int32 [G] on the device (the same K values, or with use_psum_layout=True the groups'\n"
+          "    cumulative ends); checked for shape and device only: ks_cpu is what the kernel follows.\n"
+          "use_psum_layout: group g's K starts at align(end of group g-1, get_mk_alignment_for_contiguous_layout())\n"
+          "    instead of right after it (the scale rows stay back to back either way).\n"
+          "d: FP32 [G, M, N] contiguous. c: None or FP32 [G, M, N] contiguous, accumulated (may be d: in place).\n"
+          "recipe: (1, 1, 128) only (None means that). compiled_dims: which of m, n are compile-time constants.\n"
+          "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.");
     m.def("fp8_gemm_nn",
           [](py::args, py::kwargs) {
               dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_nn", "transpose B to K-major ([N, K] contiguous)");
@@ -141,7 +175,7 @@ PYBIND11_MODULE(_C, m) {
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
              uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
              uint32_t grouped_alignment) {
-              DG_CHECK_INPUT(gemm_type <= 3, "gemm_type must be 0, 1, 2 or 3, got {}", gemm_type);
+              DG_CHECK_INPUT(gemm_type <= 4, "gemm_type must be 0, 1, 2, 3 or 4, got {}", gemm_type);
               const auto c = dg::kernels::get_fp8_gemm_config(
                   m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast, {block_m, block_n, num_splits},
                   per_row_sfb, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment);
@@ -161,7 +195,8 @@ PYBIND11_MODULE(_C, m) {
           "as DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K do (0: the heuristic decides); per_row_sfb: recipe\n"
           "(1, 1, 128); gemm_type: 0 normal, 1 m-grouped contiguous, 2 the same with the psum layout, 3 m-grouped\n"
           "masked (m is then the total, or groups x expected, row count; grouped_alignment the segment alignment\n"
-          "or the masked rows per group's). Raises ValueError when no config fits.");
+          "or the masked rows per group's), 4 k-grouped (m: groups x M, k: a typical K per group; with\n"
+          "per_row_sfb). Raises ValueError when no config fits.");
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",

@@ -65,6 +65,28 @@ def m_grouped_fp8_gemm_nt_masked(
     compiled_dims: str = "nk",
     disable_ue8m0_cast: bool = False,
 ) -> None: ...
+def k_grouped_fp8_gemm_nt_contiguous(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    ks_cpu: Sequence[int],
+    grouped_layout: torch.Tensor,
+    c: torch.Tensor | None = None,
+    recipe: Sequence[int] | None = None,
+    compiled_dims: str = "mn",
+    use_psum_layout: bool = False,
+) -> None: ...
+def k_grouped_fp8_gemm_tn_contiguous(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    ks_cpu: Sequence[int],
+    grouped_layout: torch.Tensor,
+    c: torch.Tensor | None = None,
+    recipe: Sequence[int] | None = None,
+    compiled_dims: str = "mn",
+    use_psum_layout: bool = False,
+) -> None: ...
 def fp8_gemm_nn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tt(*args: Any, **kwargs: Any) -> None: ...

@@ -108,7 +108,11 @@ def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
         ("c_dtype", r"c must have dtype torch.float32"),
         ("c_shape", r"c must be \[M, N\] = \[64, 128\]"),
         ("c_overlap", r"c must be d itself or not overlap d"),
+        ("c_overlap_strided", r"c must be d itself or not overlap d"),
         ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
+        # (not overlapping: a padded d and a separate c, or two disjoint views of one buffer, pass the check)
+        ("c_separate_strided_d", r"a\[0\] \(A\) must be on a CUDA device"),
+        ("c_disjoint_views", r"a\[0\] \(A\) must be on a CUDA device"),
     ],
 )
 def test_per_row_recipe_bad_inputs(case: str, pattern: str) -> None:
@@ -126,6 +130,14 @@ def test_per_row_recipe_bad_inputs(case: str, pattern: str) -> None:
     elif case == "c_overlap":
         buf = torch.zeros(65, 128)
         d, kwargs["c"] = buf[:64], buf[1:]
+    elif case == "c_overlap_strided":
+        buf = torch.zeros(66, 131)
+        d, kwargs["c"] = buf[:64, :128], buf[2:, 3:]
+    elif case == "c_separate_strided_d":
+        d, kwargs["c"] = torch.zeros(65, 131)[:64, :128], torch.zeros(64, 128)
+    elif case == "c_disjoint_views":
+        buf = torch.zeros(128, 131)
+        d, kwargs["c"] = buf[:64, :128], buf[64:, :128]
     with pytest.raises(ValueError, match=pattern):
         deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, **kwargs)
 
@@ -370,9 +382,7 @@ PER_ROW_SHAPES = [(4096, 7168, 2048), (129, 4096, 7168), (1000, 1000, 1040), (1,
 
 @gpu
 @pytest.mark.parametrize("accumulate", ["none", "separate_c", "in_place"])
-def test_fp8_gemm_per_row_recipe(monkeypatch: pytest.MonkeyPatch, accumulate: str) -> None:
-    # Recipe (1, 1, 128) is gated until validated on a GPU: this is the test that validates it
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+def test_fp8_gemm_per_row_recipe(accumulate: str) -> None:
     for i, (m, n, k) in enumerate(PER_ROW_SHAPES):
         torch.manual_seed(i)
         a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -400,15 +410,6 @@ def test_fp8_gemm_per_row_recipe(monkeypatch: pytest.MonkeyPatch, accumulate: st
             d2 = torch.empty_like(d)
             deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d2)
             assert torch.equal(d, d2), "two runs differ"
-
-
-@gpu
-def test_fp8_gemm_per_row_recipe_is_gated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", raising=False)
-    _, _, a, sfa, b, _ = make_inputs(64, 256, 512)
-    d = torch.empty(64, 256, device="cuda")
-    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
-        deep_gemm.fp8_gemm_nt((a, sfa), (b, torch.ones(256, 4, device="cuda")), d)
 
 
 @gpu

@@ -1,9 +1,6 @@
 """m_grouped_fp8_gemm_nt_contiguous and m_grouped_fp8_gemm_nt_masked: input validation everywhere; on a GPU,
 every group's rows against a float64 reference of the dequantized inputs, rows that must not be written
-untouched (padding rows; rows past masked_m), CUDA-graph replay with new masked_m.
-
-The functions are gated (NotImplementedError) until validated on a GPU; these tests set
-DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run them."""
+untouched (padding rows; rows past masked_m), CUDA-graph replay with new masked_m."""
 
 import random
 
@@ -188,8 +185,7 @@ def check_grouped(d, a, sfa, b, sfb, segments, case: str) -> None:
     ("num_groups", "expected_m", "n", "k"),
     [(4, 1024, 4096, 7168), (8, 512, 7168, 2048), (32, 256, 2112, 7168), (64, 64, 576, 1040)],
 )
-def test_m_grouped_contiguous(monkeypatch, psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+def test_m_grouped_contiguous(psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
     a, sfa, b, sfb, per_row, ends, segments = make_grouped_inputs(num_groups, expected_m, n, k, seed=num_groups + k)
     d = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
     layout = ends if psum else per_row
@@ -201,9 +197,8 @@ def test_m_grouped_contiguous(monkeypatch, psum: bool, num_groups: int, expected
 
 
 @gpu
-def test_m_grouped_contiguous_bad_ids_are_padding(monkeypatch) -> None:
+def test_m_grouped_contiguous_bad_ids_are_padding() -> None:
     # Device-side ids out of range must not read or write out of bounds: their rows are treated as padding
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
     a, sfa, b, sfb, per_row, _, segments = make_grouped_inputs(4, 256, 1024, 512, seed=7)
     bad = per_row.clone()
     s, e = next(seg for seg in segments if seg[1] > seg[0])
@@ -212,15 +207,6 @@ def test_m_grouped_contiguous_bad_ids_are_padding(monkeypatch) -> None:
     deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, bad)
     torch.cuda.synchronize()
     assert d[s:e].isnan().all()
-
-
-@gpu
-def test_m_grouped_contiguous_is_gated(monkeypatch) -> None:
-    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", raising=False)
-    a, sfa, b, sfb, per_row, _, _ = make_grouped_inputs(2, 128, 256, 256, seed=1)
-    d = torch.empty(a.shape[0], 256, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
-        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, per_row)
 
 
 def make_masked_inputs(num_groups: int, max_m: int, n: int, k: int):
@@ -251,8 +237,7 @@ def check_masked(d, a, sfa, b, sfb, masked_m: list[int], case: str) -> None:
 
 @gpu
 @pytest.mark.parametrize(("num_groups", "expected_m"), [(32, 192), (6, 1024), (32, 20), (6, 20), (16, 1)])
-def test_m_grouped_masked(monkeypatch, num_groups: int, expected_m: int) -> None:
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+def test_m_grouped_masked(num_groups: int, expected_m: int) -> None:
     rng = random.Random(num_groups * 1000 + expected_m)
     max_m, n, k = 4096, 4096, 7168
     a, sfa, b, sfb = make_masked_inputs(num_groups, max_m, n, k)
@@ -266,9 +251,8 @@ def test_m_grouped_masked(monkeypatch, num_groups: int, expected_m: int) -> None
 
 
 @gpu
-def test_m_grouped_masked_graph_replay_and_clamping(monkeypatch) -> None:
+def test_m_grouped_masked_graph_replay_and_clamping() -> None:
     # Captured once, replayed with new counts (read on the device); counts past max_m are clamped
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
     num_groups, max_m, n, k = 4, 256, 1024, 1024
     a, sfa, b, sfb = make_masked_inputs(num_groups, max_m, n, k)
     sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa.view(-1, sfa.shape[2])).view(num_groups, max_m, -1)

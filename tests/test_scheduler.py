@@ -14,7 +14,7 @@ import pytest
 from deep_gemm.utils import align, ceil_div
 
 ROOT = Path(__file__).resolve().parent.parent
-NORMAL, CONTIGUOUS, PSUM, MASKED, SPLIT_K3, PAIRS = 0, 1, 2, 3, 4, 5
+NORMAL, CONTIGUOUS, PSUM, MASKED, SPLIT_K3, PAIRS, K_GROUPED = 0, 1, 2, 3, 4, 5, 6
 
 
 def cuda_include_dirs() -> list[str]:
@@ -181,3 +181,22 @@ def test_masked(scheduler_binary: Path, bm: int, bn: int, seed: int) -> None:
     check_exactly(
         expected, walk(scheduler_binary, MASKED, bm, bn, groups * max_m, n, grid, groups, max_m=max_m, data=counts)
     )
+
+
+@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 112)])
+@pytest.mark.parametrize("seed", range(3))
+def test_k_grouped(scheduler_binary: Path, bm: int, bn: int, seed: int) -> None:
+    rng = random.Random(seed * 31 + bm)
+    groups, m, n, grid = rng.randint(1, 12), rng.randint(1, 700), rng.randint(1, 500), rng.choice([1, 9, 132])
+    k_blocks = [rng.choice([0, 1, rng.randint(2, 70)]) for _ in range(groups)]
+    lines = walk(scheduler_binary, K_GROUPED, bm, bn, m, n, grid, groups, data=k_blocks)
+    # Every group's whole tile grid, each tile once, over the group's own K blocks (none for an empty group)
+    tiles = [(mb, nb, g, end, k0, k1) for _, mb, nb, g, end, k0, k1 in lines]
+    assert len(tiles) == len(set(tiles)), "a tile was handed out twice"
+    expected = {
+        (mb, nb, g, m, 0, k_blocks[g])
+        for g in range(groups)
+        for mb in range(ceil_div(m, bm))
+        for nb in range(ceil_div(n, bn))
+    }
+    assert set(tiles) == expected

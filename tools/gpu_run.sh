@@ -12,7 +12,7 @@
 #      two variants in one run),
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last).
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier.)
-#      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites, with DG_FP8_GEMM_ALLOW_UNVALIDATED=1).
+#      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
 # The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
 # packs all of it into $OUT/all-logs.tgz and copies the main logs and JSON next to it (7 at most).
 set -uo pipefail
@@ -80,7 +80,7 @@ if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
 fi
 pack
 if [[ -n "${DG_GPU_RUN_GROUPED_BENCH:-}" ]]; then
-    for suite in grouped masked; do
+    for suite in ${DG_GPU_RUN_GROUPED_SUITES:-grouped masked}; do
         (cd /tmp && DG_FP8_GEMM_ALLOW_UNVALIDATED=1 timeout 300 python3 -m deep_gemm.bench --suite $suite \
             --json "$OUT/$suite.json" ${DG_GROUPED_BENCH_ARGS:-}) > "$OUT/$suite.log" 2>&1
         echo "$suite bench exit code $?"; tail -30 "$OUT/$suite.log"

@@ -2,12 +2,12 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <ATen/MemoryOverlap.h>
 
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../jit/device_runtime.hpp"
@@ -88,6 +88,32 @@ inline void check_same_cuda_device(const at::Tensor& a, const char* a_name,
     }
 }
 
+// The bytes [first, last] a tensor's elements span (for an overlap test of two views of one storage).
+inline std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
+    int64_t last = 0;
+    for (int64_t i = 0; i < t.dim(); ++i)
+        last += (t.size(i) - 1) * t.stride(i);
+    const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+    return {first, first + static_cast<uintptr_t>(last + 1) * t.element_size() - 1};
+}
+
+// C of D = C + A @ B.T: FP32 and D's shape (`layout` names it), and either D itself or not overlapping
+// it (in place only as the very same elements: each is read, then written, by one thread).
+inline void check_accumuland(const at::Tensor& c, const at::Tensor& d, const char* layout) {
+    check_defined(c, "c");
+    check_dtype(c, at::kFloat, "c");
+    DG_CHECK_INPUT(c.sizes() == d.sizes(), "c must be {} = [{}] (d's shape), got a {}", layout, fmt::join(d.sizes(), ", "),
+                   describe(c));
+    const bool same_elements = c.data_ptr() == d.data_ptr() && c.strides() == d.strides();
+    if (same_elements || c.numel() == 0 || !c.storage().is_alias_of(d.storage()))
+        return;
+    // (views of one storage, e.g. padded rows: their spans must be disjoint)
+    const auto [c_first, c_last] = byte_span(c);
+    const auto [d_first, d_last] = byte_span(d);
+    DG_CHECK_INPUT(c_last < d_first || d_last < c_first, "c must be d itself or not overlap d, got c = {} and d = {}",
+                   describe(c), describe(d));
+}
+
 // Features implemented but not yet run on a GPU raise until DG_FP8_GEMM_ALLOW_UNVALIDATED=1.
 inline void require_validated_or_opt_in(const std::string& what) {
     if (!get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
@@ -126,16 +152,8 @@ inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, cons
     if (per_row_sfb) {
         check_dtype(d, at::kFloat, "d (recipe (1, 1, 128) writes FP32)");
         if (c.has_value()) {
-            check_defined(*c, "c");
-            check_dtype(*c, at::kFloat, "c");
-            DG_CHECK_INPUT(c->dim() == 2 && c->size(0) == m && c->size(1) == n, "c must be [M, N] = [{}, {}], got a {}",
-                           m, n, describe(*c));
+            check_accumuland(*c, d, "[M, N]");
             DG_CHECK_INPUT(c->stride(1) == 1 || n <= 1, "c must be row-major (stride 1 along N), got a {}", describe(*c));
-            // In place only as the very same elements: each is read, then written, by one thread
-            const auto overlap = at::get_overlap_status(*c, d);
-            DG_CHECK_INPUT(overlap == at::MemOverlapStatus::No ||
-                               (overlap == at::MemOverlapStatus::Full && c->strides() == d.strides()),
-                           "c must be d itself or not overlap d, got c = {} and d = {}", describe(*c), describe(d));
         }
     } else {
         check_dtype(d, at::kBFloat16, "d (recipe (1, 128, 128) writes BF16)");
@@ -154,8 +172,6 @@ inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, cons
     if (c.has_value())
         check_same_cuda_device(a, "a[0] (A)", {{&*c, "c"}});
     check_sm90(a, "fp8_gemm_nt");
-    if (per_row_sfb)
-        require_validated_or_opt_in("fp8_gemm_nt with recipe (1, 1, 128) (per-row B scales, FP32 output, optional C)");
     const jit::DeviceScope device_scope(a.device().index());
 
     if (m == 0 || n == 0)

@@ -71,7 +71,6 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
                                            {&grouped_layout, "grouped_layout"}});
     check_sm90(a, "m_grouped_fp8_gemm_nt_contiguous");
-    require_validated_or_opt_in("m_grouped_fp8_gemm_nt_contiguous");
     const jit::DeviceScope device_scope(a.device().index());
 
     if (m == 0 || n == 0)
@@ -132,7 +131,6 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
                                            {&masked_m, "masked_m"}});
     check_sm90(a, "m_grouped_fp8_gemm_nt_masked");
-    require_validated_or_opt_in("m_grouped_fp8_gemm_nt_masked");
     const jit::DeviceScope device_scope(a.device().index());
     if (n == 0 || max_m == 0)
         return;

@@ -5,7 +5,17 @@ one (e.g. grouped GEMMs), write ``deep_gemm/bench/<name>.py`` that calls
 :func:`register_suite`, and import it below.
 """
 
-from deep_gemm.bench import fp8_gemm, grouped
+from deep_gemm.bench import fp8_gemm, grouped, k_grouped
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, get_suite, register_suite, suite_names
 
-__all__ = ["BenchOptions", "Suite", "SuiteReport", "fp8_gemm", "get_suite", "grouped", "register_suite", "suite_names"]
+__all__ = [
+    "BenchOptions",
+    "Suite",
+    "SuiteReport",
+    "fp8_gemm",
+    "get_suite",
+    "grouped",
+    "k_grouped",
+    "register_suite",
+    "suite_names",
+]

@@ -12,8 +12,7 @@ Baselines, timed in the same run on the same FP8 data: cuBLASLt through ``torch.
 group, with the same 1x128 / 128x128 block scales and with per-tensor scales and fast accumulation
 (each group's rows padded to a multiple of 16 for cuBLASLt, inside the padding of the layout); for
 ``masked`` also one ``torch._scaled_grouped_mm`` call with per-row scales where PyTorch has it. TFLOPS
-and GB/s count valid rows only, and B once per active group. Ours is gated until validated on a GPU:
-run with ``DG_FP8_GEMM_ALLOW_UNVALIDATED=1`` (otherwise its column records the NotImplementedError).
+and GB/s count valid rows only, and B once per active group.
 """
 
 import datetime
@@ -30,7 +29,16 @@ from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle
 from deep_gemm.utils import align, ceil_div, per_block_cast_to_fp8, per_token_cast_to_fp8
 
-__all__ = ["CONTIGUOUS_SHAPES", "MASKED_SHAPES", "parse_gmnk", "run_contiguous", "run_masked"]
+__all__ = [
+    "CONTIGUOUS_SHAPES",
+    "MASKED_SHAPES",
+    "measure_baselines",
+    "measure_ours",
+    "parse_gmnk",
+    "run_contiguous",
+    "run_grouped_suite",
+    "run_masked",
+]
 
 MAX_DIFF = 1e-3
 MASKED_MAX_M = 4096
@@ -130,7 +138,7 @@ def _new_row(g: int, m: int, n: int, k: int, counts: list[int]) -> dict[str, Any
     }
 
 
-def _measure_ours(
+def measure_ours(
     row: dict[str, Any], ours: Callable[[], object], group_diffs: Callable[[], list[float]], options: BenchOptions
 ) -> None:
     """First call (checked: the worst group's calc_diff against the BF16 product), then the timing."""
@@ -144,7 +152,8 @@ def _measure_ours(
     row["ours"] = time_call(ours, options) if out is not None else None
 
 
-def _measure(row: dict[str, Any], calls: dict[str, Callable[[], object]], options: BenchOptions) -> None:
+def measure_baselines(row: dict[str, Any], calls: dict[str, Callable[[], object]], options: BenchOptions) -> None:
+    """Time each baseline of ``calls`` into ``row[name]`` (None, with ``row[name + "_error"]``, if it raised)."""
     for key, fn in calls.items():
         out, row[f"{key}_error"] = try_first_call(fn)
         row[key] = time_call(fn, options) if out is not None else None
@@ -201,7 +210,7 @@ def _bench_contiguous(g: int, m: int, n: int, k: int, options: BenchOptions) -> 
         deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa_tma), (b, sfb), d, layout)
         return d
 
-    _measure_ours(
+    measure_ours(
         row,
         ours,
         lambda: [
@@ -215,7 +224,7 @@ def _bench_contiguous(g: int, m: int, n: int, k: int, options: BenchOptions) -> 
         (a[s : s + align(c, 16)], sfa[s : s + align(c, 16)]) if c > 0 else None
         for s, c in zip(starts, counts, strict=False)
     ]
-    _measure(row, _per_group_baselines(a_rows, b, sfb), options)
+    measure_baselines(row, _per_group_baselines(a_rows, b, sfb), options)
     return row
 
 
@@ -237,7 +246,7 @@ def _bench_masked(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict
         deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa_tma), (b, sfb), d, masked_m, m)
         return d
 
-    _measure_ours(
+    measure_ours(
         row,
         ours,
         lambda: [calc_diff(d[i, :c], a_bf16[i, :c].float() @ b_bf16[i].float().t()) for i, c in enumerate(counts) if c],
@@ -258,18 +267,22 @@ def _bench_masked(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict
         calls["grouped_mm"] = grouped_mm
     else:
         row["grouped_mm"], row["grouped_mm_error"] = None, "this PyTorch has no torch._scaled_grouped_mm"
-    _measure(row, calls, options)
+    measure_baselines(row, calls, options)
     return row
 
 
-def _run(name: str, default_shapes, bench_one, options: BenchOptions) -> SuiteReport:
+def run_grouped_suite(
+    name: str, default_shapes, bench_one, options: BenchOptions, parse: Callable[[str], tuple] = parse_gmnk
+) -> SuiteReport:
+    """Run ``bench_one(g, m, n, k, options)`` (a row as ``_new_row`` makes, with timings of ours and the
+    baselines) over the shapes after idling the GPU before each, print the table and the geomeans."""
     import deep_gemm
 
     if not torch.cuda.is_available():
         message = "no CUDA GPU (torch.cuda.is_available() is False)"
         print(f"{name}: {message}")
         return SuiteReport(data={"suite": name, "error": message}, ok=False)
-    shapes = [parse_gmnk(s) for s in options.shapes] if options.shapes else list(default_shapes)
+    shapes = [parse(s) for s in options.shapes] if options.shapes else list(default_shapes)
     copy_bandwidth = d2d_copy_bandwidth()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s (read + write)")
@@ -314,12 +327,12 @@ def _run(name: str, default_shapes, bench_one, options: BenchOptions) -> SuiteRe
 
 def run_contiguous(options: BenchOptions) -> SuiteReport:
     """Run the ``grouped`` suite (m-grouped contiguous), print its table, return the JSON-ready report."""
-    return _run("grouped", CONTIGUOUS_SHAPES, _bench_contiguous, options)
+    return run_grouped_suite("grouped", CONTIGUOUS_SHAPES, _bench_contiguous, options)
 
 
 def run_masked(options: BenchOptions) -> SuiteReport:
     """Run the ``masked`` suite (m-grouped masked), print its table, return the JSON-ready report."""
-    return _run("masked", MASKED_SHAPES, _bench_masked, options)
+    return run_grouped_suite("masked", MASKED_SHAPES, _bench_masked, options)
 
 
 GROUPED_SUITE = register_suite(

@@ -2,7 +2,8 @@
 // CPU tests of its tile enumeration: the CUDA qualifiers and built-ins it uses are stubbed, and every CTA
 // of a virtual persistent grid is walked in turn.
 //
-// type: 0 normal, 1 contiguous, 2 psum, 3 masked, 4 normal with 3-way split-K, 5 normal with 2-CTA pairs along M
+// type: 0 normal, 1 contiguous, 2 psum, 3 masked, 4 normal with 3-way split-K, 5 normal with 2-CTA pairs along M,
+//       6 k-grouped (layout: each group's K block count)
 // stdin:  type block_m block_n shape_m shape_n num_k_blocks grid num_groups alignment max_m layout_len layout...
 // stdout: one line per tile: cta m_block n_block group row_end k_begin k_end
 #include <algorithm>
@@ -63,7 +64,8 @@ int main() {
     for (auto& v: data)
         if (std::scanf("%d", &v) != 1)
             return 2;
-    const GroupedLayout layout{data.data(), groups, alignment, max_m};
+    const std::vector<uint32_t> k_blocks(data.begin(), data.end());
+    const GroupedLayout layout{data.data(), groups, alignment, max_m, k_blocks.data()};
     bool ok = false;
     switch (type) {
         case 0: ok = dispatch_blocks<GemmType::kNormal>(bm, bn, m, n, kb, grid, layout); break;
@@ -72,6 +74,7 @@ int main() {
         case 3: ok = dispatch_blocks<GemmType::kMGroupedMasked>(bm, bn, m, n, kb, grid, layout); break;
         case 4: ok = dispatch_blocks<GemmType::kNormal, 3>(bm, bn, m, n, kb, grid, layout); break;     // split-K 3
         case 5: ok = dispatch_blocks<GemmType::kNormal, 1, 2>(bm, bn, m, n, kb, grid, layout); break;  // pairs along M
+        case 6: ok = dispatch_blocks<GemmType::kKGroupedContiguous>(bm, bn, m, n, kb, grid, layout); break;
     }
     return ok ? 0 : 3;
 }

@@ -25,13 +25,24 @@
 namespace dg::kernels {
 
 // The kernel's GemmType (deep_gemm/include/deep_gemm/scheduler/gemm_scheduler.cuh).
-enum class GemmType : uint32_t { kNormal = 0, kMGroupedContiguous = 1, kMGroupedContiguousPsum = 2, kMGroupedMasked = 3 };
+enum class GemmType : uint32_t {
+    kNormal = 0,
+    kMGroupedContiguous = 1,
+    kMGroupedContiguousPsum = 2,
+    kMGroupedMasked = 3,
+    kKGroupedContiguous = 4,
+};
+
+inline bool is_m_grouped(GemmType type) {
+    return type != GemmType::kNormal && type != GemmType::kKGroupedContiguous;
+}
 
 inline const char* gemm_type_name(GemmType type) {
     switch (type) {
         case GemmType::kMGroupedContiguous: return "GemmType::kMGroupedContiguous";
         case GemmType::kMGroupedContiguousPsum: return "GemmType::kMGroupedContiguousPsum";
         case GemmType::kMGroupedMasked: return "GemmType::kMGroupedMasked";
+        case GemmType::kKGroupedContiguous: return "GemmType::kKGroupedContiguous";
         default: return "GemmType::kNormal";
     }
 }
@@ -47,6 +58,7 @@ struct Fp8GemmConfig {
     uint32_t num_splits = 1;          // split-K: units per tile along K (FP32 partials + reduction kernel)
     bool per_row_sfb = false;         // recipe (1, 1, 128): B scaled per row, D FP32 (+ C), direct stores
     GemmType gemm_type = GemmType::kNormal;
+    uint32_t max_k_groups = 0;        // k-grouped: capacity of the per-group TMA map parameter (else 0)
     bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
     uint32_t store_chunk_n = 64;
     bool use_tma_store = true;
@@ -56,16 +68,28 @@ struct Fp8GemmConfig {
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
-                           "tma_store={} sfb={} type={} sms={} smem={} compiled_mnk=({},{},{})", block_m, block_n, num_splits,
+                           "tma_store={} sfb={} type={} max_k_groups={} sms={} smem={} compiled_mnk=({},{},{})", block_m,
+                           block_n, num_splits,
                            num_stages,
                            num_math_warpgroups, num_group_n, num_multicast, num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "",
                            store_chunk_n, use_tma_store, per_row_sfb ? "per-row" : "per-block",
-                           static_cast<uint32_t>(gemm_type), num_sms, smem_bytes,
+                           static_cast<uint32_t>(gemm_type), max_k_groups, num_sms, smem_bytes,
                            shape_m, shape_n, shape_k);
     }
 };
 
 constexpr uint32_t kSm90MaxSmemBytes = 232448;  // 227 KiB opt-in per block
+
+// K-grouped GEMMs pass two TMA maps (2 x 128 bytes) and two counters per group as kernel parameters, which
+// may take up to 32764 bytes (CUDA >= 12.1): at most 120 groups. The capacity is rounded up so that a few
+// kernels serve every group count.
+constexpr uint32_t kMaxKGroups = 120;
+inline uint32_t k_grouped_capacity(uint32_t num_groups) {
+    for (const uint32_t capacity: {8u, 16u, 32u, 64u})
+        if (num_groups <= capacity)
+            return capacity;
+    return kMaxKGroups;
+}
 
 // TMA multicast of B across 2-CTA clusters (tile pairs along M): whether the heuristic may use it.
 // DG_FP8_GEMM_MULTICAST=0 / =1 forces it off / allows it; unset, kMulticastByDefault decides
@@ -175,12 +199,15 @@ constexpr uint32_t kMinKBlocksPerSplit = 2;
 // gemm_type: m-grouped layouts take BLOCK_M dividing `grouped_alignment` (a row block never spans two
 // groups: the contiguous segments' alignment, or the masked layout's rows per group) and neither split-K
 // nor multicast; `m` is then the total (contiguous) or expected (masked: groups x expected_m) row count.
+// K-grouped (weight gradients): per_row_sfb, neither split-K nor multicast; `m` is groups x M (every
+// group's tiles are units of the one persistent grid) and `k` a typical K per group; the caller sets
+// max_k_groups.
 inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
                                          bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
                                          const Fp8GemmOverrides& forced = {}, bool per_row_sfb = false,
                                          GemmType gemm_type = GemmType::kNormal, uint32_t grouped_alignment = 128) {
     use_tma_store = use_tma_store && !per_row_sfb;
-    const bool grouped = gemm_type != GemmType::kNormal;
+    const bool grouped = gemm_type != GemmType::kNormal, m_grouped = is_m_grouped(gemm_type);
     allow_multicast = allow_multicast && !grouped;
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");
     const uint32_t num_k_blocks = (k + 127) / 128;
@@ -194,7 +221,7 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
             continue;
         // M <= 64: one 64-row math warpgroup; otherwise two warpgroups of 64 or 128 rows (three of 64 rows
         // for BLOCK_M = 192, see fp8_gemm_math_warpgroups)
-        if (grouped) {
+        if (m_grouped) {
             // Any BLOCK_M that divides the segment alignment (a row block never spans two groups)
             if ((forced.block_m && block_m != forced.block_m) || grouped_alignment % block_m != 0 || block_m == 256)
                 continue;

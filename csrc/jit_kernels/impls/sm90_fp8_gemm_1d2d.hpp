@@ -8,11 +8,13 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
@@ -29,12 +31,12 @@ inline jit::KernelSource render_sm90_fp8_gemm(const Fp8GemmConfig& c) {
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
                         c.num_group_n, c.num_multicast, c.is_multicast_on_a ? "true" : "false", c.store_chunk_n,
                         c.use_tma_store ? "true" : "false", c.num_splits, c.per_row_sfb ? "true" : "false",
-                        gemm_type_name(c.gemm_type))};
+                        gemm_type_name(c.gemm_type), c.max_k_groups)};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
@@ -55,8 +57,12 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     c.num_splits = get("num_splits", 1);
     c.per_row_sfb = get("per_row_sfb", 0) != 0;
     c.gemm_type = static_cast<GemmType>(get("gemm_type", 0));
-    DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 3, "gemm_type must be 0 (normal), 1 (m-grouped contiguous), "
-                   "2 (m-grouped contiguous, psum layout) or 3 (m-grouped masked)");
+    DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 4, "gemm_type must be 0 (normal), 1 (m-grouped contiguous), "
+                   "2 (m-grouped contiguous, psum layout), 3 (m-grouped masked) or 4 (k-grouped contiguous)");
+    c.max_k_groups = get("max_k_groups", c.gemm_type == GemmType::kKGroupedContiguous ? 8 : 0);
+    DG_CHECK_INPUT((c.max_k_groups > 0) == (c.gemm_type == GemmType::kKGroupedContiguous) &&
+                   c.max_k_groups <= kMaxKGroups, "max_k_groups must be 1..{} for k-grouped GEMMs (gemm_type 4), 0 "
+                   "otherwise", kMaxKGroups);
     c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.per_row_sfb) != 0;
     c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
     c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.per_row_sfb);
@@ -86,14 +92,48 @@ struct Fp8GemmArgs {
     uint32_t config_m = 0;
 };
 
+// K-grouped GEMM (MoE weight gradients, recipe (1, 1, 128)), validated by the API layer: per group g,
+// D[g] = C[g] + A_g @ B_g^T with A_g [M, K_g] at element M * k_starts[g] of `a` and B_g [N, K_g] at
+// N * k_starts[g] of `b` (K-major); scales [sum_g ceil(K_g / 128), M or N], each group's rows following
+// the previous group's.
+struct Fp8KGroupedGemmArgs {
+    const at::Tensor& a;    // flat e4m3
+    const at::Tensor& sfa;  // FP32 [sum of K blocks, M], row stride sfa.stride(0) (a multiple of 4)
+    const at::Tensor& b;    // flat e4m3
+    const at::Tensor& sfb;  // FP32 [sum of K blocks, N], row stride sfb.stride(0) (a multiple of 4)
+    const at::Tensor& d;    // FP32 [G, M, N], contiguous
+    const at::Tensor* c;    // FP32 [G, M, N], contiguous, may be `d`; or null
+    uint32_t m, n;
+    const std::vector<int64_t>& ks;        // K_g (multiples of 16)
+    const std::vector<int64_t>& k_starts;  // where group g's K starts in the flat buffers (multiples of 16)
+    bool compile_m, compile_n;
+};
+
 // Mirrors deep_gemm::GroupedLayout (a kernel parameter passed by value).
 struct GroupedLayoutParam {
     const int32_t* data;
     uint32_t num_groups;
     uint32_t alignment;
     uint32_t max_m;
+    const uint32_t* k_blocks;  // (set by the kernel)
 };
-static_assert(sizeof(GroupedLayoutParam) == 24);
+static_assert(sizeof(GroupedLayoutParam) == 32);
+
+// The bytes of deep_gemm::KGroupedParams<capacity>: maps a[capacity], b[capacity] (128 bytes each), then
+// k_blocks[capacity], sf_row[capacity] (uint32). Passed by address like any kernel argument; the driver
+// copies as many bytes as the kernel's parameter has.
+struct alignas(64) KGroupedParamBuffer {
+    std::array<uint8_t, 2 * 128 * kMaxKGroups + 8 * kMaxKGroups> bytes;
+    static_assert(sizeof(jit::CUtensorMap) == 128);
+
+    void set(uint32_t capacity, uint32_t group, const jit::CUtensorMap& a, const jit::CUtensorMap& b, uint32_t k_blocks,
+             uint32_t sf_row) {
+        std::memcpy(bytes.data() + group * 128, &a, 128);
+        std::memcpy(bytes.data() + (capacity + group) * 128, &b, 128);
+        std::memcpy(bytes.data() + 2 * capacity * 128 + group * 4, &k_blocks, 4);
+        std::memcpy(bytes.data() + 2 * capacity * 128 + (capacity + group) * 4, &sf_row, 4);
+    }
+};
 
 class Sm90Fp8Gemm1d2dRunner {
 public:
@@ -114,7 +154,7 @@ public:
                             sfa_stride, sfb_stride, num_sms, use_tma_store, args.per_row_sfb, args.compile_m,
                             args.compile_n, args.compile_k, args.gemm_type, args.num_groups, args.grouped_alignment,
                             args.max_m, args.config_m};
-        Plan& plan = get_plan(sig, args);
+        Plan& plan = get_plan(sig, &args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
         thread_local LastDescriptors last;
@@ -150,7 +190,7 @@ public:
         if (num_splits == 1) {
             float* workspace = nullptr;
             plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, grouped_layout,
-                                tma_a, tma_b, tma_sfa, tma_sfb, tma_d);
+                                tma_a, tma_b, tma_sfa, tma_sfb, tma_d, kNoKGroups);
             return;
         }
         // Split-K: FP32 partials [splits, M, N] from PyTorch's caching allocator (ordered on the current
@@ -158,12 +198,63 @@ public:
         const at::Tensor partials = at::empty({static_cast<int64_t>(num_splits), static_cast<int64_t>(m), static_cast<int64_t>(n)}, args.a.options().dtype(at::kFloat));
         float* workspace = partials.data_ptr<float>();
         plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, grouped_layout,
-                            tma_a, tma_b, tma_sfa, tma_sfb, tma_d);
+                            tma_a, tma_b, tma_sfa, tma_sfb, tma_d, kNoKGroups);
         launch_splitk_reduce(device, workspace, d, m, n, ldd, num_splits, enable_pdl);
+    }
+
+    // K-grouped: the plan (config, kernel, grid) is keyed without K, which changes from call to call; the
+    // per-group maps of A and B and the scale maps are encoded for each call.
+    static void run_k_grouped(const Fp8KGroupedGemmArgs& args) {
+        const int device = args.a.device().index();
+        const uint32_t m = args.m, n = args.n, num_groups = static_cast<uint32_t>(args.ks.size());
+        const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
+        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.sfa.stride(0), args.sfb.stride(0), num_sms,
+                            false, true, args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
+                            num_groups, 0, 0, num_groups * m};
+        const Plan& plan = get_plan(sig, nullptr);
+        const auto& c = plan.config;
+
+        thread_local KGroupedParamBuffer params;
+        uint32_t sf_rows = 0;
+        const auto* a = static_cast<const uint8_t*>(args.a.data_ptr());
+        const auto* b = static_cast<const uint8_t*>(args.b.data_ptr());
+        for (uint32_t g = 0; g < num_groups; ++g) {
+            const uint64_t k = args.ks[g], start = args.k_starts[g];
+            const uint32_t k_blocks = static_cast<uint32_t>((k + 127) / 128);
+            jit::CUtensorMap map_a{}, map_b{};  // (an empty group's maps are never used)
+            if (k > 0) {
+                map_a = jit::make_tma_2d(a + start * m, driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, k, m, k, 128, c.block_m,
+                                         driver::CU_TENSOR_MAP_SWIZZLE_128B);
+                map_b = jit::make_tma_2d(b + start * n, driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, k, n, k, 128, c.block_n,
+                                         driver::CU_TENSOR_MAP_SWIZZLE_128B);
+            }
+            params.set(c.max_k_groups, g, map_a, map_b, k_blocks, sf_rows);
+            sf_rows += k_blocks;
+        }
+        jit::CUtensorMap tma_sfa{}, tma_sfb{}, unused{};
+        if (sf_rows > 0) {
+            tma_sfa = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, m, sf_rows,
+                                       args.sfa.stride(0) * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+            tma_sfb = jit::make_tma_2d(args.sfb.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, n, sf_rows,
+                                       args.sfb.stride(0) * 4, c.block_n, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+        }
+
+        jit::LaunchConfig launch = plan.launch;
+        launch.stream = jit::current_stream(device);
+        launch.enable_pdl = jit::DeviceRuntime::instance().pdl();
+        uint32_t shape_m = m, shape_n = n, shape_k = 0, ldd = n, ldc = n;
+        const float* sfb = nullptr;
+        void* d = args.d.data_ptr();
+        const float* c_ptr = args.c != nullptr ? args.c->data_ptr<float>() : nullptr;
+        float* workspace = nullptr;
+        GroupedLayoutParam grouped_layout{nullptr, num_groups, 0, 0, nullptr};
+        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, workspace, grouped_layout,
+                            unused, unused, tma_sfa, tma_sfb, unused, params);
     }
 
 private:
     static constexpr size_t kNumTma = 5;  // A, B, sfa, sfb (per-row recipe), D (TMA store)
+    static inline uint32_t kNoKGroups = 0;  // deep_gemm::KGroupedParams<0> (not k-grouped)
     struct Signature {
         int device;
         uint32_t m, n, k;
@@ -199,7 +290,37 @@ private:
         std::array<const void*, kNumTma> bases;
     };
 
-    static Plan& get_plan(const Signature& sig, const Fp8GemmArgs& args) {
+    // The descriptor templates of a plan (not k-grouped), encoded with the first call's addresses.
+    static void encode_maps(Plan& plan, const Signature& sig, const Fp8GemmArgs& args) {
+        const auto& c = plan.config;
+        const uint32_t sf_k = (sig.k + 127) / 128;
+        // The multicast operand is loaded in halves, one by each CTA of the pair
+        const bool halve_a = c.num_multicast > 1 && c.is_multicast_on_a;
+        const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
+        plan.tma[0] = jit::make_tma_2d(args.a.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.m,
+                                       sig.lda, 128, halve_a ? c.block_m / 2 : c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+        // (grouped: B's groups stacked as [G * N, K]; the API checked that they are)
+        plan.tma[1] = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k,
+                                       static_cast<uint64_t>(sig.n) * sig.num_groups, sig.ldb, 128,
+                                       halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+        plan.tma[2] = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
+                                       sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+        plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), nullptr, nullptr};
+        if (c.per_row_sfb) {
+            plan.tma[3] = jit::make_tma_2d(args.sfb.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.n, sf_k,
+                                           sig.sfb_stride * 4, c.block_n, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+            plan.tma_bases[3] = args.sfb.data_ptr();
+        }
+        if (c.use_tma_store) {
+            plan.tma[4] = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
+                                           sig.ldd * 2, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
+                                           jit::swizzle_for_bytes(c.store_chunk_n * 2));
+            plan.tma_bases[4] = args.d.data_ptr();
+        }
+    }
+
+    // (`args` null: k-grouped, whose maps are built for each call)
+    static Plan& get_plan(const Signature& sig, const Fp8GemmArgs* args) {
         static std::unordered_map<Signature, std::unique_ptr<Plan>, SignatureHash> plans;
         static std::mutex mutex;
         std::lock_guard lock(mutex);
@@ -208,11 +329,16 @@ private:
 
         auto plan = std::make_unique<Plan>();
         auto& c = plan->config;
-        c = get_fp8_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n, sig.k, sig.num_sms, sig.use_tma_store,
-                                sig.compile_m, sig.compile_n,
-                                sig.compile_k, multicast_enabled(), forced_config(), sig.per_row_sfb, sig.gemm_type,
+        // (k-grouped: planned for a typical K per group, as K changes from call to call)
+        const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
+        constexpr uint32_t kKGroupedPlanK = 4096;
+        c = get_fp8_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n, k_grouped ? kKGroupedPlanK : sig.k,
+                                sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n, sig.compile_k,
+                                multicast_enabled(), forced_config(), sig.per_row_sfb, sig.gemm_type,
                                 sig.grouped_alignment);
         c.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
+        if (k_grouped)
+            c.max_k_groups = k_grouped_capacity(sig.num_groups);
 
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
@@ -222,34 +348,13 @@ private:
         const auto arch = props.arch();
         plan->kernel = &jit::get_kernel(render_sm90_fp8_gemm(c), arch, sig.device, stream);
 
-        const uint32_t sf_k = (sig.k + 127) / 128;
-        // The multicast operand is loaded in halves, one by each CTA of the pair
-        const bool halve_a = c.num_multicast > 1 && c.is_multicast_on_a;
-        const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
-        plan->tma[0] = jit::make_tma_2d(args.a.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.m,
-                                        sig.lda, 128, halve_a ? c.block_m / 2 : c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-        // (grouped: B's groups stacked as [G * N, K]; the API checked that they are)
-        plan->tma[1] = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k,
-                                        static_cast<uint64_t>(sig.n) * sig.num_groups, sig.ldb, 128,
-                                        halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-        plan->tma[2] = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
-                                        sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
-        plan->tma_bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), nullptr, nullptr};
-        if (c.per_row_sfb) {
-            plan->tma[3] = jit::make_tma_2d(args.sfb.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.n, sf_k,
-                                            sig.sfb_stride * 4, c.block_n, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
-            plan->tma_bases[3] = args.sfb.data_ptr();
-        }
-        if (c.use_tma_store) {
-            plan->tma[4] = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
-                                            sig.ldd * 2, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
-                                            jit::swizzle_for_bytes(c.store_chunk_n * 2));
-            plan->tma_bases[4] = args.d.data_ptr();
-        }
+        if (args != nullptr)
+            encode_maps(*plan, sig, *args);
 
         // Persistent grid: one CTA per SM at most, no more CTAs (clusters) than tiles (tile pairs)
         const uint64_t m_blocks = (sig.m + c.block_m - 1) / c.block_m, n_blocks = (sig.n + c.block_n - 1) / c.block_n;
-        const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, c.num_multicast, c.is_multicast_on_a) * c.num_splits;
+        const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, c.num_multicast, c.is_multicast_on_a) * c.num_splits *
+                               (k_grouped ? sig.num_groups : 1);
         plan->launch.num_threads = c.num_threads();
         plan->launch.smem_bytes = c.smem_bytes;
         plan->launch.cluster_dim = c.num_multicast;

@@ -44,6 +44,11 @@
 //   padding blocks; masked: A and D [groups * max_m, ...], walking each group's masked_m rows), the
 //   producer offsets B's rows and the sfb loader its scales by the group; tiles with rows that must not
 //   be written are stored directly with a per-row check, whole ones through TMA.
+// K-grouped (kKGroupedContiguous, MoE weight gradients; recipe (1, 1, 128)): per group g,
+//   D[g] = C[g] + A_g @ B_g^T with A_g [M, K_g] and B_g [N, K_g] K-major, back to back in flat buffers. Their
+//   row strides differ per group, so the host passes one TMA map per group and operand in the kernel
+//   parameter `k_groups` (with each group's K block count and first scale row); scales sfa [sum_g K blocks, M]
+//   and sfb [sum_g K blocks, N] are one map each. D and C [groups, M, N] FP32, stored directly.
 // Limits: BLOCK_M in {64, 128, 192 (three math warpgroups, BLOCK_N <= 128), 256}; BLOCK_N a multiple of 16 (TMA store) or 8, at most 256;
 //   K a multiple of 16 (TMA strides); the tails of M, N, K are zero-filled by TMA loads and clipped
 //   by the TMA store.
@@ -66,7 +71,7 @@ namespace deep_gemm {
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
           bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb,
-          GemmType kGemmType>
+          GemmType kGemmType, uint32_t kMaxKGroups>
 struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t BLOCK_K = 128;
     static constexpr uint32_t WG_M = BLOCK_M / kNumMathWarpgroups;
@@ -75,7 +80,9 @@ struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     using Wgmma = ptx::WgmmaFp8E4m3<BLOCK_N>;
     using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits, kGemmType>;
-    static constexpr bool kIsGrouped = kGemmType != GemmType::kNormal;
+    static constexpr bool kIsKGrouped = kGemmType == GemmType::kKGroupedContiguous;
+    static constexpr bool kIsMGrouped = kGemmType != GemmType::kNormal && !kIsKGrouped;
+    using KGroups = KGroupedParams<kMaxKGroups>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
 
     static constexpr uint32_t SMEM_D_SIZE = kUseTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
@@ -108,7 +115,9 @@ struct Sm90Fp8Gemm1d2d {
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores FP32 partials directly, not through TMA");
     static_assert(!kPerRowSfb || (!kUseTmaStore && kNumSplits == 1),
                   "per-row sfb (recipe (1, 1, 128)) writes FP32 directly, without split-K");
-    static_assert(!kIsGrouped || !kPerRowSfb, "m-grouped GEMMs take recipe (1, 128, 128)");
+    static_assert(!kIsMGrouped || !kPerRowSfb, "m-grouped GEMMs take recipe (1, 128, 128)");
+    static_assert(kIsKGrouped == (kMaxKGroups > 0) && (!kIsKGrouped || kPerRowSfb),
+                  "k-grouped GEMMs (and only they) take per-group TMA maps, with recipe (1, 1, 128)");
     static_assert(kNumMulticast == 1 || (kIsMulticastOnA ? BLOCK_M % 16 == 0 : BLOCK_N % 16 == 0),
                   "each CTA of a pair loads half of the shared tile: 8-row (1024-byte) aligned halves");
     static_assert(SMEM_A_SIZE_PER_STAGE % 1024 == 0 && SMEM_B_SIZE_PER_STAGE % 1024 == 0,
@@ -189,7 +198,8 @@ struct Sm90Fp8Gemm1d2d {
     __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                     uint32_t num_k_blocks, const TmaDescriptor* tma_a,
                                                     const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa,
-                                                    const TmaDescriptor* tma_sfb, GroupedLayout layout, uint32_t rank) {
+                                                    const TmaDescriptor* tma_sfb, const KGroups& k_groups,
+                                                    GroupedLayout layout, uint32_t rank) {
         // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer)
         constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + BLOCK_M * 4 +
                                          (kPerRowSfb ? BLOCK_N * 4 : 0);
@@ -199,7 +209,15 @@ struct Sm90Fp8Gemm1d2d {
         GemmTile tile;
         while (scheduler.next(tile)) {
             const uint32_t m_block = tile.m_block, n_block = tile.n_block;
-            const uint32_t b_row = tile.group * shape_n + n_block * BLOCK_N;  // B is [groups * N, K]
+            // m-grouped: B is [groups * N, K]; k-grouped: the group's own maps of A and B, and its first row
+            // in the scale tensors [sum of K blocks, M or N]
+            uint32_t b_row = tile.group * shape_n + n_block * BLOCK_N, sf_row = 0;
+            if constexpr (kIsKGrouped) {
+                tma_a = &k_groups.a[tile.group];
+                tma_b = &k_groups.b[tile.group];
+                b_row = n_block * BLOCK_N;
+                sf_row = k_groups.sf_row[tile.group];
+            }
             // (not unrolled: the producer runs in 40 registers)
             #pragma unroll 1
             for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
@@ -222,9 +240,9 @@ struct Sm90Fp8Gemm1d2d {
                 } else {
                     ptx::tma_load_2d(s.b(pipe.stage), tma_b, full, k_block * BLOCK_K, b_row);
                 }
-                ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, k_block);
+                ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, sf_row + k_block);
                 if constexpr (kPerRowSfb)
-                    ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, full, n_block * BLOCK_N, k_block);
+                    ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, full, n_block * BLOCK_N, sf_row + k_block);
             }
         }
     }
@@ -404,8 +422,12 @@ struct Sm90Fp8Gemm1d2d {
                 store_tile_direct(accum, m0, n0, shape_m, shape_n,
                                   workspace + static_cast<uint64_t>(tile.split) * shape_m * shape_n, shape_n,
                                   nullptr, 0, warp_in_wg, lane);
-            else if constexpr (kPerRowSfb)
-                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<float*>(d), ldd, c, ldc, warp_in_wg, lane);
+            else if constexpr (kPerRowSfb) {
+                // (k-grouped: D and C are [groups, M, N], each group's rows dense)
+                const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
+                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<float*>(d) + group_offset * ldd, ldd,
+                                  c != nullptr ? c + group_offset * ldc : nullptr, ldc, warp_in_wg, lane);
+            }
             else
                 store_tile_bf16(s, accum, tile, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, tma_d,
                                 layout, wg_idx, warp_in_wg, lane);
@@ -536,21 +558,24 @@ struct Sm90Fp8Gemm1d2d {
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
           bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb,
-          GemmType kGemmType>
+          GemmType kGemmType, uint32_t kMaxKGroups>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
                           void* __restrict__ d, uint32_t ldd, const float* c, uint32_t ldc,
                           float* __restrict__ workspace, GroupedLayout grouped_layout,
                           const __grid_constant__ TmaDescriptor tma_a,
                           const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
-                          const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d) {
+                          const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d,
+                          const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
     using Gemm = Sm90Fp8Gemm1d2d<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups,
                                  kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits,
-                                 kPerRowSfb, kGemmType>;
+                                 kPerRowSfb, kGemmType, kMaxKGroups>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
     const uint32_t num_k_blocks = ceil_div(shape_k, Gemm::BLOCK_K);
+    if constexpr (Gemm::kIsKGrouped)
+        grouped_layout.k_blocks = k_groups.k_blocks;
 
     // Shared memory, 1024-byte aligned for the 128B swizzle
     // (offset from the shared array itself, not through an integer, so that the compiler keeps the
@@ -590,8 +615,8 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
         ptx::warpgroup_reg_dealloc<Gemm::kProducerRegs>();
         const uint32_t producer_warp = (threadIdx.x - Gemm::kNumMathThreads) / 32;
         if (threadIdx.x == Gemm::kNumMathThreads)
-            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, grouped_layout,
-                           rank);
+            Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, k_groups,
+                           grouped_layout, rank);
         else if (!kPerRowSfb && producer_warp == 1)
             Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, grouped_layout, rank, threadIdx.x % 32);
     } else {

@@ -22,6 +22,9 @@
 // [groups * max_m, ...] (max_m a multiple of BLOCK_M), and only the first masked_m[g] rows of group g
 // count (read on the device, clamped to max_m): the units are walked group after group, each group
 // contributing ceil(masked_m[g] / BLOCK_M) x #column blocks tiles, with a cursor that only moves forward.
+// K-grouped GEMMs (kKGroupedContiguous, MoE weight gradients): num_groups GEMMs of the same M x N, each
+// over its own K; the units are the groups' tiles one group after the other (rasterized inside a group),
+// and a tile's K range is [0, K blocks of its group) (an empty group's tiles have none: D = C).
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
@@ -33,6 +36,7 @@ enum class GemmType : uint32_t {
     kMGroupedContiguous = 1,
     kMGroupedContiguousPsum = 2,
     kMGroupedMasked = 3,
+    kKGroupedContiguous = 4,
 };
 
 struct GemmTile {
@@ -43,12 +47,29 @@ struct GemmTile {
     uint32_t row_end;           // rows at or past this are not written (M without groups)
 };
 
-// The device-side description of an m-grouped layout (unused by normal GEMMs).
+// The device-side description of a grouped layout (unused by normal GEMMs).
 struct GroupedLayout {
     const int32_t* data;     // per-row group ids [M], cumulative end rows [num_groups], or masked_m [num_groups]
     uint32_t num_groups;
     uint32_t alignment;      // contiguous: segment start alignment (rows)
     uint32_t max_m;          // masked: rows per group in A and D
+    const uint32_t* k_blocks;  // k-grouped: K blocks per group (a generic pointer into the kernel's
+                               // parameters, set by the kernel: read with plain loads)
+};
+
+// K-grouped GEMMs: each group's A [M, K_g] and B [N, K_g] have their own row stride, so the host encodes
+// one TMA map per group and operand, and passes them by value (kernel parameters may take up to 32764
+// bytes: kMaxGroups <= 120). sf_row[g]: the group's first row in the scale tensors [sum of K blocks, M or N].
+template <uint32_t kMaxGroups>
+struct KGroupedParams {
+    TmaDescriptor a[kMaxGroups];
+    TmaDescriptor b[kMaxGroups];
+    uint32_t k_blocks[kMaxGroups];
+    uint32_t sf_row[kMaxGroups];
+};
+template <>
+struct KGroupedParams<0> {  // (not k-grouped)
+    uint32_t unused;
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumGroupN, uint32_t kNumMulticast, bool kIsMulticastOnA,
@@ -56,7 +77,8 @@ template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumGroupN, uint32_t kNum
 struct GemmScheduler {
     static_assert(kNumSplits >= 1 && (kNumSplits == 1 || kNumMulticast == 1), "split-K runs without multicast");
     static_assert(kGemmType == GemmType::kNormal || (kNumSplits == 1 && kNumMulticast == 1),
-                  "m-grouped GEMMs run without split-K and without multicast (a pair could span two groups)");
+                  "grouped GEMMs run without split-K and without multicast (a pair could span two groups)");
+    static constexpr bool kIsKGrouped = kGemmType == GemmType::kKGroupedContiguous;
 
     uint32_t num_m_units;  // rows of the unit grid (tiles, or pairs along M)
     uint32_t num_n_units;  // columns of the unit grid (tiles, or pairs along N)
@@ -77,7 +99,7 @@ struct GemmScheduler {
         const bool pair_along_n = kNumMulticast > 1 && kIsMulticastOnA;
         num_m_units = pair_along_m ? ceil_div(num_m_blocks, 2u) : num_m_blocks;
         num_n_units = pair_along_n ? ceil_div(num_n_blocks, 2u) : num_n_blocks;
-        num_units = num_m_units * num_n_units * kNumSplits;
+        num_units = num_m_units * num_n_units * kNumSplits * (kIsKGrouped ? grouped_layout.num_groups : 1);
         this->num_k_blocks = num_k_blocks;
         unit_idx = blockIdx.x / kNumMulticast;
         rank = cta_rank;
@@ -110,7 +132,7 @@ struct GemmScheduler {
     // treated as padding: nothing is read or written for it).
     __device__ __forceinline__ bool find_group(GemmTile& tile) const {
         const uint32_t row = tile.m_block * BLOCK_M;
-        if constexpr (kGemmType == GemmType::kMGroupedMasked)
+        if constexpr (kGemmType == GemmType::kMGroupedMasked || kIsKGrouped)
             return true;  // set by next_unit
         tile.group = 0;
         tile.row_end = shape_m;
@@ -145,7 +167,13 @@ struct GemmScheduler {
         if (unit_idx >= num_units)
             return false;
         const uint32_t split = unit_idx % kNumSplits;
-        const uint32_t tile_idx = unit_idx / kNumSplits;
+        uint32_t tile_idx = unit_idx / kNumSplits;
+        // K-grouped: the groups' tile grids one after the other
+        uint32_t k_group = 0;
+        if constexpr (kIsKGrouped) {
+            k_group = tile_idx / (num_m_units * num_n_units);
+            tile_idx -= k_group * num_m_units * num_n_units;
+        }
         const uint32_t units_per_group = num_m_units * kNumGroupN;
         const uint32_t group_idx = tile_idx / units_per_group;
         const uint32_t first_n = group_idx * kNumGroupN;
@@ -164,8 +192,15 @@ struct GemmScheduler {
             tile.n_block = n_unit;
         }
         tile.split = split;
-        tile.k_begin = split * num_k_blocks / kNumSplits;
-        tile.k_end = (split + 1) * num_k_blocks / kNumSplits;
+        if constexpr (kIsKGrouped) {
+            tile.group = k_group;
+            tile.row_end = shape_m;
+            tile.k_begin = 0;
+            tile.k_end = layout.k_blocks[k_group];
+        } else {
+            tile.k_begin = split * num_k_blocks / kNumSplits;
+            tile.k_end = (split + 1) * num_k_blocks / kNumSplits;
+        }
         unit_idx += gridDim.x / kNumMulticast;
         return true;
     }
