@@ -10,7 +10,9 @@
 #      DG_GPU_RUN_MULTICAST_SHAPES="4096x7168x2048 ..." (after the main bench, these shapes again with
 #      DG_FP8_GEMM_MULTICAST=0 and =1 (DG_GPU_RUN_MULTICAST_SETTINGS="1": only =1), to compare the
 #      two variants in one run),
-#      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last).
+#      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last),
+#      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of one large GEMM,
+#      DG_GPU_RUN_NCU_SHAPE="M N K", as ncu-source.csv; memcheck of DG_GPU_RUN_SANITIZE_TESTS="pytest args").
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
 # The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
@@ -22,7 +24,7 @@ OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT 
 mkdir -p "$FINAL_OUT"
 pack() {
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
-    for f in pytest.log bench.log bench.json jit.json smoke.log ncu.txt grouped.log; do
+    for f in pytest.log bench.log bench.json smoke.log ncu.txt grouped.log kgrouped.log; do
         [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
     done
 }
@@ -55,7 +57,24 @@ if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
     echo "pytest exit code $?"; tail -25 "$OUT/pytest.log"
 fi
 pack
-if [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
+if [[ "${DG_GPU_RUN_PROFILE:-}" == "source" ]]; then
+    # Per-instruction warp-stall samples of the large-M kernel (where the math warps wait), exported as the
+    # SASS source page; memcheck of the test files named in DG_GPU_RUN_SANITIZE_TESTS
+    shape=${DG_GPU_RUN_NCU_SHAPE:-4096 7168 7168}
+    timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters \
+        -k regex:sm90_fp8 -s 1 -c 1 -o "$OUT/large" python3 tools/profile_gemm.py $shape > "$OUT/ncu.txt" 2>&1
+    ncu --import "$OUT/large.ncu-rep" --print-summary none >> "$OUT/ncu.txt" 2>&1
+    ncu --import "$OUT/large.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-source.csv" 2>&1
+    rm -f "$OUT/large.ncu-rep"
+    tail -5 "$OUT/ncu.txt"
+    if [[ -n "${DG_GPU_RUN_SANITIZE_TESTS:-}" ]]; then
+        (cd tests && timeout 240 compute-sanitizer --tool memcheck python3 -m pytest -q -x -p no:cacheprovider \
+            $DG_GPU_RUN_SANITIZE_TESTS) > "$OUT/sanitizer.txt" 2>&1
+        grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.txt" | tail -3
+    fi
+    pack
+elif [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
     # Hardware counters (with warp stall reasons) of a large GEMM, plain and with 2-CTA multicast, and of a
     # split-K decode GEMM (both of its kernels); memcheck of small ones (odd tile pairs, direct stores)
     {
