@@ -1,6 +1,7 @@
 // The deep_gemm._C module: Python bindings of csrc/apis, nothing else.
 #include <torch/python.h>
 
+#include "apis/attention.hpp"
 #include "apis/gemm.hpp"
 #include "apis/grouped_gemm.hpp"
 #include "apis/jit.hpp"
@@ -197,6 +198,27 @@ PYBIND11_MODULE(_C, m) {
           "masked (m is then the total, or groups x expected, row count; grouped_alignment the segment alignment\n"
           "or the masked rows per group's), 4 k-grouped (m: groups x M, k: a typical K per group; with\n"
           "per_row_sfb). Raises ValueError when no config fits.");
+
+    // Attention: the DeepSeek-V3.2 lightning indexer
+    m.def("fp8_mqa_logits", &dg::apis::fp8_mqa_logits, "q"_a, "kv"_a, "weights"_a, "cu_seq_len_k_start"_a,
+          "cu_seq_len_k_end"_a, "clean_logits"_a = true, "max_seqlen_k"_a = 0, "logits_dtype"_a = at::kFloat,
+          "FP8 MQA logits of the lightning indexer (prefill, SM90; alias fp8_fp4_mqa_logits). IMPLEMENTED BUT NOT YET\n"
+          "VALIDATED ON A GPU: raises NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n"
+          "logits[i, j] = sum_h relu(q[i, h, :] . kv[j, :] * kv_scale[j]) * weights[i, h] for ks[i] <= j < ke[i].\n\n"
+          "q: float8_e4m3fn [S, H, D], H in {16, 32, 64}, D in {64, 128}; D contiguous, heads stacked densely\n"
+          "    (stride 0 = H * stride 1), strides multiples of 16 bytes.\n"
+          "kv = (kv, kv_scales): kv float8_e4m3fn [S_kv, D], D contiguous, row stride a multiple of 16 bytes;\n"
+          "    kv_scales FP32 [S_kv], contiguous (any sign: relu is applied after the scale).\n"
+          "weights: FP32 [S, H], contiguous along H.\n"
+          "cu_seq_len_k_start, cu_seq_len_k_end: int32 [S] (ks, ke), contiguous, 0 <= ks <= ke <= S_kv.\n"
+          "clean_logits: write -inf at every position outside [ks[i], ke[i]) (else those are left unwritten).\n"
+          "max_seqlen_k: 0 gives logits [S, S_kv]; > 0 gives compressed logits [S, max_seqlen_k] with key j of row\n"
+          "    i at column j - ks[i] (needs ke - ks <= max_seqlen_k).\n"
+          "logits_dtype: torch.float32 (default) or torch.bfloat16.\n"
+          "Returns the new logits tensor, row-major and contiguous. Raises ValueError on a bad dtype, shape, stride,\n"
+          "alignment or device, or on ks/ke values out of range (checked on the host: CUDA ks/ke cost one\n"
+          "synchronization, skipped during CUDA-graph capture or with DG_MQA_LOGITS_SKIP_RANGE_CHECK=1; the kernel\n"
+          "clamps the ranges, so unchecked bad values never read or write out of bounds); NotImplementedError off SM90.");
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",

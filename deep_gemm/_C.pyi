@@ -104,6 +104,16 @@ def get_fp8_gemm_config(
     gemm_type: int = 0,
     grouped_alignment: int = 128,
 ) -> dict[str, Any]: ...
+def fp8_mqa_logits(
+    q: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    weights: torch.Tensor,
+    cu_seq_len_k_start: torch.Tensor,
+    cu_seq_len_k_end: torch.Tensor,
+    clean_logits: bool = True,
+    max_seqlen_k: int = 0,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor: ...
 def compile_kernel(
     family: str, params: dict[str, int] = ..., arch: str = "sm_90a", use_nvrtc: bool | None = None
 ) -> dict[str, Any]: ...

@@ -16,6 +16,7 @@ HELPER_KERNELS = [
     ("smxx_pack_ue8m0", {}),
     ("smxx_splitk_reduce", {"vec": 4}),
     ("smxx_splitk_reduce", {"vec": 1}),
+    ("sm90_fp8_mqa_logits", {"num_heads": 64, "head_dim": 128}),  # SASS checks: tests/test_mqa_logits.py
 ]
 GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5),

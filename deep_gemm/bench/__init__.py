@@ -5,7 +5,7 @@ one (e.g. grouped GEMMs), write ``deep_gemm/bench/<name>.py`` that calls
 :func:`register_suite`, and import it below.
 """
 
-from deep_gemm.bench import fp8_gemm, grouped, k_grouped
+from deep_gemm.bench import fp8_gemm, grouped, k_grouped, mqa
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, get_suite, register_suite, suite_names
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "get_suite",
     "grouped",
     "k_grouped",
+    "mqa",
     "register_suite",
     "suite_names",
 ]

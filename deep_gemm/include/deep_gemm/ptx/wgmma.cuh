@@ -22,6 +22,22 @@ __device__ __forceinline__ uint64_t make_smem_desc_k_major_sw128(const void* sme
     return desc;
 }
 
+// The same for a K-major tile whose rows are `kRowBytes` = 128, 64 or 32 bytes, stored with the matching
+// swizzle (TMA box inner extent = kRowBytes): 8-row groups 8 * kRowBytes apart, the tile aligned to
+// 8 * kRowBytes. Swizzle mode field: 1 = 128B, 2 = 64B, 3 = 32B.
+template <uint32_t kRowBytes>
+__device__ __forceinline__ uint64_t make_smem_desc_k_major_swizzled(const void* smem) {
+    static_assert(kRowBytes == 128 || kRowBytes == 64 || kRowBytes == 32, "rows of 128, 64 or 32 bytes");
+    constexpr uint64_t kMode = kRowBytes == 128 ? 1 : kRowBytes == 64 ? 2 : 3;
+    const uint64_t addr = smem_addr(smem);
+    uint64_t desc = 0;
+    desc |= (addr & 0x3ffffull) >> 4;             // bits  0-13: start address >> 4
+    desc |= uint64_t(1) << 16;                    // bits 16-29: leading byte offset >> 4 (unused)
+    desc |= uint64_t(8 * kRowBytes >> 4) << 32;   // bits 32-45: stride byte offset >> 4
+    desc |= kMode << 62;                          // bits 62-63: swizzle mode
+    return desc;
+}
+
 // The descriptor of the tile `bytes` further in shared memory (a multiple of 16): the start address
 // field holds address >> 4 in 14 bits, and every shared-memory address is below 2^18, so the add
 // cannot carry out of the field. Lets a loop build its descriptors with one integer add from a base.

@@ -1,0 +1,57 @@
+// Config choice for the SM90 FP8 MQA-logits kernel (pure function of the problem and the device).
+//
+// The kernel is not persistent: CTA (b, p) takes BLOCK_Q = 2 * 256 / H queries and a chunk of C keys.
+// A chunk long enough amortizes each CTA's setup (barrier init, Q load, pipeline fill: a few us, against
+// ~0.3 us of tensor-core time per 64-key tile at H = 64, D = 128); short enough that there are several
+// CTAs per SM to balance uneven (causal, context-parallel) ranges. Stages: as many as fit in 8 x 8 KB.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "../../utils/format.hpp"
+
+namespace dg::kernels {
+
+struct MqaLogitsConfig {
+    uint32_t num_heads = 64, head_dim = 128, num_stages = 8;
+    bool is_compressed = false, clean_logits = true, out_bf16 = false;
+    uint32_t num_kv_per_split = 4096;  // C: keys (and output columns) per CTA, a multiple of 64
+    uint32_t smem_bytes = 0;
+
+    std::string describe() const {
+        return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} split={} smem={}", num_heads, head_dim,
+                           num_stages, is_compressed, clean_logits, out_bf16, num_kv_per_split, smem_bytes);
+    }
+};
+
+// Mirrors Sm90Fp8MqaLogits::SMEM_SIZE.
+inline uint32_t mqa_logits_smem_bytes(uint32_t head_dim, uint32_t num_stages) {
+    return 1024 + 2 * 256 * head_dim + num_stages * 64 * head_dim + (2 * num_stages + 1) * 8 + 16;
+}
+
+inline uint32_t mqa_logits_block_q(uint32_t num_heads) { return 2 * 256 / num_heads; }
+
+// The key chunk per CTA: 4096 keys, halved (down to 512) while the grid would hold fewer than 4 CTAs per SM.
+inline uint32_t mqa_logits_split(uint64_t seq_len, uint64_t width, uint32_t num_heads, uint32_t num_sms) {
+    const uint64_t num_q_blocks = (seq_len + mqa_logits_block_q(num_heads) - 1) / mqa_logits_block_q(num_heads);
+    uint32_t split = 4096;
+    while (split > 512 && num_q_blocks * ((width + split - 1) / split) < 4ull * num_sms)
+        split /= 2;
+    return split;
+}
+
+inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_dim, uint64_t seq_len,
+                                             uint64_t seq_len_kv, uint64_t width, bool is_compressed,
+                                             bool clean_logits, bool out_bf16, uint32_t num_sms) {
+    MqaLogitsConfig c;
+    c.num_heads = num_heads, c.head_dim = head_dim;
+    c.num_stages = head_dim == 128 ? 8 : 12;
+    c.is_compressed = is_compressed, c.clean_logits = clean_logits, c.out_bf16 = out_bf16;
+    c.num_kv_per_split = mqa_logits_split(seq_len, std::max(seq_len_kv, width), num_heads, num_sms);
+    c.smem_bytes = mqa_logits_smem_bytes(head_dim, c.num_stages);
+    return c;
+}
+
+}  // namespace dg::kernels

@@ -1,0 +1,121 @@
+// Host side of deep_gemm/include/deep_gemm/impls/sm90_fp8_mqa_logits.cuh: render the kernel for a
+// config, build the TMA descriptors of q and kv, launch on the current stream. The loaded kernel is
+// memoized per config; the two descriptors are encoded per call (a few microseconds of host time).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "../../jit/device_runtime.hpp"
+#include "../../jit/kernel_runtime.hpp"
+#include "../../jit/tma.hpp"
+#include "../../utils/env.hpp"
+#include "../heuristics/sm90_mqa_logits.hpp"
+
+namespace dg::kernels {
+
+inline jit::KernelSource render_sm90_fp8_mqa_logits(const MqaLogitsConfig& c) {
+    const auto flag = [](bool b) { return b ? "true" : "false"; };
+    return {"sm90_fp8_mqa_logits",
+            fmt::format("#include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>\n\n"
+                        "using namespace deep_gemm;\n\n"
+                        "static void __instantiate_kernel() {{\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<{}, {}, {}, {}, {}, {}>);\n"
+                        "}}\n",
+                        c.num_heads, c.head_dim, c.num_stages, flag(c.is_compressed), flag(c.clean_logits),
+                        flag(c.out_bf16))};
+}
+
+// A config from named integer parameters (the compile-only entry point).
+inline MqaLogitsConfig mqa_logits_config_from_params(const std::map<std::string, int64_t>& params) {
+    MqaLogitsConfig c;
+    const auto get = [&](const char* key, uint32_t fallback) {
+        const auto it = params.find(key);
+        return it == params.end() ? fallback : static_cast<uint32_t>(it->second);
+    };
+    c.num_heads = get("num_heads", c.num_heads);
+    c.head_dim = get("head_dim", c.head_dim);
+    c.num_stages = get("num_stages", c.head_dim == 128 ? 8 : 12);
+    c.is_compressed = get("is_compressed", 0) != 0;
+    c.clean_logits = get("clean_logits", 1) != 0;
+    c.out_bf16 = get("out_bf16", 0) != 0;
+    c.smem_bytes = mqa_logits_smem_bytes(c.head_dim, c.num_stages);
+    return c;
+}
+
+// Arguments of one call, already validated by the API layer.
+struct MqaLogitsArgs {
+    const at::Tensor& q;          // [S, H, D] e4m3, D contiguous, heads stacked (stride 0 = H * stride 1)
+    const at::Tensor& kv;         // [S_kv, D] e4m3, D contiguous
+    const at::Tensor& kv_scales;  // [S_kv] FP32, contiguous
+    const at::Tensor& weights;    // [S, H] FP32, stride 1 along H
+    const at::Tensor& ks;         // [S] int32, contiguous
+    const at::Tensor& ke;         // [S] int32, contiguous
+    const at::Tensor& logits;     // [S, W] FP32 or BF16, stride 1 along W
+    bool is_compressed, clean_logits;
+};
+
+inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
+    const int device = args.q.device().index();
+    const uint32_t seq_len = args.q.size(0), num_heads = args.q.size(1), head_dim = args.q.size(2);
+    const uint32_t seq_len_kv = args.kv.size(0), width = args.logits.size(1);
+    const bool out_bf16 = args.logits.scalar_type() == at::kBFloat16;
+    const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
+    const MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, args.is_compressed,
+                                                    args.clean_logits, out_bf16, num_sms);
+
+    const auto stream = jit::current_stream(device);
+    static std::map<std::tuple<int, uint32_t, uint32_t, bool, bool, bool>, const jit::Kernel*> kernels;
+    static std::mutex mutex;
+    const jit::Kernel* kernel;
+    {
+        std::lock_guard lock(mutex);
+        auto& slot = kernels[{device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16}];
+        if (slot == nullptr) {
+            const auto& props = jit::DeviceRuntime::instance().properties(device);
+            DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
+                     "MQA logits needs {} bytes of shared memory, device {} allows {}", c.smem_bytes, device,
+                     props.smem_optin_bytes);
+            slot = &jit::get_kernel(render_sm90_fp8_mqa_logits(c), props.arch(), device, stream);
+        }
+        kernel = slot;
+    }
+
+    // q as [S * H, D]: boxes of 256 rows (one math warpgroup's queries); kv as [S_kv, D]: 64-key boxes
+    const auto swizzle = jit::swizzle_for_bytes(head_dim);
+    const auto tma_q = jit::make_tma_2d(args.q.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim,
+                                        static_cast<uint64_t>(seq_len) * num_heads, args.q.stride(1), head_dim, 256,
+                                        swizzle);
+    const auto tma_kv = jit::make_tma_2d(args.kv.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim, seq_len_kv,
+                                         args.kv.stride(0), head_dim, 64, swizzle);
+
+    jit::LaunchConfig launch;
+    const uint32_t block_q = mqa_logits_block_q(num_heads);
+    const uint64_t num_splits = (std::max(seq_len_kv, width) + c.num_kv_per_split - 1) / c.num_kv_per_split;
+    DG_CHECK(num_splits <= 65535, "MQA logits: {} key chunks exceed the grid's y limit", num_splits);
+    launch.grid = {(seq_len + block_q - 1) / block_q, static_cast<unsigned>(num_splits), 1};
+    launch.num_threads = 384;
+    launch.smem_bytes = c.smem_bytes;
+    launch.stream = stream;
+    launch.enable_pdl = jit::DeviceRuntime::instance().pdl();
+    if (get_env_flag("DG_PRINT_CONFIGS"))
+        fmt::print(stderr, "[deep_gemm] fp8_mqa_logits S={} S_kv={} W={}: {} grid={}x{}\n", seq_len, seq_len_kv, width,
+                   c.describe(), launch.grid[0], launch.grid[1]);
+
+    uint32_t out_width = width, num_kv_per_split = c.num_kv_per_split;
+    uint32_t ld_weights = static_cast<uint32_t>(args.weights.stride(0));
+    uint64_t ld_logits = static_cast<uint64_t>(args.logits.stride(0));
+    const float* kv_scales = args.kv_scales.data_ptr<float>();
+    const float* weights = args.weights.data_ptr<float>();
+    const int32_t* ks = args.ks.data_ptr<int32_t>();
+    const int32_t* ke = args.ke.data_ptr<int32_t>();
+    void* logits = args.logits.data_ptr();
+    uint32_t s = seq_len, s_kv = seq_len_kv;
+    kernel->launch(device, launch, s, s_kv, out_width, num_kv_per_split, kv_scales, weights, ld_weights, ks, ke,
+                   logits, ld_logits, tma_q, tma_kv);
+}
+
+}  // namespace dg::kernels

@@ -1,0 +1,277 @@
+"""The ``mqa`` suite: ``deep_gemm.fp8_mqa_logits`` (the V3.2 lightning indexer, prefill) against a chunked
+PyTorch implementation of the same math.
+
+A shape is ``SxS_kv[xH[xD]][-pattern]`` (H = 64, D = 128 by default; pattern ``causal`` (default: the
+queries are the last S of S_kv keys) or ``cp`` (context parallel: two halves of the queries at two
+offsets, sliding starts)). Inputs: q cast to FP8 directly, kv with one FP32 scale per key, FP32 weights,
+clean FP32 logits ``[S, S_kv]``.
+
+- ours: one ``fp8_mqa_logits`` call (with ``DG_MQA_LOGITS_SKIP_RANGE_CHECK=1``, so that the host check of
+  ks/ke, a synchronization, is not timed);
+- torch: :func:`torch_mqa_logits`, chunks of queries: one FP8 ``torch._scaled_mm`` per chunk with the
+  kv scales as per-column scales (so that they are applied before the relu, as the semantics need; BF16
+  ``matmul`` where ``_scaled_mm`` is unavailable), relu in place, the head sum as a batched matmul with
+  the weights, then -inf outside [ks, ke).
+
+TFLOPS count 2 * H * D per valid (i, j) pair; GB/s count q, kv, scales, weights and the logits written.
+Accuracy of ours is checked with ``calc_diff`` against the torch result in float32 on the valid positions,
+and the -inf positions must match; a shape off the bound is flagged, not aborted. Timings are never asserted.
+"""
+
+import datetime
+import json
+import os
+from typing import Any
+
+import torch
+
+from deep_gemm.bench.common import derive_throughput, time_call, try_first_call
+from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
+from deep_gemm.bench.report import Column, Table, fmt, geomean
+from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle, sm_clock_mhz
+from deep_gemm.utils import per_token_cast_to_fp8
+
+__all__ = ["MQA_SHAPES", "make_key_ranges", "parse_mqa_shape", "run_mqa", "torch_mqa_logits"]
+
+MAX_DIFF = 1e-3
+MQA_SHAPES: tuple[tuple[int, int, int, int, str], ...] = tuple(
+    (s, s_kv, 64, 128, pattern) for pattern in ("causal", "cp") for s in (2048, 8192) for s_kv in (8192, 65536)
+) + ((4096, 16384, 32, 128, "causal"), (4096, 16384, 16, 64, "causal"))
+_PATTERNS = ("causal", "cp")
+
+_TABLE = Table(
+    [
+        Column("S", 5),
+        Column("S_kv", 6),
+        Column("H", 3),
+        Column("D", 4),
+        Column("pattern", 7),
+        Column("pairs", 10),
+        Column("ours us", 9),
+        Column("TFLOPS", 7),
+        Column("GB/s", 6),
+        Column("torch us", 9),
+        Column("speedup", 7),
+        Column("SM MHz", 6),
+        Column("diff", 8),
+    ]
+)
+
+
+def parse_mqa_shape(text: str) -> tuple[int, int, int, int, str]:
+    """Parse ``"SxS_kv[xH[xD]][-pattern]"`` (e.g. ``"2048x8192"``, ``"2048x65536x64x128-cp"``).
+
+    Raises:
+        ValueError: not 2 to 4 positive integers separated by ``x``, H not in {16, 32, 64}, D not in
+            {64, 128}, or an unknown pattern.
+    """
+    body, _, pattern = text.lower().partition("-")
+    pattern = pattern or "causal"
+    try:
+        values = [int(p) for p in body.split("x")]
+    except ValueError:
+        values = []
+    if not 2 <= len(values) <= 4 or min(values) <= 0:
+        raise ValueError(f"expected a shape SxS_kv[xH[xD]][-pattern] such as 2048x8192x64x128-causal, got {text!r}")
+    s, s_kv, h, d = (values + [64, 128][len(values) - 2 :])[:4]
+    if h not in (16, 32, 64) or d not in (64, 128) or pattern not in _PATTERNS:
+        raise ValueError(f"H must be 16, 32 or 64, D 64 or 128 and the pattern one of {_PATTERNS}, got {text!r}")
+    return s, s_kv, h, d, pattern
+
+
+def make_key_ranges(s: int, s_kv: int, pattern: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ks, ke)`` int32 ``[S]`` on the CPU for a pattern: ``causal`` (ks = 0, ke = S_kv - S + i + 1) or
+    ``cp`` (two halves of the queries ending at 0 and S_kv / 2 plus their position, each with a start
+    a random S_kv / 8 .. S_kv / 2 keys back).
+
+    Raises:
+        ValueError: an unknown pattern.
+    """
+    i = torch.arange(s, dtype=torch.int64)
+    if pattern == "causal":
+        ke = (s_kv - s + i + 1).clamp(min=0, max=s_kv)
+        ks = torch.zeros_like(ke)
+    elif pattern == "cp":
+        g = torch.Generator().manual_seed(seed)
+        half = max(s // 2, 1)
+        offset = torch.where(i < half, torch.zeros_like(i), torch.full_like(i, s_kv // 2))
+        ke = (offset + (i % half) * (s_kv // 2) // half + 1).clamp(max=s_kv)
+        ks = (ke - torch.randint(s_kv // 8, s_kv // 2 + 1, (s,), generator=g)).clamp(min=0)
+    else:
+        raise ValueError(f"make_key_ranges: pattern must be one of {_PATTERNS}, got {pattern!r}")
+    return ks.int(), ke.int()
+
+
+def torch_mqa_logits(
+    q: torch.Tensor,
+    kv: tuple[torch.Tensor, torch.Tensor],
+    weights: torch.Tensor,
+    ks: torch.Tensor,
+    ke: torch.Tensor,
+    chunk_elements: int = 1 << 28,
+) -> torch.Tensor:
+    """The same math as ``fp8_mqa_logits`` (clean FP32 logits ``[S, S_kv]``) in chunked PyTorch.
+
+    Args:
+        q: float8_e4m3fn ``[S, H, D]``.
+        kv: ``(kv float8_e4m3fn [S_kv, D], scales FP32 [S_kv])``.
+        weights: FP32 ``[S, H]``.
+        ks, ke: int32 ``[S]``, valid keys ``[ks, ke)``.
+        chunk_elements: bound on the ``[chunk, H, S_kv]`` intermediate per chunk of queries.
+
+    Returns:
+        FP32 ``[S, S_kv]``, -inf outside ``[ks[i], ke[i])``.
+    """
+    kv_fp8, scales = kv
+    s, h, d = q.shape
+    s_kv = kv_fp8.shape[0]
+    out = torch.empty(s, s_kv, device=q.device, dtype=torch.float32)
+    chunk = max(1, chunk_elements // (h * max(s_kv, 1)))
+    ones = torch.ones(chunk * h, 1, device=q.device, dtype=torch.float32)
+    scale_b = scales.float().view(1, s_kv)
+    kv_scaled_bf16 = None
+    for c0 in range(0, s, chunk):
+        c1 = min(c0 + chunk, s)
+        q2 = q[c0:c1].reshape((c1 - c0) * h, d)
+        try:
+            x = torch._scaled_mm(q2, kv_fp8.t(), ones[: q2.shape[0]], scale_b, out_dtype=torch.bfloat16)
+        except (RuntimeError, AttributeError):
+            if kv_scaled_bf16 is None:
+                kv_scaled_bf16 = (kv_fp8.float() * scales.float()[:, None]).bfloat16()
+            x = q2.bfloat16() @ kv_scaled_bf16.t()
+        x = x.view(c1 - c0, h, s_kv).relu_()
+        out[c0:c1] = torch.bmm(weights[c0:c1, None, :].to(x.dtype), x).squeeze(1).float()
+    j = torch.arange(s_kv, device=q.device)
+    invalid = (j[None, :] < ks[:, None]) | (j[None, :] >= ke[:, None])
+    return out.masked_fill_(invalid, float("-inf"))
+
+
+def _bench_shape(s: int, s_kv: int, h: int, d: int, pattern: str, mqa, options: BenchOptions) -> dict[str, Any]:
+    row: dict[str, Any] = {"s": s, "s_kv": s_kv, "h": h, "d": d, "pattern": pattern}
+    torch.manual_seed(0)
+    q = torch.randn(s, h, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    kv, scales = per_token_cast_to_fp8(torch.randn(s_kv, d, device="cuda", dtype=torch.bfloat16))
+    scales = scales[:, 0].contiguous()
+    weights = torch.randn(s, h, device="cuda", dtype=torch.float32)
+    ks, ke = (t.cuda() for t in make_key_ranges(s, s_kv, pattern))
+    pairs = int((ke - ks).clamp(min=0).sum())
+    row["pairs"] = pairs
+    row["flops"] = 2 * h * d * pairs
+    row["bytes"] = q.numel() + kv.numel() + 4 * (scales.numel() + weights.numel() + s * s_kv)
+
+    def ours() -> torch.Tensor:
+        return mqa(q, (kv, scales), weights, ks, ke)
+
+    out, row["ours_error"] = try_first_call(ours)
+    row["ours"] = time_call(ours, options) if out is not None else None
+    row["sm_clock_mhz"] = sm_clock_mhz() if out is not None else None
+    row["torch"] = row["torch_error"] = row["ours_diff"] = None
+    row["ours_accurate"] = False
+
+    def torch_version() -> torch.Tensor:
+        return torch_mqa_logits(q, (kv, scales), weights, ks, ke)
+
+    ref, row["torch_error"] = try_first_call(torch_version)
+    if ref is not None and out is not None:
+        valid = torch.isfinite(ref)
+        same_inf = bool(torch.equal(torch.isneginf(out), ~valid))
+        row["ours_diff"] = calc_diff(out[valid], ref[valid]) if valid.any() else 0.0
+        row["ours_accurate"] = same_inf and row["ours_diff"] < MAX_DIFF
+    del out, ref
+    if options.baselines and row["torch_error"] is None:
+        row["torch"] = time_call(torch_version, options)
+    return row
+
+
+def _format_row(row: dict[str, Any]) -> str:
+    def us(entry: dict[str, Any] | None) -> str:
+        return fmt(entry["median_us"] if entry else None, ".1f")
+
+    diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
+    return _TABLE.row(
+        [
+            str(row["s"]),
+            str(row["s_kv"]),
+            str(row["h"]),
+            str(row["d"]),
+            row["pattern"],
+            str(row["pairs"]),
+            us(row["ours"]),
+            fmt(row["tflops"], ".0f"),
+            fmt(row["gbps"], ".0f"),
+            us(row["torch"]),
+            fmt(row["speedup_vs_torch"], ".2f"),
+            fmt(row["sm_clock_mhz"]),
+            diff,
+        ]
+    )
+
+
+def run_mqa(options: BenchOptions) -> SuiteReport:
+    """Run the MQA-logits suite, print its table and return the JSON-ready report.
+
+    ``report.ok`` is False when ``deep_gemm.fp8_mqa_logits`` is missing, there is no GPU, or any shape
+    raised, had -inf positions different from the torch version's, or a ``calc_diff`` above 1e-3.
+    """
+    import deep_gemm
+
+    mqa = getattr(deep_gemm, "fp8_mqa_logits", None)
+    if mqa is None or not torch.cuda.is_available():
+        message = "deep_gemm.fp8_mqa_logits is missing" if mqa is None else "no CUDA GPU"
+        print(f"mqa: {message}")
+        return SuiteReport(data={"suite": "mqa", "error": message}, ok=False)
+    shapes = [parse_mqa_shape(x) for x in options.shapes] if options.shapes else list(MQA_SHAPES)
+    os.environ["DG_MQA_LOGITS_SKIP_RANGE_CHECK"] = "1"
+
+    copy_bandwidth = d2d_copy_bandwidth()
+    device = torch.cuda.get_device_name()
+    print(f"device: {device}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    print("TFLOPS over valid (i, j) pairs (2 H D each); speedup = torch time / ours; diff vs torch, '!' > 1e-3")
+    print(_TABLE.header())
+    rows = []
+    for shape in shapes:
+        gpu_idle(options.idle_s)
+        row = _bench_shape(*shape, mqa, options)
+        derive_throughput(row, copy_bandwidth, ("torch",))
+        rows.append(row)
+        print(_format_row(row), flush=True)
+        torch.cuda.empty_cache()
+
+    main = [r for r in rows if (r["h"], r["d"]) == (64, 128)]
+    geomeans = {
+        "tflops_h64_d128": geomean(r["tflops"] for r in main),
+        "speedup_vs_torch": geomean(r["speedup_vs_torch"] for r in rows),
+    }
+    print(f"geomean TFLOPS (H = 64, D = 128): {fmt(geomeans['tflops_h64_d128'], '.0f')}")
+    print(f"geomean speedup vs chunked torch: {fmt(geomeans['speedup_vs_torch'], '.2f')}")
+    for note in sorted({f"{k}: {r[f'{k}_error']}" for r in rows for k in ("ours", "torch") if r[f"{k}_error"]}):
+        print(f"note: {note}")
+    failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
+    if failed:
+        print(f"{len(failed)} shape(s) failed: " + ", ".join(f"{r['s']}x{r['s_kv']}x{r['h']}x{r['d']}" for r in failed))
+    data = {
+        "suite": "mqa",
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "device": device,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "deep_gemm_version": getattr(deep_gemm, "__version__", None),
+        "options": dict(vars(options)),
+        "max_diff": MAX_DIFF,
+        "copy_bandwidth_gbps": copy_bandwidth * 1e-9,
+        "geomeans": geomeans,
+        "rows": rows,
+    }
+    json.dumps(data)
+    return SuiteReport(data=data, ok=not failed)
+
+
+MQA_SUITE = register_suite(
+    Suite(
+        name="mqa",
+        description="FP8 MQA logits (fp8_mqa_logits, V3.2 indexer prefill) vs chunked PyTorch",
+        shape_help="SxS_kv[xH[xD]][-causal|-cp], e.g. 2048x65536x64x128-cp",
+        parse_shape=parse_mqa_shape,
+        run=run_mqa,
+    )
+)

@@ -1,0 +1,409 @@
+// SM90 FP8 MQA logits: the scoring GEMM of the DeepSeek-V3.2 lightning indexer (prefill, non-paged).
+//
+// Computes   logits[i, j] = sum_h relu(q[i, h, :] . kv[j, :] * kv_scale[j]) * weights[i, h]
+// for ks[i] <= j < ke[i] (clamped on the device to 0 <= ks <= ke <= S_kv, so bad indices never reach
+// memory); with kCleanLogits every other position of row i is -inf. Output rows are W = S_kv wide, or
+// W = max_seqlen_k when compressed (kIsCompressed: key j of row i lands in column j - ks[i]).
+// q [S, H, D] and kv [S_kv, D] float8_e4m3fn with D contiguous; kv_scale FP32 [S_kv]; weights FP32
+// [S, H]; logits FP32 or BF16 (kOutBf16) with row stride ld_logits.
+//
+// GEMM view: M = keys (A = a 64-key kv tile [64, D]), N = 256 = all H heads of 256 / H queries (B = those
+//   rows of q seen as [S * H, D]), K = D (D / 32 wgmma k32 steps; FP32 accumulation over at most 128).
+//   The head reduction runs along N: inside each thread's accumulator fragment (columns 8j + 2(lane%4)
+//   + {0, 1}), then a two-round quad reduce-scatter (shfl.xor 1, 2) that leaves lane l the sums of
+//   queries q = l%4 (mod 4) for its two key rows. No shared-memory reduction, no second pass.
+// Launch: grid (ceil(S / BLOCK_Q), num_splits), 384 threads, 1 CTA/SM, not persistent (the hardware
+//   hands out CTAs as SMs free up, which balances causal ranges). CTA (b, p) owns queries
+//   [b * BLOCK_Q, +BLOCK_Q), BLOCK_Q = 2 * 256 / H, and output columns [p * C, (p + 1) * C), C =
+//   num_kv_per_split (a multiple of 64): it computes the 64-key tiles of keys [p * C, +C) that meet the
+//   union of its queries' [ks, ke).
+// Roles:
+//   warpgroups 0, 1  math (setmaxnreg 232): warpgroup w owns queries [w * 256 / H, +256 / H) of the block
+//       (its own Q tile) and keeps their weights for its 64 columns in registers. Per kv tile: load the
+//       scales of its two keys; wait full[s]; D / 32 x wgmma m64n256k32 into 128 accumulators; wait;
+//       arrive empty[s] (lane 0 of each warp); relu, x weight, sum over heads (kv_scale folded out of
+//       the relu when all 16 keys of the warp have scale >= 0, else applied inside: exact for any
+//       sign); quad reduce-scatter; x kv_scale; store the valid (i, j) straight from registers
+//       (8 consecutive keys = one 32-byte sector per query).
+//   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles (once, on q_full), then one
+//       kv tile per stage after empty[s], arming full[s] with its bytes. Warps 1-3 (kCleanLogits):
+//       -inf into every invalid position of the CTA's rows and columns with 16-byte stores, while the
+//       math runs (disjoint from the valid positions, so nothing orders the two).
+// Stage ring: kNumStages x 64 keys x D bytes, 128B (D = 128) or 64B (D = 64) swizzled as TMA writes and
+//   wgmma reads it; full[s]: 1 arrival + bytes; empty[s]: 8 arrivals (both math warpgroups read every
+//   stage: one kv tile feeds 2 x 256 / H queries, halving L2 traffic against one warpgroup per tile).
+// Shared memory: [Q: 2 x 256 x D] [kv stages] [full x stages, empty x stages, q_full] [tile range].
+// Speed limits: per 64-key tile a math thread issues ~2 ops per accumulator (FMNMX + FFMA, 256) plus
+//   ~20 for the reduction and stores, against 512 tensor-core cycles per warpgroup tile at D = 128; the
+//   two math warpgroups alternate on the tensor core, one's epilogue under the other's wgmma. D = 64
+//   halves the tensor work, not the epilogue (CUDA-core bound). Each CTA pays barrier init and pipeline
+//   fill (a few us) once per C keys. Limits: H in {16, 32, 64}, D in {64, 128}.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda/std/type_traits>
+
+#include <deep_gemm/common/pipeline.cuh>
+#include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/mbarrier.cuh>
+#include <deep_gemm/ptx/sync.cuh>
+#include <deep_gemm/ptx/tma.cuh>
+#include <deep_gemm/ptx/wgmma.cuh>
+
+namespace deep_gemm {
+
+// A query's valid keys [begin, end), clamped to 0 <= begin <= end <= seq_len_kv; empty past the last query.
+struct KeyRange {
+    uint32_t begin = 0, end = 0;
+    __device__ __forceinline__ static KeyRange load(const int32_t* ks, const int32_t* ke, uint32_t query,
+                                                    uint32_t seq_len, uint32_t seq_len_kv) {
+        KeyRange r;
+        if (query < seq_len) {
+            const int32_t limit = static_cast<int32_t>(seq_len_kv);
+            const int32_t b = min(max(__ldg(ks + query), 0), limit);
+            const int32_t e = min(max(__ldg(ke + query), b), limit);
+            r.begin = static_cast<uint32_t>(b), r.end = static_cast<uint32_t>(e);
+        }
+        return r;
+    }
+};
+
+template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
+          bool kOutBf16>
+struct Sm90Fp8MqaLogits {
+    static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
+    static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
+    static constexpr uint32_t kNumMathWarpgroups = 2;
+    static constexpr uint32_t kQueriesPerWg = WG_N / kNumHeads;  // 4, 8, 16
+    static constexpr uint32_t BLOCK_Q = kNumMathWarpgroups * kQueriesPerWg;
+    static constexpr uint32_t kQueriesPerLane = kQueriesPerWg / 4;  // after the quad reduce-scatter
+    static constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;      // 8-column accumulator groups
+    static constexpr uint32_t kNumKSteps = kHeadDim / 32;
+    static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
+    static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
+    static constexpr uint32_t kNumCleanThreads = 96;  // warps 1-3 of the producer warpgroup
+    static constexpr uint32_t kProducerRegs = 40, kMathRegs = 232;
+    using Wgmma = ptx::WgmmaFp8E4m3<WG_N>;
+    static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // 128 per thread
+    static constexpr uint32_t kNumGroups = WG_N / 8;         // 32 column groups of 8 per thread row
+    using OutBits = cuda::std::conditional_t<kOutBf16, uint16_t, uint32_t>;
+    static constexpr uint32_t kNegInfWord = kOutBf16 ? 0xff80ff80u : 0xff800000u;  // -inf, packed
+
+    static constexpr uint32_t SMEM_Q_SIZE_PER_WG = WG_N * kHeadDim;
+    static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = BLOCK_KV * kHeadDim;
+    static constexpr uint32_t SMEM_BARRIER_OFFSET = kNumMathWarpgroups * SMEM_Q_SIZE_PER_WG +
+                                                    kNumStages * SMEM_KV_SIZE_PER_STAGE;
+    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 1) * 8 + 16;
+
+    static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
+    static_assert(kHeadDim == 64 || kHeadDim == 128, "D must be 64 or 128 (one swizzled TMA row)");
+    static_assert(kQueriesPerWg % 4 == 0 && BLOCK_Q <= 32, "the quad reduce-scatter needs 4 | queries per warpgroup");
+    static_assert(kNumStages >= 2 && kNumStages <= 16, "2 to 16 stages");
+    static_assert(SMEM_Q_SIZE_PER_WG % 1024 == 0 && SMEM_KV_SIZE_PER_STAGE % 1024 == 0,
+                  "tiles must keep 1024-byte alignment for the swizzle");
+
+    // Shared-memory map (buffers found by arithmetic: a pointer array indexed at run time would be local memory)
+    struct SharedStorage {
+        uint8_t* base;
+        __device__ __forceinline__ uint8_t* q(uint32_t wg) const { return base + wg * SMEM_Q_SIZE_PER_WG; }
+        __device__ __forceinline__ uint8_t* kv(uint32_t stage) const {
+            return base + kNumMathWarpgroups * SMEM_Q_SIZE_PER_WG + stage * SMEM_KV_SIZE_PER_STAGE;
+        }
+        __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
+            return reinterpret_cast<uint64_t*>(base + SMEM_BARRIER_OFFSET) + stage;
+        }
+        __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
+        __device__ __forceinline__ uint64_t* q_full() const { return full(2 * kNumStages); }
+        // [0]: first key of the first tile, [1]: number of tiles (written once before the role split)
+        __device__ __forceinline__ uint32_t* tiles() const { return reinterpret_cast<uint32_t*>(full(2 * kNumStages + 1)); }
+    };
+
+    // ---------------------------------------------------------------- block setup (warp 0)
+    // The CTA's kv tiles: keys [p * C, (p + 1) * C) that meet the union of its queries' ranges, from a
+    // 64-aligned first key (so that every 8-key store segment is sector aligned).
+    __device__ __forceinline__ static void plan_tiles(const SharedStorage& s, uint32_t q_first, uint32_t seq_len,
+                                                      uint32_t seq_len_kv, uint32_t num_kv_per_split,
+                                                      const int32_t* ks, const int32_t* ke, uint32_t lane) {
+        KeyRange r;
+        if (lane < BLOCK_Q)
+            r = KeyRange::load(ks, ke, q_first + lane, seq_len, seq_len_kv);
+        const bool has_keys = r.begin < r.end;
+        const uint32_t lo = __reduce_min_sync(0xffffffff, has_keys ? r.begin : 0xffffffffu);
+        const uint32_t hi = __reduce_max_sync(0xffffffff, has_keys ? r.end : 0u);
+        const uint32_t chunk_begin = blockIdx.y * num_kv_per_split;
+        const uint32_t chunk_end = min(chunk_begin + num_kv_per_split, seq_len_kv);
+        const uint32_t first = max(lo / BLOCK_KV * BLOCK_KV, chunk_begin);
+        const uint32_t last = min(hi, chunk_end);
+        if (lane == 0) {
+            s.tiles()[0] = first;
+            s.tiles()[1] = last > first ? ceil_div(last - first, BLOCK_KV) : 0;
+        }
+    }
+
+    // ---------------------------------------------------------------- producer (one thread)
+    __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t q_row, uint32_t kv_first,
+                                                    uint32_t num_tiles, const TmaDescriptor* tma_q,
+                                                    const TmaDescriptor* tma_kv) {
+        // Both warpgroups' Q tiles: rows [q_row, +2 * 256) of q as [S * H, D] (past the end: zeros)
+        ptx::mbarrier_arrive_expect_tx(s.q_full(), kNumMathWarpgroups * SMEM_Q_SIZE_PER_WG);
+        #pragma unroll
+        for (uint32_t wg = 0; wg < kNumMathWarpgroups; ++wg)
+            ptx::tma_load_2d(s.q(wg), tma_q, s.q_full(), 0, static_cast<int32_t>(q_row + wg * WG_N));
+
+        PipelineState<kNumStages> pipe;
+        #pragma unroll 1
+        for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
+            ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
+            ptx::mbarrier_arrive_expect_tx(s.full(pipe.stage), SMEM_KV_SIZE_PER_STAGE);
+            ptx::tma_load_2d(s.kv(pipe.stage), tma_kv, s.full(pipe.stage), 0,
+                             static_cast<int32_t>(kv_first + t * BLOCK_KV));
+        }
+    }
+
+    // ---------------------------------------------------------------- cleaner (warps 1-3 of the producer warpgroup)
+    // -inf into [begin, end) of one output row: a scalar head up to 16-byte alignment, 16-byte stores, a scalar tail.
+    __device__ __forceinline__ static void fill_neg_inf(OutBits* row, uint32_t begin, uint32_t end, uint32_t tid) {
+        if (begin >= end)
+            return;
+        constexpr uint32_t kPerVector = 16 / sizeof(OutBits);
+        constexpr OutBits kNegInf = static_cast<OutBits>(kNegInfWord);
+        OutBits* ptr = row + begin;
+        const uint32_t count = end - begin;
+        const uint32_t misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ptr) % 16) / sizeof(OutBits);
+        const uint32_t head = min(count, misaligned == 0 ? 0u : kPerVector - misaligned);
+        if (tid < head)
+            ptr[tid] = kNegInf;
+        const uint32_t num_vectors = (count - head) / kPerVector;
+        uint4* vectors = reinterpret_cast<uint4*>(ptr + head);
+        const uint4 pattern = {kNegInfWord, kNegInfWord, kNegInfWord, kNegInfWord};
+        #pragma unroll 1
+        for (uint32_t i = tid; i < num_vectors; i += kNumCleanThreads)
+            vectors[i] = pattern;
+        const uint32_t tail = head + num_vectors * kPerVector;
+        if (tail + tid < count)
+            ptr[tail + tid] = kNegInf;
+    }
+
+    // Every position of the CTA's rows, in columns [p * C, (p + 1) * C) of the W-wide output, that holds
+    // no valid key: outside [ks, ke) (full rows), or at or past ke - ks (compressed rows).
+    __device__ __forceinline__ static void clean(uint32_t q_first, uint32_t seq_len, uint32_t seq_len_kv,
+                                                 uint32_t out_width, uint32_t num_kv_per_split, const int32_t* ks,
+                                                 const int32_t* ke, OutBits* logits, uint64_t ld_logits, uint32_t tid) {
+        const uint32_t col_begin = blockIdx.y * num_kv_per_split;
+        const uint32_t col_end = min(col_begin + num_kv_per_split, out_width);
+        if (col_begin >= col_end)
+            return;
+        #pragma unroll 1
+        for (uint32_t i = 0; i < BLOCK_Q && q_first + i < seq_len; ++i) {
+            const KeyRange r = KeyRange::load(ks, ke, q_first + i, seq_len, seq_len_kv);
+            OutBits* row = logits + static_cast<uint64_t>(q_first + i) * ld_logits;
+            if constexpr (kIsCompressed) {
+                const uint32_t length = min(r.end - r.begin, out_width);
+                fill_neg_inf(row, max(length, col_begin), col_end, tid);
+            } else {
+                fill_neg_inf(row, col_begin, min(r.begin, col_end), tid);
+                fill_neg_inf(row, max(r.end, col_begin), col_end, tid);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- math warpgroups
+    template <bool kScaleInside>
+    __device__ __forceinline__ static void reduce_heads(const float (&accum)[kNumAccum], const float2 (&weight)[kNumGroups],
+                                                        float scale_0, float scale_1,
+                                                        float (&sums)[kQueriesPerWg][2]) {
+        #pragma unroll
+        for (uint32_t q = 0; q < kQueriesPerWg; ++q) {
+            float sum_0 = 0.0f, sum_1 = 0.0f;  // this thread's key rows r and r + 8
+            #pragma unroll
+            for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
+                const uint32_t j = q * kGroupsPerQuery + g;
+                float a[4];
+                #pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    const float x = kScaleInside ? accum[j * 4 + e] * (e < 2 ? scale_0 : scale_1) : accum[j * 4 + e];
+                    a[e] = fmaxf(x, 0.0f);
+                }
+                sum_0 = fmaf(a[0], weight[j].x, sum_0);
+                sum_0 = fmaf(a[1], weight[j].y, sum_0);
+                sum_1 = fmaf(a[2], weight[j].x, sum_1);
+                sum_1 = fmaf(a[3], weight[j].y, sum_1);
+            }
+            sums[q][0] = sum_0, sums[q][1] = sum_1;
+        }
+    }
+
+    __device__ __forceinline__ static void store(OutBits* ptr, float value) {
+        if constexpr (kOutBf16)
+            *ptr = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+        else
+            *ptr = __float_as_uint(value);
+    }
+
+    __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t wg_idx, uint32_t q_first,
+                                                uint32_t kv_first, uint32_t num_tiles, uint32_t seq_len,
+                                                uint32_t seq_len_kv, uint32_t out_width, const float* kv_scales,
+                                                const float* weights, uint32_t ld_weights, const int32_t* ks,
+                                                const int32_t* ke, OutBits* logits, uint64_t ld_logits) {
+        const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
+        const uint32_t lane = threadIdx.x % 32;
+        const uint32_t wg_q_first = q_first + wg_idx * kQueriesPerWg;
+
+        // Weights of this thread's columns: group j holds heads (j % kGroupsPerQuery) * 8 + 2 (lane % 4) + {0, 1}
+        // of query j / kGroupsPerQuery (0 past the last query)
+        float2 weight[kNumGroups];
+        #pragma unroll
+        for (uint32_t j = 0; j < kNumGroups; ++j) {
+            const uint32_t query = wg_q_first + j / kGroupsPerQuery;
+            const uint32_t head = (j % kGroupsPerQuery) * 8 + (lane % 4) * 2;
+            weight[j] = {0.0f, 0.0f};
+            if (query < seq_len) {
+                const float* w = weights + static_cast<uint64_t>(query) * ld_weights + head;
+                weight[j] = {__ldg(w), __ldg(w + 1)};
+            }
+        }
+        // The queries this lane stores after the reduce-scatter: wg_q_first + 4m + lane % 4; their valid
+        // keys (compressed: capped at out_width columns)
+        KeyRange ranges[kQueriesPerLane];
+        #pragma unroll
+        for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
+            ranges[m] = KeyRange::load(ks, ke, wg_q_first + 4 * m + lane % 4, seq_len, seq_len_kv);
+            if constexpr (kIsCompressed)
+                ranges[m].end = min(ranges[m].end, ranges[m].begin + out_width);
+        }
+
+        const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(wg_idx));
+        const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(0));
+        ptx::mbarrier_wait(s.q_full(), 0);
+
+        float accum[kNumAccum];
+        PipelineState<kNumStages> pipe;
+        #pragma unroll 1
+        for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
+            // This thread's keys (rows r and r + 8 of the tile) and their scales (0 past the end: not stored)
+            const uint32_t key_0 = kv_first + t * BLOCK_KV + warp_in_wg * 16 + lane / 4;
+            const uint32_t key_1 = key_0 + 8;
+            const float scale_0 = key_0 < seq_len_kv ? __ldg(kv_scales + key_0) : 0.0f;
+            const float scale_1 = key_1 < seq_len_kv ? __ldg(kv_scales + key_1) : 0.0f;
+
+            // accum [64 keys x 256 query-heads] = kv tile (64 x D) * Q tile (256 x D)^T
+            ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                ptx::wgmma_fence_operand(accum[i]);
+            ptx::wgmma_fence();
+            #pragma unroll
+            for (uint32_t k = 0; k < kNumKSteps; ++k) {
+                const uint64_t a = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE + k * 32);
+                const uint64_t b = ptx::advance_smem_desc(desc_q, k * 32);
+                Wgmma::mma(a, b, accum, k > 0);
+            }
+            ptx::wgmma_commit();
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                ptx::wgmma_fence_operand(accum[i]);
+            ptx::wgmma_wait<0>();
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                ptx::wgmma_fence_operand(accum[i]);
+            if (lane == 0)
+                ptx::mbarrier_arrive(s.empty(pipe.stage));
+
+            // Per query: sum_h relu(x_h) w_h (x scale later), or sum_h relu(x_h s) w_h when a scale of the
+            // warp's keys is negative (or NaN): relu(x s) = s relu(x) only for s >= 0
+            // NOTES: the branch is warp-uniform, so both forms cost nothing when unused.
+            float sums[kQueriesPerWg][2];
+            const bool scale_outside = __all_sync(0xffffffff, scale_0 >= 0.0f && scale_1 >= 0.0f);
+            if (scale_outside)
+                reduce_heads<false>(accum, weight, scale_0, scale_1, sums);
+            else
+                reduce_heads<true>(accum, weight, scale_0, scale_1, sums);
+
+            // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
+            float half[kQueriesPerWg / 2][2];
+            const bool bit_0 = lane & 1, bit_1 = lane & 2;
+            #pragma unroll
+            for (uint32_t p = 0; p < kQueriesPerWg / 2; ++p) {
+                #pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {
+                    const float keep = bit_0 ? sums[2 * p + 1][h] : sums[2 * p][h];
+                    const float send = bit_0 ? sums[2 * p][h] : sums[2 * p + 1][h];
+                    half[p][h] = keep + __shfl_xor_sync(0xffffffff, send, 1);
+                }
+            }
+            #pragma unroll
+            for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
+                #pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {
+                    const float keep = bit_1 ? half[2 * m + 1][h] : half[2 * m][h];
+                    const float send = bit_1 ? half[2 * m][h] : half[2 * m + 1][h];
+                    float value = keep + __shfl_xor_sync(0xffffffff, send, 2);
+                    if (scale_outside)
+                        value *= h == 0 ? scale_0 : scale_1;
+                    // Query wg_q_first + 4m + lane % 4, key key_h: stored only where valid
+                    const uint32_t key = h == 0 ? key_0 : key_1;
+                    if (key >= ranges[m].begin && key < ranges[m].end) {
+                        const uint32_t col = kIsCompressed ? key - ranges[m].begin : key;
+                        store(logits + static_cast<uint64_t>(wg_q_first + 4 * m + lane % 4) * ld_logits + col, value);
+                    }
+                }
+            }
+        }
+    }
+};
+
+template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
+          bool kOutBf16>
+__global__ void __launch_bounds__(384, 1)
+sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
+                           const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
+                           const int32_t* __restrict__ ks, const int32_t* __restrict__ ke, void* __restrict__ logits,
+                           uint64_t ld_logits, const __grid_constant__ TmaDescriptor tma_q,
+                           const __grid_constant__ TmaDescriptor tma_kv) {
+    using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16>;
+    using OutBits = typename Kernel::OutBits;
+
+    // Shared memory, 1024-byte aligned for the swizzle
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + (1024 - ptx::smem_addr(smem_raw) % 1024) % 1024;
+    const typename Kernel::SharedStorage storage{smem};
+    const uint32_t q_first = blockIdx.x * Kernel::BLOCK_Q;
+
+    // Barriers by the producer's thread; the tile range by warp 0 (after the previous grid's writes: PDL)
+    if (threadIdx.x == Kernel::kNumMathThreads) {
+        ptx::prefetch_tma_descriptor(&tma_q);
+        ptx::prefetch_tma_descriptor(&tma_kv);
+        #pragma unroll
+        for (uint32_t i = 0; i < kNumStages; ++i) {
+            ptx::mbarrier_init(storage.full(i), 1);
+            ptx::mbarrier_init(storage.empty(i), Kernel::kNumMathWarpgroups * 4);
+        }
+        ptx::mbarrier_init(storage.q_full(), 1);
+        ptx::fence_barrier_init();
+    }
+    ptx::grid_dependency_wait();
+    if (threadIdx.x < 32)
+        Kernel::plan_tiles(storage, q_first, seq_len, seq_len_kv, num_kv_per_split, ks, ke, threadIdx.x);
+    __syncthreads();
+    ptx::grid_dependency_launch_dependents();
+    const uint32_t kv_first = storage.tiles()[0], num_tiles = storage.tiles()[1];
+
+    if (threadIdx.x >= Kernel::kNumMathThreads) {
+        ptx::warpgroup_reg_dealloc<Kernel::kProducerRegs>();
+        const uint32_t tid = threadIdx.x - Kernel::kNumMathThreads;
+        if (tid == 0 && num_tiles > 0) {
+            Kernel::producer(storage, q_first * kNumHeads, kv_first, num_tiles, &tma_q, &tma_kv);
+        } else if (kCleanLogits && tid >= 32) {
+            Kernel::clean(q_first, seq_len, seq_len_kv, out_width, num_kv_per_split, ks, ke,
+                          static_cast<OutBits*>(logits), ld_logits, tid - 32);
+        }
+    } else {
+        ptx::warpgroup_reg_alloc<Kernel::kMathRegs>();
+        if (num_tiles > 0)
+            Kernel::math(storage, __shfl_sync(0xffffffff, threadIdx.x / 128, 0), q_first, kv_first, num_tiles, seq_len,
+                         seq_len_kv, out_width, kv_scales, weights, ld_weights, ks, ke,
+                         static_cast<OutBits*>(logits), ld_logits);
+    }
+}
+
+}  // namespace deep_gemm

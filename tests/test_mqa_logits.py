@@ -1,0 +1,432 @@
+"""fp8_mqa_logits (the DeepSeek-V3.2 lightning indexer, prefill): input validation and compilation
+everywhere; on a GPU, results against float64 and BF16 references.
+
+Bounds: calc_diff over the valid positions against the float64 logits of the dequantized FP8 inputs
+<= 5e-6 (FP32 output; 2e-5 for BF16 output, whose rounding alone is ~2^-9 relative), every element within
+2^-7 |ref| + 2^-9 rms(ref); -inf exactly where the reference has it (clean_logits); <= 1e-3 against the
+float64 logits of the unquantized BF16 inputs (what FP8 quantization costs); 10 runs bitwise equal."""
+
+import os
+
+import pytest
+import torch
+from jit_helpers import dump_sass
+
+import deep_gemm
+from deep_gemm.testing import calc_diff
+from deep_gemm.utils import per_token_cast_to_fp8
+
+gpu = pytest.mark.gpu
+
+
+# ----------------------------------------------------------------------------- validation (CPU tier)
+def cpu_inputs(s: int = 8, h: int = 64, d: int = 128, s_kv: int = 256):
+    q = torch.zeros(s, h, d, dtype=torch.float8_e4m3fn)
+    kv = torch.zeros(s_kv, d, dtype=torch.float8_e4m3fn)
+    scales = torch.ones(s_kv)
+    weights = torch.ones(s, h)
+    ks = torch.zeros(s, dtype=torch.int32)
+    ke = torch.full((s,), s_kv, dtype=torch.int32)
+    return q, kv, scales, weights, ks, ke
+
+
+BAD_INPUTS = [
+    ("q_dtype", r"q must have dtype torch.float8_e4m3fn"),
+    ("q_rank", r"q must be 3-D"),
+    ("q_heads", r"H \(heads\) in \{16, 32, 64\}"),
+    ("q_head_dim", r"D \(head dim\) in \{64, 128\}"),
+    ("q_not_contiguous_d", r"q must be contiguous in its last dimension"),
+    ("q_heads_not_stacked", r"q: the heads of a token must be stacked densely"),
+    ("kv_dtype", r"kv\[0\] \(kv\) must have dtype torch.float8_e4m3fn"),
+    ("kv_head_dim", r"kv\[0\] \(kv\) must be \[S_kv, D\] with D = 128"),
+    ("kv_unaligned_rows", r"kv\[0\] \(kv\): stride 136 of dim 0 must be a multiple of 16 bytes"),
+    ("scales_dtype", r"kv\[1\] \(kv scales\) must have dtype torch.float32"),
+    ("scales_shape", r"kv\[1\] \(kv scales\) must be \[S_kv\] = \[256\]"),
+    ("scales_strided", r"kv\[1\] \(kv scales\) must be contiguous"),
+    ("weights_shape", r"weights must be \[S, H\] = \[8, 64\]"),
+    ("weights_dtype", r"weights must have dtype torch.float32"),
+    ("weights_strided", r"weights must be contiguous along H"),
+    ("ks_dtype", r"cu_seq_len_k_start must have dtype torch.int32"),
+    ("ke_shape", r"cu_seq_len_k_end must be \[S\] = \[8\]"),
+    ("ks_gt_ke", r"cu_seq_len_k_start must be <= cu_seq_len_k_end for every query \(ks > ke\)"),
+    ("ks_negative", r"cu_seq_len_k_start must be >= 0"),
+    ("ke_past_kv", r"cu_seq_len_k_end must be <= S_kv = 256"),
+    ("max_seqlen_negative", r"max_seqlen_k must be >= 0"),
+    ("max_seqlen_short", r"max_seqlen_k = 100 must cover every query's ke - ks"),
+    ("logits_dtype", r"logits_dtype must be torch.float32 or torch.bfloat16"),
+    ("on_cpu", r"q must be on a CUDA device"),
+]
+
+
+@pytest.mark.parametrize(("case", "pattern"), BAD_INPUTS, ids=[c for c, _ in BAD_INPUTS])
+def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
+    q, kv, scales, weights, ks, ke = cpu_inputs()
+    kwargs = {}
+    if case == "q_dtype":
+        q = q.to(torch.bfloat16)
+    elif case == "q_rank":
+        q = q[0]
+    elif case == "q_heads":
+        q, weights = torch.zeros(8, 8, 128, dtype=torch.float8_e4m3fn), torch.ones(8, 8)
+    elif case == "q_head_dim":
+        q = torch.zeros(8, 64, 96, dtype=torch.float8_e4m3fn)
+    elif case == "q_not_contiguous_d":
+        q = torch.zeros(8, 128, 64, dtype=torch.float8_e4m3fn).transpose(1, 2)
+    elif case == "q_heads_not_stacked":
+        q = torch.zeros(8, 128, 128, dtype=torch.float8_e4m3fn)[:, :64]
+    elif case == "kv_dtype":
+        kv = kv.view(torch.uint8)
+    elif case == "kv_head_dim":
+        kv = torch.zeros(256, 64, dtype=torch.float8_e4m3fn)
+    elif case == "kv_unaligned_rows":
+        kv = torch.zeros(256, 136, dtype=torch.float8_e4m3fn)[:, :128]
+    elif case == "scales_dtype":
+        scales = scales.double()
+    elif case == "scales_shape":
+        scales = scales[:, None]
+    elif case == "scales_strided":
+        scales = torch.ones(512)[::2]
+    elif case == "weights_shape":
+        weights = weights[:, :32]
+    elif case == "weights_dtype":
+        weights = weights.bfloat16()
+    elif case == "weights_strided":
+        weights = torch.ones(64, 8).t()
+    elif case == "ks_dtype":
+        ks = ks.long()
+    elif case == "ke_shape":
+        ke = ke[:4]
+    elif case == "ks_gt_ke":
+        ks = ks.clone()
+        ks[3], ke = 200, ke.clone()
+        ke[3] = 100
+    elif case == "ks_negative":
+        ks = ks - 1
+    elif case == "ke_past_kv":
+        ke = ke + 1
+    elif case == "max_seqlen_negative":
+        kwargs["max_seqlen_k"] = -1
+    elif case == "max_seqlen_short":
+        kwargs["max_seqlen_k"] = 100
+    elif case == "logits_dtype":
+        kwargs["logits_dtype"] = torch.float16
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke, **kwargs)
+
+
+def test_alias_and_docstring() -> None:
+    assert deep_gemm.fp8_fp4_mqa_logits is deep_gemm.fp8_mqa_logits
+    doc = deep_gemm.fp8_mqa_logits.__doc__
+    for word in ("relu", "[S, H, D]", "max_seqlen_k", "clean_logits", "ValueError"):
+        assert word in doc, word
+
+
+# ----------------------------------------------------------------------------- compilation (CPU tier)
+COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (64, 128)] + [
+    dict(num_heads=64, head_dim=128, is_compressed=1),
+    dict(num_heads=64, head_dim=128, clean_logits=0, out_bf16=1),
+    dict(num_heads=32, head_dim=64, is_compressed=1, clean_logits=0, out_bf16=1),
+]
+
+
+def case_id(cfg: dict) -> str:
+    names = dict(num_heads="h", head_dim="d", is_compressed="compressed", clean_logits="clean", out_bf16="bf16")
+    return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "cache"
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+@pytest.mark.parametrize("cfg", COMPILE_CASES, ids=case_id)
+def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, use_nvrtc: bool) -> None:
+    result = deep_gemm.compile_kernel("sm90_fp8_mqa_logits", cfg, use_nvrtc=use_nvrtc)
+    assert result["registers"] > 0, result["ptxas_report"]
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    assert os.path.getsize(result["cubin_path"]) > 0
+    lines = dump_sass(result["cubin_path"]).splitlines()
+    # One m64n256k32 FP8 wgmma per 32 of D per 64-key tile
+    qgmma = [line for line in lines if "QGMMA" in line]
+    assert len(qgmma) == cfg["head_dim"] // 32, f"expected {cfg['head_dim'] // 32} QGMMA, found {len(qgmma)}"
+    assert all("64x256x32" in line for line in qgmma), qgmma
+    assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
+    assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
+    assert sum("USETMAXREG" in line for line in lines) == 2
+    assert any("UTMALDG" in line for line in lines)
+    # The quad reduce-scatter over the heads: 2 rounds, (256 / H) / 2 + (256 / H) / 4 shuffles per key row
+    queries = 256 // cfg["num_heads"]
+    assert sum("SHFL.BFLY" in line for line in lines) == 2 * (queries // 2 + queries // 4)
+
+
+def test_bench_shapes_and_torch_version_on_cpu() -> None:
+    from deep_gemm.bench.mqa import MQA_SHAPES, make_key_ranges, parse_mqa_shape, torch_mqa_logits
+
+    assert parse_mqa_shape("2048x8192") == (2048, 8192, 64, 128, "causal")
+    assert parse_mqa_shape("2048x65536x32x64-cp") == (2048, 65536, 32, 64, "cp")
+    for bad in ("2048", "2048x8192x48", "2048x8192x64x96", "2048x8192-nope", "0x8192"):
+        with pytest.raises(ValueError):
+            parse_mqa_shape(bad)
+    assert {(s, s_kv) for s, s_kv, h, d, _ in MQA_SHAPES if (h, d) == (64, 128)} == {
+        (s, s_kv) for s in (2048, 8192) for s_kv in (8192, 65536)
+    }
+    # The chunked PyTorch version (BF16 fallback on the CPU) against the float64 reference
+    torch.manual_seed(0)
+    s, s_kv, h, d = 37, 700, 16, 64
+    q = torch.randn(s, h, d, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    kv, scales = per_token_cast_to_fp8(torch.randn(s_kv, d, dtype=torch.bfloat16))
+    scales, weights = scales[:, 0].contiguous(), torch.randn(s, h)
+    for pattern in ("causal", "cp"):
+        ks, ke = make_key_ranges(s, s_kv, pattern)
+        assert bool((ks >= 0).all() and (ks <= ke).all() and (ke <= s_kv).all())
+        out = torch_mqa_logits(q, (kv, scales), weights, ks, ke, chunk_elements=50_000)
+        ref = reference(q, kv, scales, weights, ks, ke)
+        valid = torch.isfinite(ref)
+        assert torch.equal(torch.isneginf(out), ~valid)
+        assert calc_diff(out[valid], ref[valid]) < 1e-4
+
+
+def test_kernel_family_is_registered() -> None:
+    assert "sm90_fp8_mqa_logits" in deep_gemm.kernel_families()
+
+
+def test_bad_static_config_fails_to_compile(cache_dir) -> None:
+    with pytest.raises(RuntimeError, match="H must be 16, 32 or 64"):
+        deep_gemm.compile_kernel("sm90_fp8_mqa_logits", dict(num_heads=8, head_dim=128))
+
+
+# ----------------------------------------------------------------------------- GPU tier
+@pytest.fixture(autouse=True)
+def allow_unvalidated(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fp8_mqa_logits is gated until its first GPU validation (the gate itself: test_gated_until_validated)
+    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+
+
+def make_inputs(s: int, s_kv: int, h: int, d: int, seed: int = 0, negative_scales: bool = False):
+    """FP8 q (cast directly) and kv (one FP32 scale per key), FP32 weights; also the BF16 originals."""
+    torch.manual_seed(seed)
+    q_bf16 = torch.randn(s, h, d, device="cuda", dtype=torch.bfloat16)
+    kv_bf16 = torch.randn(s_kv, d, device="cuda", dtype=torch.bfloat16)
+    weights = torch.randn(s, h, device="cuda", dtype=torch.float32)
+    q = q_bf16.to(torch.float8_e4m3fn)
+    kv, scales = per_token_cast_to_fp8(kv_bf16)
+    scales = scales[:, 0].contiguous()
+    if negative_scales:
+        # Flip the sign of a quarter of the keys (the kv values too, so the BF16 reference is unchanged)
+        flip = torch.rand(s_kv, device="cuda") < 0.25
+        scales = torch.where(flip, -scales, scales)
+        kv = torch.where(flip[:, None], -kv.float(), kv.float()).to(torch.float8_e4m3fn)
+    return q, kv, scales, weights, q_bf16, kv_bf16
+
+
+def key_ranges(s: int, s_kv: int, pattern: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """ks, ke int32 [S]: 'causal' (the queries are the last S of S_kv keys), 'cp' (context parallel: two
+    halves of queries at two offsets, each with a sliding start), 'random', or 'empty' rows mixed in."""
+    g = torch.Generator().manual_seed(seed)
+    i = torch.arange(s, dtype=torch.int64)
+    if pattern == "causal":
+        ke = (s_kv - s + i + 1).clamp(min=0, max=s_kv)
+        ks = torch.zeros_like(ke)
+    elif pattern == "cp":
+        half = max(s // 2, 1)
+        offset = torch.where(i < half, torch.zeros_like(i), torch.full_like(i, s_kv // 2))
+        ke = (offset + (i % half) * (s_kv // 2) // half + 1).clamp(max=s_kv)
+        window = torch.randint(s_kv // 8, s_kv // 2 + 1, (s,), generator=g)
+        ks = (ke - window).clamp(min=0)
+    elif pattern == "random":
+        a = torch.randint(0, s_kv + 1, (s,), generator=g)
+        b = torch.randint(0, s_kv + 1, (s,), generator=g)
+        ks, ke = torch.minimum(a, b), torch.maximum(a, b)
+    else:
+        ke = torch.randint(0, s_kv + 1, (s,), generator=g)
+        ks = torch.where(torch.rand(s, generator=g) < 0.3, ke, torch.zeros_like(ke))
+    return ks.int().cuda(), ke.int().cuda()
+
+
+def reference(q, kv, scales, weights, ks, ke, rows=None, dtype=torch.float64):
+    """logits [len(rows), S_kv] in `dtype` (-inf outside [ks, ke)), chunked over queries."""
+    rows = torch.arange(q.shape[0], device=q.device) if rows is None else rows
+    s_kv, h = kv.shape[0], q.shape[1]
+    kv_t = (kv.to(dtype) * scales.to(dtype)[:, None]).t()
+    chunk = max(1, (1 << 27) // (h * max(s_kv, 1)))
+    out = torch.empty(len(rows), s_kv, device=q.device, dtype=dtype)
+    for c in range(0, len(rows), chunk):
+        r = rows[c : c + chunk]
+        x = (q[r].to(dtype) @ kv_t).relu_()  # [c, H, S_kv]
+        out[c : c + chunk] = (x * weights[r].to(dtype)[:, :, None]).sum(1)
+    j = torch.arange(s_kv, device=q.device)
+    invalid = (j[None, :] < ks[rows].long()[:, None]) | (j[None, :] >= ke[rows].long()[:, None])
+    return out.masked_fill_(invalid, float("-inf"))
+
+
+def compress(full: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, rows: torch.Tensor, width: int) -> torch.Tensor:
+    """Rows of `full` [len(rows), S_kv] shifted left by ks, `width` columns, -inf past ke - ks."""
+    col = torch.arange(width, device=full.device)
+    key = ks[rows].long()[:, None] + col[None, :]
+    valid = key < ke[rows].long()[:, None]
+    out = full.gather(1, key.clamp(max=full.shape[1] - 1))
+    return out.masked_fill_(~valid, float("-inf"))
+
+
+def poison_allocator(numel: int, dtype: torch.dtype) -> None:
+    """Leave NaN in the caching allocator's next block of this size (the API allocates its output)."""
+    torch.empty(numel, device="cuda", dtype=dtype).fill_(float("nan"))
+    torch.cuda.synchronize()
+
+
+def check_logits(
+    out: torch.Tensor, ref: torch.Tensor, clean: bool, bound: float, what: str, elementwise: bool = True
+) -> None:
+    assert out.shape == ref.shape, (what, out.shape, ref.shape)
+    out = out.double()
+    valid = torch.isfinite(ref)
+    if clean:
+        assert torch.equal(torch.isneginf(out), ~valid), f"{what}: -inf positions differ"
+    assert torch.isfinite(out[valid]).all(), f"{what}: non-finite value at a valid position"
+    if not valid.any():
+        return
+    diff = calc_diff(out[valid], ref[valid])
+    assert diff <= bound, f"{what}: calc_diff {diff:.3g} > {bound}"
+    if not elementwise:
+        return
+    rms = ref[valid].pow(2).mean().sqrt()
+    err = (out[valid] - ref[valid]).abs()
+    tol = ref[valid].abs() * 2**-7 + rms * 2**-9
+    worst = int((err - tol).argmax())
+    assert bool((err <= tol).all()), (
+        f"{what}: element off by {err[worst]:.4g} (ref {ref[valid][worst]:.4g}, tol {tol[worst]:.3g})"
+    )
+
+
+def run_case(s, s_kv, h, d, pattern, clean=True, compressed=False, bf16=False, rows=None, negative_scales=False):
+    q, kv, scales, weights, q_bf16, kv_bf16 = make_inputs(s, s_kv, h, d, negative_scales=negative_scales)
+    ks, ke = key_ranges(s, s_kv, pattern)
+    width = int((ke - ks).max()) if compressed else s_kv
+    width = max(width, 1) if compressed else width
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    poison_allocator(s * width, dtype)
+    out = deep_gemm.fp8_mqa_logits(
+        q,
+        (kv, scales),
+        weights,
+        ks,
+        ke,
+        clean_logits=clean,
+        max_seqlen_k=width if compressed else 0,
+        logits_dtype=dtype,
+    )
+    torch.cuda.synchronize()
+    assert out.dtype == dtype and out.shape == (s, width) and out.is_contiguous()
+    rows = torch.arange(s, device="cuda") if rows is None else rows
+    ref = reference(q, kv, scales, weights, ks, ke, rows)
+    ref_bf16 = reference(q_bf16, kv_bf16, torch.ones_like(scales), weights, ks, ke, rows)
+    if compressed:
+        ref, ref_bf16 = compress(ref, ks, ke, rows, width), compress(ref_bf16, ks, ke, rows, width)
+    ours = out[rows]
+    if not clean:
+        # Positions outside [ks, ke) are unspecified: compare the valid ones only
+        ours = torch.where(torch.isfinite(ref), ours.double(), ref)
+    check_logits(ours, ref, clean, 2e-5 if bf16 else 5e-6, "vs float64 of the FP8 inputs")
+    check_logits(ours, ref_bf16, clean, 1e-3, "vs float64 of the BF16 inputs", elementwise=False)
+    return q, kv, scales, weights, ks, ke, out
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("h", [16, 32, 64])
+@pytest.mark.parametrize("pattern", ["causal", "random", "empty"])
+def test_small_shapes_against_references(h: int, d: int, pattern: str) -> None:
+    # Unaligned S and S_kv: partial query blocks and kv tiles
+    run_case(301, 1000, h, d, pattern)
+
+
+@gpu
+@pytest.mark.parametrize(
+    ("clean", "compressed", "bf16"),
+    [(True, True, False), (False, False, False), (False, True, False), (True, False, True), (True, True, True)],
+    ids=["compressed", "unclean", "unclean-compressed", "bf16", "bf16-compressed"],
+)
+@pytest.mark.parametrize("h", [32, 64])
+def test_variants(h: int, clean: bool, compressed: bool, bf16: bool) -> None:
+    run_case(517, 3000, h, 128, "cp", clean=clean, compressed=compressed, bf16=bf16)
+
+
+@gpu
+@pytest.mark.parametrize("h", [16, 64])
+def test_negative_kv_scales(h: int) -> None:
+    # relu(x * s) != s * relu(x) for s < 0: the kernel must apply such scales inside the relu
+    run_case(257, 2048, h, 128, "random", negative_scales=True)
+
+
+@gpu
+@pytest.mark.parametrize("compressed", [False, True], ids=["full", "compressed"])
+@pytest.mark.parametrize("pattern", ["causal", "cp"])
+@pytest.mark.parametrize(("s", "s_kv"), [(2048, 8192), (2048, 65536), (8192, 8192), (8192, 65536)])
+def test_issue_shapes(s: int, s_kv: int, pattern: str, compressed: bool) -> None:
+    # H = 64, D = 128 (V3.2); S_kv = 8192 checked in full, the larger shapes on 192 random rows plus the ends
+    rows = None
+    if s * s_kv > 2048 * 8192:
+        g = torch.Generator().manual_seed(1)
+        picked = torch.randperm(s, generator=g)[:192].tolist() + [0, 1, s - 2, s - 1]
+        rows = torch.tensor(sorted(set(picked)), device="cuda")
+    run_case(s, s_kv, 64, 128, pattern, compressed=compressed, rows=rows)
+
+
+@gpu
+@pytest.mark.parametrize("compressed", [False, True], ids=["full", "compressed"])
+def test_bitwise_repeatable(compressed: bool) -> None:
+    q, kv, scales, weights, ks, ke, first = run_case(1024, 8192, 64, 128, "cp", compressed=compressed)
+    width = first.shape[1] if compressed else 0
+    for _ in range(10):
+        again = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke, max_seqlen_k=width)
+        assert torch.equal(again.view(torch.int32), first.view(torch.int32))
+
+
+@gpu
+def test_cuda_graph_capture() -> None:
+    q, kv, scales, weights, q_bf16, kv_bf16 = make_inputs(300, 2000, 64, 128)
+    ks, ke = key_ranges(300, 2000, "cp")
+    expected = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)  # warm-up: compiles
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
+
+
+@gpu
+def test_gated_until_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED")
+    q, kv, scales, weights, *_ = make_inputs(16, 512, 64, 128)
+    ks, ke = key_ranges(16, 512, "random")
+    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
+        deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+
+
+@gpu
+def test_bad_ranges_on_the_device_raise() -> None:
+    q, kv, scales, weights, *_ = make_inputs(16, 512, 64, 128)
+    ks, ke = key_ranges(16, 512, "random")
+    assert bool((ks < ke).any())
+    with pytest.raises(ValueError, match=r"ks > ke"):
+        deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ke, ks)
+    with pytest.raises(ValueError, match=r"cu_seq_len_k_end must be <= S_kv"):
+        deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke + 600)
+
+
+@gpu
+def test_unchecked_bad_ranges_stay_in_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With the host check off, out-of-range ks/ke are clamped on the device: rows stay inside the output
+    monkeypatch.setenv("DG_MQA_LOGITS_SKIP_RANGE_CHECK", "1")
+    q, kv, scales, weights, *_ = make_inputs(64, 1000, 64, 128)
+    ks = torch.full((64,), -500, dtype=torch.int32, device="cuda")
+    ke = torch.full((64,), 5000, dtype=torch.int32, device="cuda")
+    out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+    ref = reference(q, kv, scales, weights, ks.clamp(0, 1000), ke.clamp(0, 1000))
+    check_logits(out, ref, True, 5e-6, "clamped ranges")
