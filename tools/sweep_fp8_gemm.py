@@ -4,7 +4,7 @@
         --json sweep.json
 
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
-(BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on). Each config runs in its own process (the
+(BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on), pp0/pp1 (ordered wgmma issue). Each config runs in its own process (the
 choices are read when a shape's plan is made) through `python -m deep_gemm.bench --no-baselines`;
 shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
 fastest config per shape marked with '*', and what the heuristic picked.
@@ -22,6 +22,7 @@ KEYS = {
     "bn": "DG_FP8_GEMM_BLOCK_N",
     "s": "DG_FP8_GEMM_SPLIT_K",
     "mc": "DG_FP8_GEMM_MULTICAST",
+    "pp": "DG_FP8_GEMM_PINGPONG",
 }
 
 
@@ -32,7 +33,7 @@ def config_env(config: str) -> dict[str, str]:
     for part in config.split("-"):
         key = part.rstrip("0123456789")
         if key not in KEYS or key == part:
-            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN or mcN")
+            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN or ppN")
         env[KEYS[key]] = part[len(key) :]
     return env
 
@@ -42,7 +43,11 @@ def run_config(config: str, shapes: list[str], extra: list[str]) -> dict[str, di
         path = os.path.join(tmp, "bench.json")
         cmd = [sys.executable, "-m", "deep_gemm.bench", "--no-baselines", "--json", path, "--shapes", *shapes, *extra]
         env = dict(os.environ, **config_env(config))
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp, timeout=900)
+        timeout = int(os.environ.get("DG_SWEEP_CONFIG_TIMEOUT", "300"))
+        try:
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {s: {"error": f"timed out after {timeout} s (DG_SWEEP_CONFIG_TIMEOUT)"} for s in shapes}
         if not os.path.exists(path):
             return {s: {"error": (out.stdout + out.stderr).strip()[-300:]} for s in shapes}
         with open(path) as f:

@@ -55,7 +55,9 @@ def _baselines(pairs: list[tuple], c: torch.Tensor, scratch: torch.Tensor) -> di
         for g, pair in enumerate(pairs):
             if pair is not None:
                 a_g, b_g, sfa_g, sfb_g = pair
-                out = torch._scaled_mm(a_g, b_g.t(), sfa_g.t(), sfb_g.t(), out_dtype=torch.float32)
+                # (1x128 on both: scale_a [M, K/128] with strides (1, M); scale_b the [K/128, N] row-major tensor,
+                # whose transpose is the [N, K/128] MN-major scale of B [N, K])
+                out = torch._scaled_mm(a_g, b_g.t(), sfa_g.t(), sfb_g, out_dtype=torch.float32)
                 torch.add(c[g], out, out=scratch[g])
         return scratch
 

@@ -59,6 +59,7 @@ struct Fp8GemmConfig {
     bool per_row_sfb = false;         // recipe (1, 1, 128): B scaled per row, D FP32 (+ C), direct stores
     GemmType gemm_type = GemmType::kNormal;
     uint32_t max_k_groups = 0;        // k-grouped: capacity of the per-group TMA map parameter (else 0)
+    bool ordered_mma = false;         // math warpgroups issue their wgmmas in turn (DG_FP8_GEMM_PINGPONG=1)
     bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
     uint32_t store_chunk_n = 64;
     bool use_tma_store = true;
@@ -68,12 +69,12 @@ struct Fp8GemmConfig {
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
-                           "tma_store={} sfb={} type={} max_k_groups={} sms={} smem={} compiled_mnk=({},{},{})", block_m,
-                           block_n, num_splits,
+                           "tma_store={} sfb={} type={} max_k_groups={} ordered_mma={} sms={} smem={} compiled_mnk=({},{},{})",
+                           block_m, block_n, num_splits,
                            num_stages,
                            num_math_warpgroups, num_group_n, num_multicast, num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "",
                            store_chunk_n, use_tma_store, per_row_sfb ? "per-row" : "per-block",
-                           static_cast<uint32_t>(gemm_type), max_k_groups, num_sms, smem_bytes,
+                           static_cast<uint32_t>(gemm_type), max_k_groups, ordered_mma, num_sms, smem_bytes,
                            shape_m, shape_n, shape_k);
     }
 };
@@ -98,6 +99,12 @@ inline uint32_t k_grouped_capacity(uint32_t num_groups) {
 constexpr bool kMulticastByDefault = false;
 inline bool multicast_enabled() {
     return get_env("DG_FP8_GEMM_MULTICAST").empty() ? kMulticastByDefault : get_env_flag("DG_FP8_GEMM_MULTICAST");
+}
+
+// Ordered wgmma issue across the math warpgroups (the kernel's kOrderedMma): off unless DG_FP8_GEMM_PINGPONG=1
+// (an experiment until measured; read by the caller like the multicast setting).
+inline bool ordered_mma_enabled() {
+    return get_env_flag("DG_FP8_GEMM_PINGPONG");
 }
 
 // Shared memory the kernel needs (mirrors Sm90Fp8Gemm1d2d::SMEM_SIZE).
@@ -159,11 +166,19 @@ struct Fp8GemmCostModel {
                                                           // with 50 SMs busy, 2026-12-02 run 9)
     static constexpr double kUnitOverheadCycles = 2000;   // per unit: the pipeline's first loads, the epilogue
     static constexpr double kReduceLaunchCycles = 1500; // the split-K reduction kernel's fixed cost
+    // Three math warpgroups (BLOCK_M = 192): two warpgroups' wgmmas cover each one's promotion, where with
+    // two the tensor cores idle while both promote. Measured per K block against this model's estimate
+    // (run 12 sweep, M = 4096 and 8192): 1.19-1.21x the estimate with three, 1.49-1.60x with two.
+    static constexpr double kThreeWarpgroupMmaFactor = 0.78;
+    // Where that was measured: large problems (M >= 2048); below, BLOCK_M = 192 is not a candidate.
+    static constexpr uint64_t kThreeWarpgroupMinM = 2048;
 
     static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
                        uint64_t waves) {
         const uint64_t num_k_blocks = (k + 127) / 128;
-        const double mma = double(block_m) * (block_n + 32) / 32;
+        // (with three warpgroups a K block costs the same at BLOCK_N 112 as at 128: measured 1216 vs 1153 cycles)
+        const double mma = block_m == 192 ? 192.0 * (128 + 32) / 32 * kThreeWarpgroupMmaFactor
+                                          : double(block_m) * (block_n + 32) / 32;
         const double l2 = double(std::min<uint64_t>(block_m, m) + block_n) * 128 / kL2BytesPerCycle;
         // With one row block, every B tile is read by one unit only: it streams from DRAM (A hits L2).
         // With more, the units sharing a B tile run at about the same time and find it in L2.
@@ -213,11 +228,11 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
     const uint32_t num_k_blocks = (k + 127) / 128;
     Fp8GemmConfig best;
     double best_cost = -1;
-    // (BLOCK_M = 192, three math warpgroups so that two cover each one's promotion, is compiled and
-    // SASS-checked but not yet measured: only taken when forced)
+    // (BLOCK_M = 192, three math warpgroups so that two cover each one's promotion: for large problems,
+    // where it was measured, or when forced)
     const uint32_t block_ms[] = {64, 128, 192, 256};
     for (const uint32_t block_m: block_ms) {
-        if (block_m == 192 && forced.block_m != 192)
+        if (block_m == 192 && forced.block_m != 192 && m < Fp8GemmCostModel::kThreeWarpgroupMinM)
             continue;
         // M <= 64: one 64-row math warpgroup; otherwise two warpgroups of 64 or 128 rows (three of 64 rows
         // for BLOCK_M = 192, see fp8_gemm_math_warpgroups)
@@ -249,7 +264,8 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                 if (fp8_gemm_smem_bytes(block_m, block_n, 2, tma_store, per_row_sfb) > kSm90MaxSmemBytes)
                     continue;
                 // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
-                const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2;
+                // (not with three math warpgroups: that pairing is unmeasured)
+                const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2 && block_m != 192;
                 const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false) * splits;
                 const uint64_t slots = multicast ? num_sms / 2 : num_sms;
                 const uint64_t waves = (units + slots - 1) / slots;
