@@ -1,9 +1,6 @@
 """k_grouped_fp8_gemm_nt_contiguous / _tn_contiguous (MoE weight gradients): input validation everywhere; on a
 GPU, every group against a float64 reference of the dequantized inputs (with C, without, in place), empty
-groups and K tails, the psum layout, nt and tn giving the same bits, two runs bitwise equal.
-
-The functions are gated (NotImplementedError) until validated on a GPU; these tests set
-DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run them."""
+groups and K tails, the psum layout, nt and tn giving the same bits, two runs bitwise equal."""
 
 import random
 
@@ -180,8 +177,7 @@ def check_k_grouped(d: torch.Tensor, c: torch.Tensor | None, deq, case: str) -> 
     [(4, 4096, 7168, 8192), (8, 7168, 2048, 4096), (16, 4096, 7168, 2048), (3, 200, 136, 300)],
     ids=["G4-m4096-n7168-k8192", "G8-m7168-n2048-k4096", "G16-m4096-n7168-k2048", "G3-m200-n136-k300"],
 )
-def test_k_grouped_nt(monkeypatch, num_groups: int, m: int, n: int, expected_k: int) -> None:
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+def test_k_grouped_nt(num_groups: int, m: int, n: int, expected_k: int) -> None:
     x = make_k_grouped_inputs(num_groups, m, n, expected_k, seed=num_groups * 7 + m)
     case = f"G{num_groups}-m{m}-n{n}-k{expected_k}"
     a, b = (x["a_flat"], x["sfa"]), (x["b_flat"], x["sfb"])
@@ -204,8 +200,7 @@ def test_k_grouped_nt(monkeypatch, num_groups: int, m: int, n: int, expected_k: 
 
 
 @gpu
-def test_k_grouped_tn_psum_and_transposed_scales(monkeypatch) -> None:
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
+def test_k_grouped_tn_psum_and_transposed_scales() -> None:
     num_groups, m, n = 5, 384, 512
     x = make_k_grouped_inputs(num_groups, m, n, 1000, seed=11, psum=True)
     c = torch.randn(num_groups, m, n, device="cuda")
@@ -229,17 +224,13 @@ def test_k_grouped_tn_psum_and_transposed_scales(monkeypatch) -> None:
 
 
 @gpu
-def test_k_grouped_all_empty_and_gate(monkeypatch) -> None:
-    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", raising=False)
+def test_k_grouped_all_empty() -> None:
     m, n, ks = 256, 128, [0, 0]
     a = torch.empty(0, device="cuda", dtype=torch.float8_e4m3fn)
     sfa, sfb = torch.empty(0, m, device="cuda"), torch.empty(0, n, device="cuda")
     layout = torch.zeros(2, device="cuda", dtype=torch.int32)
     c = torch.randn(2, m, n, device="cuda")
     d = torch.full_like(c, float("nan"))
-    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
-        deep_gemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (a, sfb), d, ks, layout, c=c)
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
     deep_gemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (a, sfb), d, ks, layout, c=c)
     assert torch.equal(d, c), "all groups empty: D must equal C"
     deep_gemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (a, sfb), d, ks, layout)

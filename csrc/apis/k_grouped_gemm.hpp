@@ -125,7 +125,6 @@ inline void k_grouped_fp8_gemm_contiguous(const char* fn, bool k_major, const Te
     if (c.has_value())
         check_same_cuda_device(a, "a[0] (A)", {{&*c, "c"}});
     check_sm90(a, fn);
-    require_validated_or_opt_in(fn);
     const jit::DeviceScope device_scope(a.device().index());
     if (m == 0 || n == 0)
         return;

@@ -563,30 +563,39 @@ struct Sm90Fp8Gemm1d2d {
                                                              Out* d, uint32_t ldd, const float* c, uint32_t ldc,
                                                              uint32_t warp_in_wg, uint32_t lane,
                                                              const int32_t* row_groups = nullptr) {
-        #pragma unroll
-        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+        // This thread's element pairs: (row, col) and (row, col + 1) for each accumulator pair
+        const auto for_each_pair = [&](auto&& body) {
             #pragma unroll
-            for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
+            for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
                 #pragma unroll
-                for (uint32_t half = 0; half < 2; ++half) {
-                    const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
-                    const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
-                    if (row >= row_end || (row_groups != nullptr && __ldg(row_groups + row) < 0))
-                        continue;
-                    Out* out = d + static_cast<uint64_t>(row) * ldd + col;
-                    float v0 = accum[im][j * 4 + half * 2], v1 = accum[im][j * 4 + half * 2 + 1];
-                    if (c != nullptr) {
-                        const float* in = c + static_cast<uint64_t>(row) * ldc + col;
-                        v0 += col < shape_n ? in[0] : 0.0f;
-                        v1 += col + 1 < shape_n ? in[1] : 0.0f;
+                for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
+                    #pragma unroll
+                    for (uint32_t half = 0; half < 2; ++half) {
+                        const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
+                        const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
+                        if (row >= row_end || (row_groups != nullptr && __ldg(row_groups + row) < 0))
+                            continue;
+                        body(row, col, accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]);
                     }
-                    if (col < shape_n)
-                        out[0] = convert<Out>(v0);
-                    if (col + 1 < shape_n)
-                        out[1] = convert<Out>(v1);
                 }
             }
+        };
+        // NOTES: C is read in full before D is written. C may be D itself (or alias it), so a load may not
+        // move past an earlier store: interleaved, every pair would wait out a global-load latency.
+        if (c != nullptr) {
+            for_each_pair([&](uint32_t row, uint32_t col, float& v0, float& v1) {
+                const float* in = c + static_cast<uint64_t>(row) * ldc + col;
+                v0 += col < shape_n ? in[0] : 0.0f;
+                v1 += col + 1 < shape_n ? in[1] : 0.0f;
+            });
         }
+        for_each_pair([&](uint32_t row, uint32_t col, float& v0, float& v1) {
+            Out* out = d + static_cast<uint64_t>(row) * ldd + col;
+            if (col < shape_n)
+                out[0] = convert<Out>(v0);
+            if (col + 1 < shape_n)
+                out[1] = convert<Out>(v1);
+        });
     }
 };
 
