@@ -6,8 +6,10 @@ shape), D ``[G, M, N]``; ``G = 0`` is the dense call ``fp8_gemm_nt`` on ``[M, K]
 
 Baselines, on the same FP8 data, group by group: cuBLASLt through ``torch._scaled_mm`` with the same
 1x128 scales on both operands and FP32 output, then the addition of C; and per-tensor scales with fast
-accumulation, then C. The "rows" column is the total K (tokens); TFLOPS count 2 x M x N x sum(K), bytes
-A, B, their scales, C read and D written once.
+accumulation, then C. For G > 0 also ``k_grouped_fp8_gemm_tn_contiguous`` on the MN-major operands (its
+transposing pre-pass plus the nt kernel; printed above the shape's row, JSON key ``tn_prepass``). The "rows"
+column is the total K (tokens); TFLOPS count 2 x M x N x sum(K), bytes A, B, their scales, C read and D
+written once.
 """
 
 import random
@@ -126,7 +128,29 @@ def _bench(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict[str, A
         return out
 
     measure_ours(row, ours, diffs, options)
-    measure_baselines(row, _baselines(pairs, c, torch.empty_like(c)), options)
+    calls = _baselines(pairs, c, torch.empty_like(c))
+    if not dense:
+        # The tn entry point on the MN-major operands: its transposing pre-pass plus the nt kernel (JSON key
+        # "tn_prepass"; printed below the table)
+        a_mn = torch.empty(total, m, device="cuda", dtype=torch.float8_e4m3fn)
+        b_mn = torch.empty(total, n, device="cuda", dtype=torch.float8_e4m3fn)
+        begin = 0
+        for a_g, b_g, _, _ in pairs:
+            k_g = a_g.shape[1]
+            a_mn[begin : begin + k_g].view(torch.uint8).copy_(a_g.t().view(torch.uint8))
+            b_mn[begin : begin + k_g].view(torch.uint8).copy_(b_g.t().view(torch.uint8))
+            begin += k_g
+        d_tn = torch.empty_like(c)
+
+        def tn() -> object:
+            deep_gemm.k_grouped_fp8_gemm_tn_contiguous((a_mn, sfa), (b_mn, sfb), d_tn, ks, layout, c=c)
+            return d_tn
+
+        calls["tn_prepass"] = tn
+    measure_baselines(row, calls, options)
+    if row.get("tn_prepass") and row.get("ours"):
+        tn_us, nt_us = row["tn_prepass"]["median_us"], row["ours"]["median_us"]
+        print(f"    (G={g} M={m} N={n} K={k}: tn with its pre-pass {tn_us:.1f} us, {tn_us / nt_us:.2f}x the nt call)")
     return row
 
 
