@@ -12,6 +12,17 @@
 namespace py = pybind11;
 using namespace py::literals;
 
+// What the two k-grouped entry points' docstrings share (pybind11 copies docstrings when binding).
+static const std::string k_grouped_doc =
+    "ks_cpu: list of the G groups' K (each a multiple of 16; 0 for an empty group: D[g] = C[g], or zeros).\n"
+    "grouped_layout: int32 [G] on the device (the same K values, or with use_psum_layout=True the groups'\n"
+    "    cumulative ends); checked for shape and device only: ks_cpu is what the kernel follows.\n"
+    "use_psum_layout: group g's K starts at align(end of group g-1, get_mk_alignment_for_contiguous_layout())\n"
+    "    instead of right after it (the scale rows stay back to back either way).\n"
+    "d: FP32 [G, M, N] contiguous. c: None or FP32 [G, M, N] contiguous, accumulated (may be d: in place).\n"
+    "recipe: (1, 1, 128) only (None means that). compiled_dims: which of m, n are compile-time constants.\n"
+    "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.";
+
 PYBIND11_MODULE(_C, m) {
     m.doc() = "deep_gemm C++ extension: input validation, the CUDA JIT runtime and kernel launches";
 
@@ -123,39 +134,21 @@ PYBIND11_MODULE(_C, m) {
     m.def("k_grouped_fp8_gemm_nt_contiguous", &dg::apis::k_grouped_fp8_gemm_nt_contiguous, "a"_a, "b"_a, "d"_a,
           "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "recipe"_a = py::none(), "compiled_dims"_a = "mn",
           "use_psum_layout"_a = false,
-          "MoE weight-gradient GEMM over groups of K: for each group g, D[g] = C[g] + A_g @ B_g.T with A_g [M, K_g]\n"
-          "and B_g [N, K_g] (SM90, recipe (1, 1, 128)). IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises\n"
-          "NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          std::string("MoE weight-gradient GEMM over groups of K: for each group g, D[g] = C[g] + A_g @ B_g.T with A_g [M, K_g]\n"
+          "and B_g [N, K_g] (SM90, recipe (1, 1, 128)).\n\n"
           "a = (A, sfa): A float8_e4m3fn, a contiguous 1-D buffer holding the groups' A_g [M, K_g] K-major back to\n"
           "    back (group g at element M * start_g, start_g = sum of the previous groups' K); sfa FP32\n"
           "    [sum_g ceil(K_g / 128), M] (one scale per row per 128 of the group's K; the groups' rows back to\n"
           "    back) or its transpose [M, sum_g ceil(K_g / 128)].\n"
-          "b = (B, sfb): the same for B_g [N, K_g].\n"
-          "ks_cpu: list of the G groups' K (each a multiple of 16; 0 for an empty group: D[g] = C[g], or zeros).\n"
-          "grouped_layout: int32 [G] on the device (the same K values, or with use_psum_layout=True the groups'\n"
-          "    cumulative ends); checked for shape and device only: ks_cpu is what the kernel follows.\n"
-          "use_psum_layout: group g's K starts at align(end of group g-1, get_mk_alignment_for_contiguous_layout())\n"
-          "    instead of right after it (the scale rows stay back to back either way).\n"
-          "d: FP32 [G, M, N] contiguous. c: None or FP32 [G, M, N] contiguous, accumulated (may be d: in place).\n"
-          "recipe: (1, 1, 128) only (None means that). compiled_dims: which of m, n are compile-time constants.\n"
-          "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.");
+          "b = (B, sfb): the same for B_g [N, K_g].\n" + k_grouped_doc).c_str());
     m.def("k_grouped_fp8_gemm_tn_contiguous", &dg::apis::k_grouped_fp8_gemm_tn_contiguous, "a"_a, "b"_a, "d"_a,
           "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "recipe"_a = py::none(), "compiled_dims"_a = "mn",
           "use_psum_layout"_a = false,
-          "k_grouped_fp8_gemm_nt_contiguous with the MN-major operands training frameworks hold: A float8_e4m3fn\n"
+          std::string("k_grouped_fp8_gemm_nt_contiguous with the MN-major operands training frameworks hold: A float8_e4m3fn\n"
           "[sum(K), M] and B [sum(K), N] (stride 1 along M / N), group g's rows from start_g. On SM90 FP8 wgmma\n"
-          "reads K-major operands only: each group is first transposed into the nt layout (a copy of A and B).\n"
-          "IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises NotImplementedError unless\n"
-          "DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
-          "a = (A, sfa), b = (B, sfb): sfa FP32 [sum_g ceil(K_g / 128), M], sfb the same with N (or transposes).\n"
-          "ks_cpu: list of the G groups' K (each a multiple of 16; 0 for an empty group: D[g] = C[g], or zeros).\n"
-          "grouped_layout: int32 [G] on the device (the same K values, or with use_psum_layout=True the groups'\n"
-          "    cumulative ends); checked for shape and device only: ks_cpu is what the kernel follows.\n"
-          "use_psum_layout: group g's K starts at align(end of group g-1, get_mk_alignment_for_contiguous_layout())\n"
-          "    instead of right after it (the scale rows stay back to back either way).\n"
-          "d: FP32 [G, M, N] contiguous. c: None or FP32 [G, M, N] contiguous, accumulated (may be d: in place).\n"
-          "recipe: (1, 1, 128) only (None means that). compiled_dims: which of m, n are compile-time constants.\n"
-          "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.");
+          "reads K-major operands only: each group is first transposed into the nt layout (a copy of A and B).\n\n"
+          "a = (A, sfa), b = (B, sfb): sfa FP32 [sum_g ceil(K_g / 128), M], sfb the same with N (or transposes).\n" +
+           k_grouped_doc).c_str());
     m.def("fp8_gemm_nn",
           [](py::args, py::kwargs) {
               dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_nn", "transpose B to K-major ([N, K] contiguous)");
@@ -219,6 +212,42 @@ PYBIND11_MODULE(_C, m) {
           "alignment or device, or on ks/ke values out of range (checked on the host: CUDA ks/ke cost one\n"
           "synchronization, skipped during CUDA-graph capture or with DG_MQA_LOGITS_SKIP_RANGE_CHECK=1; the kernel\n"
           "clamps the ranges, so unchecked bad values never read or write out of bounds); NotImplementedError off SM90.");
+
+    m.def("fp8_paged_mqa_logits", &dg::apis::fp8_paged_mqa_logits, "q"_a, "kv_cache"_a, "weights"_a, "context_lens"_a,
+          "block_table"_a, "schedule_meta"_a, "max_context_len"_a, "clean_logits"_a = false,
+          "FP8 MQA logits of the lightning indexer over a paged kv cache (decode, SM90; alias\n"
+          "fp8_fp4_paged_mqa_logits). IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises NotImplementedError unless\n"
+          "DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n"
+          "logits[b * next_n + t, j] = sum_h relu(q[b, t, h, :] . kv[b, j, :] * kv_scale[b, j]) * weights[b * next_n + t, h]\n"
+          "for the keys j that query token t of request b sees: j <= context_lens[b] - next_n + t (context_lens [B]),\n"
+          "or j < context_lens[b, t] (context_lens [B, next_n]).\n\n"
+          "q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in {1, 2, 4}, H in {16, 32, 64}, D in {64, 128}.\n"
+          "kv_cache: uint8 [num_blocks, block_kv, 1, D + 4], contiguous, block_kv in {32, 64}; per block, the\n"
+          "    block_kv x D FP8 E4M3 values, then block_kv FP32 scales (any sign). Key j of request b is row\n"
+          "    j % block_kv of block block_table[b, j // block_kv].\n"
+          "weights: FP32 [B * next_n, H], contiguous along H.\n"
+          "context_lens: int32 [B] or [B, next_n], contiguous, 0 <= context_lens <= max_context_len.\n"
+          "block_table: int32 [B, max_blocks], contiguous; the ids a request uses in [0, num_blocks).\n"
+          "schedule_meta: int32 [num_sms + 1, 2] from get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)\n"
+          "    for these context_lens (one CTA per SM of the schedule).\n"
+          "max_context_len: the logits' width W.\n"
+          "clean_logits: write -inf at every invalid position of each row (else those are left unwritten).\n"
+          "Returns FP32 logits [B * next_n, max_context_len], new and contiguous. Raises ValueError on a bad dtype,\n"
+          "shape, stride or device, or on bad values: negative context, context longer than max_context_len, too\n"
+          "few block_table columns, block ids out of range (checked on the host: one synchronization for CUDA\n"
+          "inputs, skipped during CUDA-graph capture or with DG_MQA_LOGITS_SKIP_RANGE_CHECK=1; the kernel clamps\n"
+          "every index, so unchecked bad values never read or write out of bounds); NotImplementedError off SM90.");
+    m.def("get_paged_mqa_logits_metadata", &dg::apis::get_paged_mqa_logits_metadata, "context_lens"_a, "block_kv"_a,
+          "num_sms"_a,
+          "The SM schedule of the paged decode MQA logits (lightning indexer decode, SM90). IMPLEMENTED BUT NOT YET\n"
+          "VALIDATED ON A GPU: raises NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          "context_lens: int32 [B] (keys per request) or [B, next_n] (per query token; a request counts its\n"
+          "    longest), on any device; negative lengths count as 0.\n"
+          "block_kv: keys per kv-cache block, 32 or 64. num_sms: SMs to balance over (> 0).\n"
+          "Returns int32 [num_sms + 1, 2] on context_lens' device: row i = (first request, first kv block within\n"
+          "it) of SM i's share of the sum_b ceil(context_len[b] / block_kv) kv blocks (shares differ by at most\n"
+          "one block; SM i works up to row i + 1, and row num_sms = (B, 0)). No host synchronization (CUDA-graph\n"
+          "capturable). Raises ValueError on a bad dtype, rank, block_kv or num_sms.");
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",

@@ -114,6 +114,17 @@ def fp8_mqa_logits(
     max_seqlen_k: int = 0,
     logits_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor: ...
+def fp8_paged_mqa_logits(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    weights: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    schedule_meta: torch.Tensor,
+    max_context_len: int,
+    clean_logits: bool = False,
+) -> torch.Tensor: ...
+def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int) -> torch.Tensor: ...
 def compile_kernel(
     family: str, params: dict[str, int] = ..., arch: str = "sm_90a", use_nvrtc: bool | None = None
 ) -> dict[str, Any]: ...

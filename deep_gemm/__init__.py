@@ -15,10 +15,12 @@ from deep_gemm._C import (
     fp8_gemm_tn,
     fp8_gemm_tt,
     fp8_mqa_logits,
+    fp8_paged_mqa_logits,
     get_mk_alignment_for_contiguous_layout,
     get_mn_major_tma_aligned_packed_ue8m0_tensor,
     get_mn_major_tma_aligned_tensor,
     get_num_sms,
+    get_paged_mqa_logits_metadata,
     get_pdl,
     get_tc_util,
     get_tma_aligned_size,
@@ -37,6 +39,7 @@ from deep_gemm._C import (
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
 fp8_fp4_mqa_logits = fp8_mqa_logits
+fp8_fp4_paged_mqa_logits = fp8_paged_mqa_logits
 m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
 m_grouped_fp8_fp4_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
 fp8_m_grouped_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
@@ -54,12 +57,15 @@ __all__ = [
     "fp8_gemm_tt",
     "fp8_fp4_mqa_logits",
     "fp8_mqa_logits",
+    "fp8_fp4_paged_mqa_logits",
+    "fp8_paged_mqa_logits",
     "get_k_alignment_for_contiguous_layout",
     "get_m_alignment_for_contiguous_layout",
     "get_mk_alignment_for_contiguous_layout",
     "get_mn_major_tma_aligned_packed_ue8m0_tensor",
     "get_mn_major_tma_aligned_tensor",
     "get_num_sms",
+    "get_paged_mqa_logits_metadata",
     "get_pdl",
     "get_tc_util",
     "get_tma_aligned_size",

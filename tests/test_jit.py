@@ -17,6 +17,7 @@ HELPER_KERNELS = [
     ("smxx_splitk_reduce", {"vec": 4}),
     ("smxx_splitk_reduce", {"vec": 1}),
     ("sm90_fp8_mqa_logits", {"num_heads": 64, "head_dim": 128}),  # SASS checks: tests/test_mqa_logits.py
+    ("sm90_fp8_paged_mqa_logits", {"next_n": 2, "num_heads": 64, "head_dim": 128}),  # SASS: test_mqa_logits.py
 ]
 GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5),

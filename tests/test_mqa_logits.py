@@ -430,3 +430,377 @@ def test_unchecked_bad_ranges_stay_in_bounds(monkeypatch: pytest.MonkeyPatch) ->
     out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
     ref = reference(q, kv, scales, weights, ks.clamp(0, 1000), ke.clamp(0, 1000))
     check_logits(out, ref, True, 5e-6, "clamped ranges")
+
+
+# ============================================================================= paged decode
+# get_paged_mqa_logits_metadata and fp8_paged_mqa_logits (the indexer at decode, over a paged kv cache).
+# CPU tier: the schedule (exact values, and a simulation of the kernel's walk: every kv block of every request
+# exactly once, shares within one block of each other), input validation, compilation and SASS. GPU tier:
+# against a float64 reference from the dequantized cache, -inf positions exactly equal.
+
+
+def simulate_schedule(meta: torch.Tensor, lens: torch.Tensor, block_kv: int) -> list[list[tuple[int, int]]]:
+    """The (request, block) units each SM's CTA stores, walking as the kernel does (with one-block steps)."""
+    longest = lens.long().max(1).values if lens.dim() == 2 else lens.long()
+    blocks = [(max(int(n), 0) + block_kv - 1) // block_kv for n in longest]
+    out = []
+    for i in range(meta.shape[0] - 1):
+        (b, k), (eb, ek) = meta[i].tolist(), meta[i + 1].tolist()
+        units = []
+        while b < len(blocks) and (b < eb or (b == eb and k < ek)):
+            if k >= blocks[b]:
+                b, k = b + 1, 0
+                continue
+            units.append((b, k))
+            k += 1
+        out.append(units)
+    return out
+
+
+def test_paged_metadata_exact_values() -> None:
+    lens = torch.tensor([100, 0, 64, 1, 300], dtype=torch.int32)  # 2, 0, 1, 1, 5 blocks of 64: 9 in all
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 4)
+    assert meta.dtype == torch.int32 and meta.shape == (5, 2)
+    assert meta.tolist() == [[0, 0], [3, 0], [4, 1], [4, 3], [5, 0]]
+    empty = deep_gemm.get_paged_mqa_logits_metadata(torch.zeros(3, 2, dtype=torch.int32), 32, 3)
+    assert empty.tolist() == [[3, 0]] * 4
+
+
+@pytest.mark.parametrize("two_d", [False, True], ids=["lens1d", "lens2d"])
+@pytest.mark.parametrize("block_kv", [32, 64], ids=["bkv32", "bkv64"])
+@pytest.mark.parametrize("num_sms", [1, 7, 132])
+def test_paged_metadata_covers_every_block_once(num_sms: int, block_kv: int, two_d: bool) -> None:
+    g = torch.Generator().manual_seed(num_sms + block_kv)
+    lens = torch.randint(-5, 3000, (37, 2) if two_d else (37,), generator=g, dtype=torch.int32)
+    lens[3] = 0
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, num_sms)
+    assert meta.shape == (num_sms + 1, 2) and meta[-1].tolist() == [37, 0]
+    shares = simulate_schedule(meta, lens, block_kv)
+    units = [u for share in shares for u in share]
+    longest = lens.long().max(1).values if two_d else lens.long()
+    expected = [(b, k) for b, n in enumerate(longest.tolist()) for k in range((max(n, 0) + block_kv - 1) // block_kv)]
+    assert units == expected
+    sizes = [len(s) for s in shares]
+    assert max(sizes) - min(sizes) <= 1, sizes
+
+
+PAGED_META_BAD = [
+    ("lens_dtype", dict(context_lens=torch.ones(4, dtype=torch.int64)), r"context_lens must have dtype torch.int32"),
+    ("lens_rank", dict(context_lens=torch.ones(2, 2, 2, dtype=torch.int32)), r"context_lens must be \[B\] or"),
+    ("block_kv", dict(block_kv=16), r"block_kv must be 32 or 64"),
+    ("num_sms", dict(num_sms=0), r"num_sms must be in \[1, 65536\]"),
+]
+
+
+@pytest.mark.parametrize(("case", "kwargs", "pattern"), PAGED_META_BAD, ids=[c[0] for c in PAGED_META_BAD])
+def test_paged_metadata_bad_inputs(case: str, kwargs: dict, pattern: str) -> None:
+    args = dict(context_lens=torch.ones(4, dtype=torch.int32), block_kv=64, num_sms=8) | kwargs
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.get_paged_mqa_logits_metadata(**args)
+
+
+def test_paged_gated_until_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED")
+    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
+        deep_gemm.get_paged_mqa_logits_metadata(torch.ones(4, dtype=torch.int32), 64, 8)
+
+
+def test_paged_alias_and_docstring() -> None:
+    assert deep_gemm.fp8_fp4_paged_mqa_logits is deep_gemm.fp8_paged_mqa_logits
+    doc = deep_gemm.fp8_paged_mqa_logits.__doc__
+    for word in ("relu", "[B, next_n, H, D]", "block_table", "schedule_meta", "clean_logits", "ValueError"):
+        assert word in doc, word
+    assert "[num_sms + 1, 2]" in deep_gemm.get_paged_mqa_logits_metadata.__doc__
+
+
+def paged_cpu_inputs(b: int = 4, t: int = 2, h: int = 64, d: int = 128, block_kv: int = 64, num_blocks: int = 16):
+    q = torch.zeros(b, t, h, d, dtype=torch.float8_e4m3fn)
+    kv_cache = torch.zeros(num_blocks, block_kv, 1, d + 4, dtype=torch.uint8)
+    weights = torch.ones(b * t, h)
+    lens = torch.full((b,), 100, dtype=torch.int32)
+    table = torch.arange(b * 4, dtype=torch.int32).view(b, 4) % num_blocks
+    meta = torch.zeros(9, 2, dtype=torch.int32)
+    return dict(q=q, kv_cache=kv_cache, weights=weights, context_lens=lens, block_table=table, schedule_meta=meta,
+                max_context_len=256)  # fmt: skip
+
+
+PAGED_BAD = [
+    ("q_dtype", r"q must have dtype torch.float8_e4m3fn"),
+    ("q_rank", r"q must be 4-D"),
+    ("q_next_n", r"next_n in \{1, 2, 4\}"),
+    ("q_heads", r"H \(heads\) in \{16, 32, 64\}"),
+    ("q_head_dim", r"D \(head dim\) in \{64, 128\}"),
+    ("q_strided", r"q must be contiguous"),
+    ("kv_dtype", r"kv_cache must have dtype torch.uint8"),
+    ("kv_block_kv", r"kv_cache must be \[num_blocks, block_kv, 1, D \+ 4\]"),
+    ("kv_row_bytes", r"kv_cache must be \[num_blocks, block_kv, 1, D \+ 4\] .* D = 128"),
+    ("kv_empty", r"kv_cache must hold at least one block"),
+    ("weights_shape", r"weights must be \[B \* next_n, H\] = \[8, 64\]"),
+    ("weights_dtype", r"weights must have dtype torch.float32"),
+    ("lens_dtype", r"context_lens must have dtype torch.int32"),
+    ("lens_shape", r"context_lens must be \[B\] = \[4\] or \[B, next_n\] = \[4, 2\]"),
+    ("table_dtype", r"block_table must have dtype torch.int32"),
+    ("table_shape", r"block_table must be \[B, max_blocks\] with B = 4"),
+    ("meta_shape", r"schedule_meta must be \[num_sms \+ 1, 2\]"),
+    ("max_context_negative", r"max_context_len must be in"),
+    ("context_too_long", r"context longer than max_context_len"),
+    ("context_negative", r"context_lens must be >= 0"),
+    ("table_too_narrow", r"block_table must have a column per kv block"),
+    ("block_id_out_of_range", r"block ids out of range"),
+    ("block_id_negative", r"block ids out of range"),
+    ("on_cpu", r"q must be on a CUDA device"),
+]
+
+
+@pytest.mark.parametrize(("case", "pattern"), PAGED_BAD, ids=[c for c, _ in PAGED_BAD])
+def test_paged_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
+    a = paged_cpu_inputs()
+    if case == "q_dtype":
+        a["q"] = a["q"].to(torch.bfloat16)
+    elif case == "q_rank":
+        a["q"] = a["q"][0]
+    elif case == "q_next_n":
+        a["q"], a["weights"] = torch.zeros(4, 3, 64, 128, dtype=torch.float8_e4m3fn), torch.ones(12, 64)
+    elif case == "q_heads":
+        a["q"], a["weights"] = torch.zeros(4, 2, 8, 128, dtype=torch.float8_e4m3fn), torch.ones(8, 8)
+    elif case == "q_head_dim":
+        a["q"] = torch.zeros(4, 2, 64, 96, dtype=torch.float8_e4m3fn)
+    elif case == "q_strided":
+        a["q"] = torch.zeros(4, 2, 128, 128, dtype=torch.float8_e4m3fn)[:, :, :64]
+    elif case == "kv_dtype":
+        a["kv_cache"] = a["kv_cache"].view(torch.float8_e4m3fn)
+    elif case == "kv_block_kv":
+        a["kv_cache"] = torch.zeros(16, 16, 1, 132, dtype=torch.uint8)
+    elif case == "kv_row_bytes":
+        a["kv_cache"] = torch.zeros(16, 64, 1, 128, dtype=torch.uint8)
+    elif case == "kv_empty":
+        a["kv_cache"] = torch.zeros(0, 64, 1, 132, dtype=torch.uint8)
+    elif case == "weights_shape":
+        a["weights"] = a["weights"][:4]
+    elif case == "weights_dtype":
+        a["weights"] = a["weights"].bfloat16()
+    elif case == "lens_dtype":
+        a["context_lens"] = a["context_lens"].long()
+    elif case == "lens_shape":
+        a["context_lens"] = torch.ones(4, 3, dtype=torch.int32)
+    elif case == "table_dtype":
+        a["block_table"] = a["block_table"].long()
+    elif case == "table_shape":
+        a["block_table"] = a["block_table"][:2]
+    elif case == "meta_shape":
+        a["schedule_meta"] = torch.zeros(9, 3, dtype=torch.int32)
+    elif case == "max_context_negative":
+        a["max_context_len"] = -1
+    elif case == "context_too_long":
+        a["context_lens"] = torch.tensor([100, 257, 3, 4], dtype=torch.int32)
+    elif case == "context_negative":
+        a["context_lens"] = torch.tensor([100, -1, 3, 4], dtype=torch.int32)
+    elif case == "table_too_narrow":
+        a["block_table"] = a["block_table"][:, :1].contiguous()
+    elif case == "block_id_out_of_range":
+        a["block_table"][2, 1] = 16
+    elif case == "block_id_negative":
+        a["block_table"][0, 0] = -1
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.fp8_paged_mqa_logits(**a)
+
+
+def test_paged_unused_block_ids_are_not_checked() -> None:
+    # Columns past a request's last block may hold anything (here -1 and huge ids): only the device check remains
+    a = paged_cpu_inputs()
+    a["block_table"][:, 2:] = torch.tensor([-1, 1 << 30], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
+        deep_gemm.fp8_paged_mqa_logits(**a)
+
+
+PAGED_COMPILE_CASES = [
+    dict(next_n=1, num_heads=64, head_dim=128, block_kv=64),
+    dict(next_n=2, num_heads=64, head_dim=128, block_kv=64, clean_logits=1),
+    dict(next_n=4, num_heads=64, head_dim=128, block_kv=32, clean_logits=1, is_2d_context_lens=1),
+    dict(next_n=4, num_heads=32, head_dim=128, block_kv=64),
+    dict(next_n=1, num_heads=16, head_dim=64, block_kv=32, clean_logits=1),
+    dict(next_n=2, num_heads=32, head_dim=64, block_kv=64),
+    dict(next_n=4, num_heads=16, head_dim=64, block_kv=32, is_2d_context_lens=1),
+]
+
+
+def paged_case_id(cfg: dict) -> str:
+    names = dict(next_n="t", num_heads="h", head_dim="d", block_kv="bkv", clean_logits="clean",
+                 is_2d_context_lens="lens2d")  # fmt: skip
+    return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+@pytest.mark.parametrize("cfg", PAGED_COMPILE_CASES, ids=paged_case_id)
+def test_paged_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, use_nvrtc: bool) -> None:
+    result = deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", cfg, use_nvrtc=use_nvrtc)
+    assert result["registers"] > 0, result["ptxas_report"]
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    lines = dump_sass(result["cubin_path"]).splitlines()
+    n = cfg["next_n"] * cfg["num_heads"]
+    qgmma = [line for line in lines if "QGMMA" in line]
+    assert len(qgmma) == cfg["head_dim"] // 32, f"expected {cfg['head_dim'] // 32} QGMMA, found {len(qgmma)}"
+    assert all(f"64x{n}x32" in line for line in qgmma), qgmma
+    assert not any("HMMA" in line for line in lines)
+    assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
+    assert sum("USETMAXREG" in line for line in lines) == 2
+    assert any("UTMALDG" in line for line in lines)
+    # The quad reduction: per key row, a reduce-scatter while two or more queries remain, else an all-reduce
+    t = cfg["next_n"]
+    assert sum("SHFL.BFLY" in line for line in lines) == 2 * (max(t // 2, 1) + max(t // 4, 1))
+
+
+def test_paged_kernel_family_is_registered() -> None:
+    assert "sm90_fp8_paged_mqa_logits" in deep_gemm.kernel_families()
+
+
+def test_paged_bad_static_config_fails_to_compile(cache_dir) -> None:
+    with pytest.raises(RuntimeError, match="next_n must be 1, 2 or 4"):
+        deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=3))
+
+
+# ----------------------------------------------------------------------------- paged decode, GPU tier
+def make_paged_inputs(batch, next_n, h, d, block_kv, avg_ctx, seed=0, two_d=False, negative_scales=False):
+    """FP8 q, a paged cache (random block order, spare blocks of junk, junk ids past each request's blocks),
+    FP32 weights, context lengths U(0.7, 1.3) x avg_ctx (request 0 empty when batch > 1)."""
+    g = torch.Generator().manual_seed(seed)
+    lens = (avg_ctx * (0.7 + 0.6 * torch.rand(batch, generator=g))).long().clamp(min=1)
+    if batch > 1:
+        lens[0] = 0
+    blocks = (lens + block_kv - 1) // block_kv
+    max_blocks = int(blocks.max()) + 1
+    num_blocks = int(blocks.sum()) + 7
+    perm = torch.randperm(num_blocks, generator=g)
+    table = torch.full((batch, max_blocks), -1, dtype=torch.int32)
+    table[:, -1] = 1 << 30  # junk past every request's blocks: never read
+    used = 0
+    for i, n in enumerate(blocks.tolist()):
+        table[i, :n] = perm[used : used + n].int()
+        used += n
+    torch.manual_seed(seed)
+    kv, scales = per_token_cast_to_fp8(torch.randn(num_blocks * block_kv, d, device="cuda", dtype=torch.bfloat16))
+    scales = scales[:, 0].contiguous()
+    if negative_scales:
+        scales = torch.where(torch.rand_like(scales) < 0.25, -scales, scales)
+    cache = torch.empty(num_blocks, block_kv * (d + 4), dtype=torch.uint8, device="cuda")
+    cache[:, : block_kv * d] = kv.view(torch.uint8).view(num_blocks, block_kv * d)
+    cache[:, block_kv * d :] = scales.view(torch.uint8).view(num_blocks, block_kv * 4)
+    q = torch.randn(batch, next_n, h, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    weights = torch.randn(batch * next_n, h, device="cuda", dtype=torch.float32)
+    if two_d:
+        # Token t's own length: at most the request's, some shorter than the 1-D rule gives
+        step = torch.randint(0, 3, (batch, next_n), generator=g).cumsum(1).flip(1)
+        context_lens = (lens[:, None] - step).clamp(min=0).int()
+    else:
+        context_lens = lens.int()
+    max_context_len = int(lens.max()) + 5
+    return q, cache.view(num_blocks, block_kv, 1, d + 4), weights, context_lens.cuda(), table.cuda(), max_context_len
+
+
+def paged_reference(q, kv_cache, weights, context_lens, block_table, max_context_len, dtype=torch.float64):
+    """[B * next_n, max_context_len] in `dtype`, -inf where token t of request b sees no key."""
+    b, t, h, d = q.shape
+    num_blocks, block_kv = kv_cache.shape[:2]
+    flat = kv_cache.view(num_blocks, -1)
+    values = flat[:, : block_kv * d].contiguous().view(torch.float8_e4m3fn).view(num_blocks, block_kv, d)
+    scales = flat[:, block_kv * d :].contiguous().view(torch.float32).view(num_blocks, block_kv)
+    lens = context_lens.long()
+    ends = lens if lens.dim() == 2 else lens[:, None] - t + 1 + torch.arange(t, device=q.device)[None, :]
+    out = torch.full((b * t, max_context_len), float("-inf"), dtype=dtype, device=q.device)
+    j = torch.arange(max_context_len, device=q.device)
+    for i in range(b):
+        n = int(ends[i].max().clamp(min=0))
+        if n == 0:
+            continue
+        ids = block_table[i, : (n + block_kv - 1) // block_kv].long()
+        kv = (values[ids].to(dtype) * scales[ids].to(dtype)[..., None]).reshape(-1, d)[:n]
+        x = torch.einsum("thd,jd->thj", q[i].to(dtype), kv).relu_()
+        logits = (x * weights[i * t : (i + 1) * t, :, None].to(dtype)).sum(1)
+        valid = j[None, :n] < ends[i][:, None]
+        out[i * t : (i + 1) * t, :n] = logits.masked_fill_(~valid, float("-inf"))
+    return out
+
+
+def run_paged_case(batch, next_n, h, d, block_kv, avg_ctx, clean=True, two_d=False, negative_scales=False):
+    q, cache, weights, lens, table, width = make_paged_inputs(
+        batch, next_n, h, d, block_kv, avg_ctx, two_d=two_d, negative_scales=negative_scales
+    )
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms())
+    poison_allocator(batch * next_n * width, torch.float32)
+    out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, clean_logits=clean)
+    torch.cuda.synchronize()
+    assert out.dtype == torch.float32 and out.shape == (batch * next_n, width)
+    ref = paged_reference(q, cache, weights, lens, table, width)
+    check_logits(out, ref, clean, 5e-6, f"paged b{batch} t{next_n} h{h} d{d} bkv{block_kv}")
+    return q, cache, weights, lens, table, meta, width, out
+
+
+PAGED_GPU_CASES = [  # (batch, next_n, H, D, block_kv, context): every H, D, block_kv, next_n at least once
+    (1, 1, 64, 128, 64, 65536),
+    (64, 2, 64, 128, 64, 4096),
+    (256, 1, 64, 128, 64, 1024),
+    (64, 4, 64, 128, 32, 2048),
+    (16, 4, 32, 128, 64, 3000),
+    (16, 1, 16, 64, 32, 3000),
+    (16, 2, 32, 64, 64, 3000),
+    (16, 2, 16, 128, 32, 3000),
+]
+
+
+@gpu
+@pytest.mark.parametrize(("batch", "next_n", "h", "d", "block_kv", "ctx"), PAGED_GPU_CASES,
+                         ids=[f"b{c[0]}-t{c[1]}-h{c[2]}-d{c[3]}-bkv{c[4]}-ctx{c[5]}" for c in PAGED_GPU_CASES])  # fmt: skip
+def test_paged_against_float64(batch: int, next_n: int, h: int, d: int, block_kv: int, ctx: int) -> None:
+    run_paged_case(batch, next_n, h, d, block_kv, ctx)
+
+
+@gpu
+def test_paged_unclean_2d_lens_negative_scales() -> None:
+    run_paged_case(32, 4, 64, 128, 64, 2000, clean=False, two_d=True, negative_scales=True)
+
+
+@gpu
+def test_paged_clean_2d_lens() -> None:
+    run_paged_case(32, 2, 64, 128, 32, 2000, two_d=True)
+
+
+@gpu
+@pytest.mark.parametrize("num_sms", [1, 5, 300])
+def test_paged_any_schedule_size(num_sms: int) -> None:
+    q, cache, weights, lens, table, _, width = make_paged_inputs(20, 2, 64, 128, 64, 1500)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, num_sms)
+    out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, clean_logits=True)
+    check_logits(out, paged_reference(q, cache, weights, lens, table, width), True, 5e-6, f"{num_sms} CTAs")
+
+
+@gpu
+def test_paged_bitwise_repeatable_and_graph_capture() -> None:
+    q, cache, weights, lens, table, meta, width, first = run_paged_case(64, 2, 64, 128, 64, 3000)
+    for _ in range(10):
+        again = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, clean_logits=True)
+        assert torch.equal(again.view(torch.int32), first.view(torch.int32))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, deep_gemm.get_num_sms())
+        out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, graph_meta, width, clean_logits=True)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int32), first.view(torch.int32))
+
+
+@gpu
+def test_paged_unchecked_bad_values_stay_in_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Host checks off: block ids out of range, lengths past the table and the width are clamped on the device
+    monkeypatch.setenv("DG_MQA_LOGITS_SKIP_RANGE_CHECK", "1")
+    q, cache, weights, lens, table, width = make_paged_inputs(8, 1, 64, 128, 64, 500)
+    table[:, 0] = 1 << 30
+    table[:, 1] = -7
+    bad_lens = lens + 100_000
+    meta = deep_gemm.get_paged_mqa_logits_metadata(bad_lens, 64, 16)
+    out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, bad_lens, table, meta, width, clean_logits=True)
+    torch.cuda.synchronize()  # an out-of-bounds access would fault here (run under compute-sanitizer to be sure)
+    assert out.shape == (8, width)
+    # Rows end at the width: every position written (no -inf: each token sees the whole clamped row)
+    assert bool(torch.isfinite(out[8 - 1]).all())

@@ -10,11 +10,24 @@
 #include "../jit/device_runtime.hpp"
 #include "../jit/kernel_runtime.hpp"
 #include "../jit_kernels/impls/sm90_fp8_mqa_logits.hpp"
+#include "../jit_kernels/impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "../utils/env.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
 
 namespace dg::apis {
+
+// Whether to skip a host check of a tensor's values: never for CPU tensors; for CUDA tensors (a device-to-host
+// copy, a synchronization) while the stream captures a CUDA graph or with DG_MQA_LOGITS_SKIP_RANGE_CHECK=1.
+inline bool skip_device_value_check(const at::Tensor& t) {
+    if (!t.is_cuda())
+        return false;
+    if (get_env_flag("DG_MQA_LOGITS_SKIP_RANGE_CHECK"))
+        return true;
+    int status = driver::CU_STREAM_CAPTURE_STATUS_NONE;
+    DG_CUDA_DRIVER_CHECK(driver::api().cuStreamIsCapturing(jit::current_stream(t.device().index()), &status));
+    return status != driver::CU_STREAM_CAPTURE_STATUS_NONE;
+}
 
 // ks/ke values: 0 <= ks <= ke <= seq_len_kv, and ke - ks <= max_seqlen_k when compressed. Read on the
 // host: directly for CPU tensors; for CUDA tensors through one reduction and a device-to-host copy (a
@@ -23,14 +36,8 @@ namespace dg::apis {
 inline void check_key_ranges(const at::Tensor& ks, const at::Tensor& ke, int64_t seq_len_kv, int64_t max_seqlen_k) {
     if (ks.numel() == 0)
         return;
-    if (ks.is_cuda()) {
-        if (get_env_flag("DG_MQA_LOGITS_SKIP_RANGE_CHECK"))
-            return;
-        int status = driver::CU_STREAM_CAPTURE_STATUS_NONE;
-        DG_CUDA_DRIVER_CHECK(driver::api().cuStreamIsCapturing(jit::current_stream(ks.device().index()), &status));
-        if (status != driver::CU_STREAM_CAPTURE_STATUS_NONE)
-            return;
-    }
+    if (skip_device_value_check(ks))
+        return;
     const at::Tensor ks64 = ks.to(at::kLong), ke64 = ke.to(at::kLong);
     const at::Tensor length = ke64 - ks64;
     // One host copy of the four extremes: min ks, max ke, min length, max length
@@ -120,6 +127,158 @@ inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tenso
         return logits;
     }
     kernels::launch_sm90_fp8_mqa_logits({q, kv, kv_scales, weights, ks, ke, logits, is_compressed, clean_logits});
+    return logits;
+}
+
+// ---------------------------------------------------------------------------------------------- paged decode
+// The schedule of the paged decode kernel: work is counted in kv blocks (block_kv keys of one request;
+// request b has ceil(context_len[b] / block_kv) of them, context_len[b] the longest of its next_n query
+// tokens' lengths when context_lens is [B, next_n], negative lengths counted as 0). SM i gets units
+// [i * q + min(i, r), (i + 1) * q + min(i + 1, r)) of the total T = q * num_sms + r, in request order, and
+// schedule_meta[i] = (first request, first kv block within it) of its range; row num_sms = (B, 0) ends
+// the last range. Built with a few tensor ops on context_lens' device: no host synchronization, so it
+// can be captured in a CUDA graph; runs on CPU tensors too.
+inline at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, int64_t block_kv, int64_t num_sms) {
+    check_defined(context_lens, "context_lens");
+    check_dtype(context_lens, at::kInt, "context_lens");
+    DG_CHECK_INPUT(context_lens.dim() == 1 || context_lens.dim() == 2,
+                   "context_lens must be [B] or [B, next_n], got a {}", describe(context_lens));
+    DG_CHECK_INPUT(block_kv == 32 || block_kv == 64, "block_kv must be 32 or 64 (keys per kv-cache block), got {}",
+                   block_kv);
+    DG_CHECK_INPUT(num_sms > 0 && num_sms <= 65536, "num_sms must be in [1, 65536], got {}", num_sms);
+    require_validated_or_opt_in("get_paged_mqa_logits_metadata");
+
+    const int64_t batch = context_lens.size(0);
+    const auto long_options = context_lens.options().dtype(at::kLong);
+    if (batch == 0 || (context_lens.dim() == 2 && context_lens.size(1) == 0))
+        return at::stack({at::full({num_sms + 1}, batch, long_options), at::zeros({num_sms + 1}, long_options)}, 1)
+            .to(at::kInt);
+    at::Tensor lens = context_lens.to(at::kLong);
+    if (lens.dim() == 2)
+        lens = std::get<0>(lens.max(1));
+    const at::Tensor units = (lens.clamp_min(0) + (block_kv - 1)).div(block_kv, "floor");  // [B] kv blocks
+    const at::Tensor ends = units.cumsum(0);                                                 // inclusive prefix
+    const at::Tensor total = ends[-1];
+    // First unit of each SM's range: i * q + min(i, r) for i in [0, num_sms]
+    const at::Tensor i = at::arange(num_sms + 1, long_options);
+    const at::Tensor q = total.div(num_sms, "floor"), r = total.remainder(num_sms);
+    const at::Tensor start = i * q + at::minimum(i, r);
+    // Its request: the first whose inclusive prefix passes it (B at the end); the block within that request
+    const at::Tensor request = at::searchsorted(ends, start, /*out_int32=*/false, /*right=*/true);
+    const at::Tensor begins = at::cat({at::zeros({1}, long_options), ends});  // exclusive prefix, [B + 1]
+    const at::Tensor block = start - begins.index_select(0, request);
+    return at::stack({request, block}, 1).to(at::kInt).contiguous();
+}
+
+// context_lens and block_table values: 0 <= context_len <= max_context_len, ceil(context_len / block_kv) <=
+// max_blocks, and every block id a request uses in [0, num_blocks). Host-checked like ks/ke (see
+// skip_device_value_check); the kernel clamps them anyway, so bad values never read or write out of bounds.
+inline void check_paged_values(const at::Tensor& context_lens, const at::Tensor& block_table, int64_t block_kv,
+                               int64_t num_kv_blocks, int64_t max_context_len) {
+    if (context_lens.numel() == 0 || skip_device_value_check(context_lens))
+        return;
+    const at::Tensor lens = context_lens.to(at::kLong);
+    const at::Tensor longest = lens.dim() == 2 ? std::get<0>(lens.max(1)) : lens;   // [B]
+    const at::Tensor used = (longest.clamp_min(0) + (block_kv - 1)).div(block_kv, "floor");  // blocks per request
+    const int64_t max_blocks = block_table.size(1);
+    at::Tensor bad_ids = at::zeros({}, lens.options());
+    if (max_blocks > 0) {
+        const at::Tensor column = at::arange(max_blocks, lens.options());
+        const at::Tensor in_use = column.unsqueeze(0) < used.unsqueeze(1);
+        const at::Tensor ids = block_table.to(at::kLong);
+        bad_ids = (in_use & ((ids < 0) | (ids >= num_kv_blocks))).sum();
+    }
+    const at::Tensor extremes = at::stack({lens.min(), lens.max(), used.max(), bad_ids}).cpu();
+    const int64_t* v = extremes.data_ptr<int64_t>();
+    DG_CHECK_INPUT(v[0] >= 0, "context_lens must be >= 0 everywhere, got a minimum of {}", v[0]);
+    DG_CHECK_INPUT(v[1] <= max_context_len,
+                   "context_lens must be <= max_context_len = {} everywhere (context longer than max_context_len), got "
+                   "a maximum of {}", max_context_len, v[1]);
+    DG_CHECK_INPUT(v[2] <= max_blocks,
+                   "block_table must have a column per kv block of the longest context: {} blocks of {} keys, got "
+                   "max_blocks = {}", v[2], block_kv, max_blocks);
+    DG_CHECK_INPUT(v[3] == 0, "block_table: {} block id(s) in use are outside [0, num_blocks = {}) (block ids out of "
+                   "range)", v[3], num_kv_blocks);
+}
+
+inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& weights,
+                                       const at::Tensor& context_lens, const at::Tensor& block_table,
+                                       const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits) {
+    // q [B, T, H, D]
+    check_defined(q, "q");
+    check_dim(q, 4, "q");
+    check_dtype(q, at::kFloat8_e4m3fn, "q");
+    const int64_t batch = q.size(0), next_n = q.size(1), num_heads = q.size(2), head_dim = q.size(3);
+    DG_CHECK_INPUT(next_n == 1 || next_n == 2 || next_n == 4,
+                   "q must be [B, next_n, H, D] with next_n in {{1, 2, 4}}, got a {}", describe(q));
+    DG_CHECK_INPUT(num_heads == 16 || num_heads == 32 || num_heads == 64,
+                   "q must be [B, next_n, H, D] with H (heads) in {{16, 32, 64}}, got a {}", describe(q));
+    DG_CHECK_INPUT(head_dim == 64 || head_dim == 128,
+                   "q must be [B, next_n, H, D] with D (head dim) in {{64, 128}}, got a {}", describe(q));
+    DG_CHECK_INPUT(q.is_contiguous(), "q must be contiguous, got a {}", describe(q));
+    // kv_cache [num_blocks, block_kv, 1, D + 4]
+    check_defined(kv_cache, "kv_cache");
+    check_dim(kv_cache, 4, "kv_cache");
+    check_dtype(kv_cache, at::kByte, "kv_cache");
+    const int64_t num_kv_blocks = kv_cache.size(0), block_kv = kv_cache.size(1);
+    DG_CHECK_INPUT((block_kv == 32 || block_kv == 64) && kv_cache.size(2) == 1 && kv_cache.size(3) == head_dim + 4,
+                   "kv_cache must be [num_blocks, block_kv, 1, D + 4] with block_kv in {{32, 64}} and D = {} (q's head "
+                   "dim), got a {}", head_dim, describe(kv_cache));
+    DG_CHECK_INPUT(num_kv_blocks >= 1, "kv_cache must hold at least one block, got a {}", describe(kv_cache));
+    DG_CHECK_INPUT(kv_cache.is_contiguous(), "kv_cache must be contiguous, got a {}", describe(kv_cache));
+    DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(kv_cache.data_ptr()) % 16 == 0,
+                   "kv_cache: data pointer must be 16-byte aligned for TMA, got a {}", describe(kv_cache));
+    DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0 || q.numel() == 0,
+                   "q: data pointer must be 16-byte aligned for TMA, got a {}", describe(q));
+    // weights [B * T, H]
+    check_defined(weights, "weights");
+    check_dtype(weights, at::kFloat, "weights");
+    DG_CHECK_INPUT(weights.dim() == 2 && weights.size(0) == batch * next_n && weights.size(1) == num_heads,
+                   "weights must be [B * next_n, H] = [{}, {}], got a {}", batch * next_n, num_heads, describe(weights));
+    DG_CHECK_INPUT(weights.stride(1) == 1, "weights must be contiguous along H (stride 1), got a {}", describe(weights));
+    DG_CHECK_INPUT(weights.stride(0) >= 0 && weights.stride(0) <= INT32_MAX,
+                   "weights: row stride must be in [0, 2^31), got a {}", describe(weights));
+    // context_lens [B] or [B, T], block_table [B, max_blocks], schedule_meta [n + 1, 2]
+    check_defined(context_lens, "context_lens");
+    check_dtype(context_lens, at::kInt, "context_lens");
+    DG_CHECK_INPUT((context_lens.dim() == 1 && context_lens.size(0) == batch) ||
+                       (context_lens.dim() == 2 && context_lens.size(0) == batch && context_lens.size(1) == next_n),
+                   "context_lens must be [B] = [{}] or [B, next_n] = [{}, {}], got a {}", batch, batch, next_n,
+                   describe(context_lens));
+    DG_CHECK_INPUT(context_lens.is_contiguous(), "context_lens must be contiguous, got a {}", describe(context_lens));
+    check_defined(block_table, "block_table");
+    check_dtype(block_table, at::kInt, "block_table");
+    DG_CHECK_INPUT(block_table.dim() == 2 && block_table.size(0) == batch,
+                   "block_table must be [B, max_blocks] with B = {}, got a {}", batch, describe(block_table));
+    DG_CHECK_INPUT(block_table.is_contiguous(), "block_table must be contiguous, got a {}", describe(block_table));
+    check_defined(schedule_meta, "schedule_meta");
+    check_dtype(schedule_meta, at::kInt, "schedule_meta");
+    DG_CHECK_INPUT(schedule_meta.dim() == 2 && schedule_meta.size(0) >= 2 && schedule_meta.size(0) <= 65537 &&
+                       schedule_meta.size(1) == 2,
+                   "schedule_meta must be [num_sms + 1, 2] (from get_paged_mqa_logits_metadata), got a {}",
+                   describe(schedule_meta));
+    DG_CHECK_INPUT(schedule_meta.is_contiguous(), "schedule_meta must be contiguous, got a {}", describe(schedule_meta));
+    DG_CHECK_INPUT(max_context_len >= 0 && max_context_len < INT32_MAX,
+                   "max_context_len must be in [0, 2^31 - 1), got {}", max_context_len);
+    DG_CHECK_INPUT(batch * next_n < INT32_MAX && num_kv_blocks * block_kv < INT32_MAX && block_table.size(1) < INT32_MAX,
+                   "B * next_n, the cache's keys and max_blocks must each be below 2^31");
+    DG_CHECK_INPUT(context_lens.device() == block_table.device(),
+                   "block_table must be on the same device as context_lens ({}), got {}", context_lens.device().str(),
+                   block_table.device().str());
+    check_paged_values(context_lens, block_table, block_kv, num_kv_blocks, max_context_len);
+
+    // Devices last
+    check_same_cuda_device(q, "q", {{&kv_cache, "kv_cache"}, {&weights, "weights"}, {&context_lens, "context_lens"},
+                                    {&block_table, "block_table"}, {&schedule_meta, "schedule_meta"}});
+    check_sm90(q, "fp8_paged_mqa_logits");
+    require_validated_or_opt_in("fp8_paged_mqa_logits");
+    const jit::DeviceScope device_scope(q.device().index());
+
+    at::Tensor logits = at::empty({batch * next_n, max_context_len}, q.options().dtype(at::kFloat));
+    if (batch == 0 || max_context_len == 0)
+        return logits;
+    kernels::launch_sm90_fp8_paged_mqa_logits(
+        {q, kv_cache, weights, context_lens, block_table, schedule_meta, logits, clean_logits});
     return logits;
 }
 

@@ -10,6 +10,7 @@
 #include "../jit/cache.hpp"
 #include "impls/sm90_fp8_gemm_1d2d.hpp"
 #include "impls/sm90_fp8_mqa_logits.hpp"
+#include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/smxx_layout.hpp"
 #include "impls/smxx_splitk_reduce.hpp"
 
@@ -24,6 +25,8 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
         {"sm90_fp8_gemm_1d2d", [](const KernelParams& p) { return render_sm90_fp8_gemm(config_from_params(p)); }},
         {"sm90_fp8_mqa_logits",
          [](const KernelParams& p) { return render_sm90_fp8_mqa_logits(mqa_logits_config_from_params(p)); }},
+        {"sm90_fp8_paged_mqa_logits",
+         [](const KernelParams& p) { return render_sm90_fp8_paged_mqa_logits(paged_mqa_logits_config_from_params(p)); }},
         {"smxx_splitk_reduce", [](const KernelParams& p) {
              const auto it = p.find("vec");
              return render_splitk_reduce(it == p.end() ? 4 : static_cast<uint32_t>(it->second));

@@ -16,6 +16,14 @@ clean FP32 logits ``[S, S_kv]``.
 TFLOPS count 2 * H * D per valid (i, j) pair; GB/s count q, kv, scales, weights and the logits written.
 Accuracy of ours is checked with ``calc_diff`` against the torch result in float32 on the valid positions,
 and the -inf positions must match; a shape off the bound is flagged, not aborted. Timings are never asserted.
+
+Paged decode (run after the prefill shapes when no shapes are given): ``fp8_paged_mqa_logits`` (H = 64,
+D = 128, block_kv = 64, clean_logits=False as engines call it) for batch x next_n x context in
+:data:`PAGED_SHAPES`, every request of the same context length, blocks in random cache order, the schedule
+built once outside the timing. TFLOPS count 2 * H * D per valid (token, key) pair; GB/s count the kv cache
+blocks read, q, weights and the valid logits written, also as a percentage of the device-to-device copy
+bandwidth measured in the same run. Accuracy: ``calc_diff`` against a float64 reference of the first and
+last requests.
 """
 
 import datetime
@@ -31,13 +39,30 @@ from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle, sm_clock_mhz
 from deep_gemm.utils import per_token_cast_to_fp8
 
-__all__ = ["MQA_SHAPES", "make_key_ranges", "parse_mqa_shape", "run_mqa", "torch_mqa_logits"]
+__all__ = ["MQA_SHAPES", "PAGED_SHAPES", "make_key_ranges", "parse_mqa_shape", "run_mqa", "torch_mqa_logits"]
 
 MAX_DIFF = 1e-3
 MQA_SHAPES: tuple[tuple[int, int, int, int, str], ...] = tuple(
     (s, s_kv, 64, 128, pattern) for pattern in ("causal", "cp") for s in (2048, 8192) for s_kv in (8192, 65536)
 ) + ((4096, 16384, 32, 128, "causal"), (4096, 16384, 16, 64, "causal"))
 _PATTERNS = ("causal", "cp")
+# Paged decode: (batch, next_n, context), H = 64, D = 128, block_kv = 64
+PAGED_SHAPES: tuple[tuple[int, int, int], ...] = tuple(
+    (b, t, ctx) for b in (64, 256) for t in (1, 2) for ctx in (8192, 65536)
+)
+_PAGED_TABLE = Table(
+    [
+        Column("B", 4),
+        Column("next_n", 6),
+        Column("ctx", 6),
+        Column("ours us", 9),
+        Column("TFLOPS", 7),
+        Column("GB/s", 6),
+        Column("% copy", 6),
+        Column("SM MHz", 6),
+        Column("diff", 8),
+    ]
+)
 
 _TABLE = Table(
     [
@@ -207,6 +232,89 @@ def _format_row(row: dict[str, Any]) -> str:
     )
 
 
+def _bench_paged(batch: int, next_n: int, ctx: int, mqa_paged, options: BenchOptions) -> dict[str, Any]:
+    import deep_gemm
+
+    h, d, block_kv = 64, 128, 64
+    row: dict[str, Any] = {"batch": batch, "next_n": next_n, "ctx": ctx, "h": h, "d": d, "block_kv": block_kv}
+    torch.manual_seed(0)
+    blocks_per_request = (ctx + block_kv - 1) // block_kv
+    num_blocks = batch * blocks_per_request
+    table = torch.randperm(num_blocks, device="cuda").int().view(batch, blocks_per_request)
+    cache = torch.randint(0, 256, (num_blocks, block_kv * (d + 4)), device="cuda", dtype=torch.uint8)
+    # Scales: positive FP32 in place of the random bytes; values: finite FP8 (clear the 0x7f/0xff NaN codes)
+    cache[:, block_kv * d :] = (
+        torch.rand(num_blocks, block_kv, device="cuda").add_(0.5).view(torch.uint8).view(num_blocks, block_kv * 4)
+    )
+    cache[:, : block_kv * d] &= 0xF7
+    cache = cache.view(num_blocks, block_kv, 1, d + 4)
+    q = torch.randn(batch, next_n, h, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    weights = torch.randn(batch * next_n, h, device="cuda", dtype=torch.float32)
+    lens = torch.full((batch,), ctx, device="cuda", dtype=torch.int32)
+    pairs = batch * sum(ctx - next_n + 1 + t for t in range(next_n))
+    row["pairs"] = pairs
+    row["flops"] = 2 * h * d * pairs
+    row["bytes"] = num_blocks * block_kv * (d + 4) + q.numel() + 4 * (weights.numel() + pairs)
+    meta, row["ours_error"] = try_first_call(
+        lambda: deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms())
+    )
+
+    def ours() -> torch.Tensor:
+        return mqa_paged(q, cache, weights, lens, table, meta, ctx)
+
+    out = None
+    if meta is not None:
+        out, row["ours_error"] = try_first_call(ours)
+    row["ours"] = time_call(ours, options) if out is not None else None
+    row["sm_clock_mhz"] = sm_clock_mhz() if out is not None else None
+    row["ours_diff"], row["ours_accurate"] = None, False
+    if out is not None:
+        # float64 reference of the first and last requests
+        values = cache.view(num_blocks, -1)[:, : block_kv * d].contiguous().view(torch.float8_e4m3fn)
+        scales = cache.view(num_blocks, -1)[:, block_kv * d :].contiguous().view(torch.float32)
+        diffs = []
+        for b in (0, batch - 1):
+            ids = table[b].long()
+            kv = (values[ids].double().view(-1, block_kv, d) * scales[ids].double()[..., None]).view(-1, d)[:ctx]
+            ref = (torch.einsum("thd,jd->thj", q[b].double(), kv).relu_() * weights[b * next_n : (b + 1) * next_n, :, None]
+                   .double()).sum(1)  # fmt: skip
+            got = out[b * next_n : (b + 1) * next_n].double()
+            valid = (
+                torch.arange(ctx, device="cuda")[None, :] <= ctx - next_n + torch.arange(next_n, device="cuda")[:, None]
+            )
+            diffs.append(calc_diff(got[valid], ref[valid]))
+        row["ours_diff"] = max(diffs)
+        row["ours_accurate"] = row["ours_diff"] < MAX_DIFF
+    del out
+    return row
+
+
+def _run_paged(options: BenchOptions, copy_bandwidth: float) -> list[dict[str, Any]]:
+    import deep_gemm
+
+    mqa_paged = getattr(deep_gemm, "fp8_paged_mqa_logits", None)
+    if mqa_paged is None:
+        print("mqa: deep_gemm.fp8_paged_mqa_logits is missing")
+        return []
+    print(
+        "paged decode: H = 64, D = 128, block_kv = 64; TFLOPS over valid (token, key) pairs; % copy = GB/s / d2d copy"
+    )
+    print(_PAGED_TABLE.header())
+    rows = []
+    for shape in PAGED_SHAPES:
+        gpu_idle(options.idle_s)
+        row = _bench_paged(*shape, mqa_paged, options)
+        derive_throughput(row, copy_bandwidth, ())
+        rows.append(row)
+        diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
+        cells = [str(row["batch"]), str(row["next_n"]), str(row["ctx"])]
+        cells += [fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"), fmt(row["tflops"], ".0f")]
+        cells += [fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".1f"), fmt(row["sm_clock_mhz"]), diff]
+        print(_PAGED_TABLE.row(cells), flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
 def run_mqa(options: BenchOptions) -> SuiteReport:
     """Run the MQA-logits suite, print its table and return the JSON-ready report.
 
@@ -246,7 +354,17 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
     print(f"geomean speedup vs chunked torch: {fmt(geomeans['speedup_vs_torch'], '.2f')}")
     for note in sorted({f"{k}: {r[f'{k}_error']}" for r in rows for k in ("ours", "torch") if r[f"{k}_error"]}):
         print(f"note: {note}")
+    paged_rows = [] if options.shapes else _run_paged(options, copy_bandwidth)
+    if paged_rows:
+        geomeans["paged_tflops"] = geomean(r["tflops"] for r in paged_rows)
+        geomeans["paged_pct_copy_bandwidth"] = geomean(r["pct_copy_bandwidth"] for r in paged_rows)
+        print(f"paged decode geomean TFLOPS: {fmt(geomeans['paged_tflops'], '.0f')}, "
+              f"% of copy bandwidth: {fmt(geomeans['paged_pct_copy_bandwidth'], '.1f')}")  # fmt: skip
     failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
+    failed_paged = [r for r in paged_rows if r["ours_error"] or not r["ours_accurate"]]
+    if failed_paged:
+        print(f"{len(failed_paged)} paged shape(s) failed: " + ", ".join(
+            f"{r['batch']}x{r['next_n']}x{r['ctx']}" for r in failed_paged))  # fmt: skip
     if failed:
         print(f"{len(failed)} shape(s) failed: " + ", ".join(f"{r['s']}x{r['s_kv']}x{r['h']}x{r['d']}" for r in failed))
     data = {
@@ -261,9 +379,10 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
         "copy_bandwidth_gbps": copy_bandwidth * 1e-9,
         "geomeans": geomeans,
         "rows": rows,
+        "paged_rows": paged_rows,
     }
     json.dumps(data)
-    return SuiteReport(data=data, ok=not failed)
+    return SuiteReport(data=data, ok=not failed and not failed_paged)
 
 
 MQA_SUITE = register_suite(

@@ -54,4 +54,40 @@ inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_d
     return c;
 }
 
+// ---------------------------------------------------------------------------------------------- paged decode
+// The paged kernel is persistent (one CTA per schedule row) and streams the kv cache: as many stages of
+// [64 keys x D] kv + [next_n H x D] Q as fit in 192 KB (2 to 16), to keep enough bytes in flight per SM.
+struct PagedMqaLogitsConfig {
+    uint32_t next_n = 1, num_heads = 64, head_dim = 128, block_kv = 64, num_stages = 8;
+    bool is_2d_context_lens = false, clean_logits = false;
+    uint32_t smem_bytes = 0;
+
+    std::string describe() const {
+        return fmt::format("next_n={} H={} D={} block_kv={} stages={} 2d_lens={} clean={} smem={}", next_n, num_heads,
+                           head_dim, block_kv, num_stages, is_2d_context_lens, clean_logits, smem_bytes);
+    }
+};
+
+// Mirrors Sm90Fp8PagedMqaLogits::SMEM_SIZE.
+inline uint32_t paged_mqa_logits_smem_bytes(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
+                                            uint32_t num_stages) {
+    return 1024 + num_stages * ((64 + next_n * num_heads) * head_dim + 64 * 4) + 2 * num_stages * 8 + num_stages * 4;
+}
+
+inline uint32_t paged_mqa_logits_stages(uint32_t next_n, uint32_t num_heads, uint32_t head_dim) {
+    const uint32_t stage_bytes = (64 + next_n * num_heads) * head_dim;
+    return std::clamp<uint32_t>(192 * 1024 / stage_bytes, 2, 16);
+}
+
+inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
+                                                        uint32_t block_kv, bool is_2d_context_lens,
+                                                        bool clean_logits) {
+    PagedMqaLogitsConfig c;
+    c.next_n = next_n, c.num_heads = num_heads, c.head_dim = head_dim, c.block_kv = block_kv;
+    c.is_2d_context_lens = is_2d_context_lens, c.clean_logits = clean_logits;
+    c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim);
+    c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
+    return c;
+}
+
 }  // namespace dg::kernels

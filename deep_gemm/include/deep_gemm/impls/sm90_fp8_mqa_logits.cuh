@@ -11,7 +11,8 @@
 //   rows of q seen as [S * H, D]), K = D (D / 32 wgmma k32 steps; FP32 accumulation over at most 128).
 //   The head reduction runs along N: inside each thread's accumulator fragment (columns 8j + 2(lane%4)
 //   + {0, 1}), then a two-round quad reduce-scatter (shfl.xor 1, 2) that leaves lane l the sums of
-//   queries q = l%4 (mod 4) for its two key rows. No shared-memory reduction, no second pass.
+//   queries q = l%4 (mod 4) for its two key rows. No shared-memory reduction, no second pass (helpers
+//   shared with the paged decode kernel: common/mqa_logits.cuh).
 // Launch: grid (ceil(S / BLOCK_Q), num_splits), 384 threads, 1 CTA/SM, not persistent (the hardware
 //   hands out CTAs as SMs free up, which balances causal ranges). CTA (b, p) owns queries
 //   [b * BLOCK_Q, +BLOCK_Q), BLOCK_Q = 2 * 256 / H, and output columns [p * C, (p + 1) * C), C =
@@ -43,6 +44,7 @@
 #include <cuda_bf16.h>
 #include <cuda/std/type_traits>
 
+#include <deep_gemm/common/mqa_logits.cuh>
 #include <deep_gemm/common/pipeline.cuh>
 #include <deep_gemm/common/types.cuh>
 #include <deep_gemm/ptx/mbarrier.cuh>
@@ -87,7 +89,6 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // 128 per thread
     static constexpr uint32_t kNumGroups = WG_N / 8;         // 32 column groups of 8 per thread row
     using OutBits = cuda::std::conditional_t<kOutBf16, uint16_t, uint32_t>;
-    static constexpr uint32_t kNegInfWord = kOutBf16 ? 0xff80ff80u : 0xff800000u;  // -inf, packed
 
     static constexpr uint32_t SMEM_Q_SIZE_PER_WG = WG_N * kHeadDim;
     static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = BLOCK_KV * kHeadDim;
@@ -161,27 +162,8 @@ struct Sm90Fp8MqaLogits {
     }
 
     // ---------------------------------------------------------------- cleaner (warps 1-3 of the producer warpgroup)
-    // -inf into [begin, end) of one output row: a scalar head up to 16-byte alignment, 16-byte stores, a scalar tail.
     __device__ __forceinline__ static void fill_neg_inf(OutBits* row, uint32_t begin, uint32_t end, uint32_t tid) {
-        if (begin >= end)
-            return;
-        constexpr uint32_t kPerVector = 16 / sizeof(OutBits);
-        constexpr OutBits kNegInf = static_cast<OutBits>(kNegInfWord);
-        OutBits* ptr = row + begin;
-        const uint32_t count = end - begin;
-        const uint32_t misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ptr) % 16) / sizeof(OutBits);
-        const uint32_t head = min(count, misaligned == 0 ? 0u : kPerVector - misaligned);
-        if (tid < head)
-            ptr[tid] = kNegInf;
-        const uint32_t num_vectors = (count - head) / kPerVector;
-        uint4* vectors = reinterpret_cast<uint4*>(ptr + head);
-        const uint4 pattern = {kNegInfWord, kNegInfWord, kNegInfWord, kNegInfWord};
-        #pragma unroll 1
-        for (uint32_t i = tid; i < num_vectors; i += kNumCleanThreads)
-            vectors[i] = pattern;
-        const uint32_t tail = head + num_vectors * kPerVector;
-        if (tail + tid < count)
-            ptr[tail + tid] = kNegInf;
+        mqa::fill_neg_inf<OutBits, kNumCleanThreads>(row, begin, end, tid);
     }
 
     // Every position of the CTA's rows, in columns [p * C, (p + 1) * C) of the W-wide output, that holds
@@ -208,31 +190,6 @@ struct Sm90Fp8MqaLogits {
     }
 
     // ---------------------------------------------------------------- math warpgroups
-    template <bool kScaleInside>
-    __device__ __forceinline__ static void reduce_heads(const float (&accum)[kNumAccum], const float2 (&weight)[kNumGroups],
-                                                        float scale_0, float scale_1,
-                                                        float (&sums)[kQueriesPerWg][2]) {
-        #pragma unroll
-        for (uint32_t q = 0; q < kQueriesPerWg; ++q) {
-            float sum_0 = 0.0f, sum_1 = 0.0f;  // this thread's key rows r and r + 8
-            #pragma unroll
-            for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
-                const uint32_t j = q * kGroupsPerQuery + g;
-                float a[4];
-                #pragma unroll
-                for (uint32_t e = 0; e < 4; ++e) {
-                    const float x = kScaleInside ? accum[j * 4 + e] * (e < 2 ? scale_0 : scale_1) : accum[j * 4 + e];
-                    a[e] = fmaxf(x, 0.0f);
-                }
-                sum_0 = fmaf(a[0], weight[j].x, sum_0);
-                sum_0 = fmaf(a[1], weight[j].y, sum_0);
-                sum_1 = fmaf(a[2], weight[j].x, sum_1);
-                sum_1 = fmaf(a[3], weight[j].y, sum_1);
-            }
-            sums[q][0] = sum_0, sums[q][1] = sum_1;
-        }
-    }
-
     __device__ __forceinline__ static void store(OutBits* ptr, float value) {
         if constexpr (kOutBf16)
             *ptr = __bfloat16_as_ushort(__float2bfloat16_rn(value));
@@ -315,29 +272,18 @@ struct Sm90Fp8MqaLogits {
             float sums[kQueriesPerWg][2];
             const bool scale_outside = __all_sync(0xffffffff, scale_0 >= 0.0f && scale_1 >= 0.0f);
             if (scale_outside)
-                reduce_heads<false>(accum, weight, scale_0, scale_1, sums);
+                mqa::reduce_heads<kQueriesPerWg, kNumHeads, false>(accum, weight, scale_0, scale_1, sums);
             else
-                reduce_heads<true>(accum, weight, scale_0, scale_1, sums);
+                mqa::reduce_heads<kQueriesPerWg, kNumHeads, true>(accum, weight, scale_0, scale_1, sums);
 
             // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
-            float half[kQueriesPerWg / 2][2];
-            const bool bit_0 = lane & 1, bit_1 = lane & 2;
-            #pragma unroll
-            for (uint32_t p = 0; p < kQueriesPerWg / 2; ++p) {
-                #pragma unroll
-                for (uint32_t h = 0; h < 2; ++h) {
-                    const float keep = bit_0 ? sums[2 * p + 1][h] : sums[2 * p][h];
-                    const float send = bit_0 ? sums[2 * p][h] : sums[2 * p + 1][h];
-                    half[p][h] = keep + __shfl_xor_sync(0xffffffff, send, 1);
-                }
-            }
+            float reduced[kQueriesPerLane][2];
+            mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
             #pragma unroll
             for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
                 #pragma unroll
                 for (uint32_t h = 0; h < 2; ++h) {
-                    const float keep = bit_1 ? half[2 * m + 1][h] : half[2 * m][h];
-                    const float send = bit_1 ? half[2 * m][h] : half[2 * m + 1][h];
-                    float value = keep + __shfl_xor_sync(0xffffffff, send, 2);
+                    float value = reduced[m][h];
                     if (scale_outside)
                         value *= h == 0 ? scale_0 : scale_1;
                     // Query wg_q_first + 4m + lane % 4, key key_h: stored only where valid

@@ -1,0 +1,132 @@
+// Host side of deep_gemm/include/deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh: render the kernel for a
+// config, build the TMA descriptors of q, of the kv cache's FP8 rows and of its scales, launch one CTA per
+// schedule row on the current stream. The loaded kernel is memoized per config.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "../../jit/device_runtime.hpp"
+#include "../../jit/kernel_runtime.hpp"
+#include "../../jit/tma.hpp"
+#include "../../utils/env.hpp"
+#include "../heuristics/sm90_mqa_logits.hpp"
+
+namespace dg::kernels {
+
+inline jit::KernelSource render_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsConfig& c) {
+    const auto flag = [](bool b) { return b ? "true" : "false"; };
+    return {"sm90_fp8_paged_mqa_logits",
+            fmt::format("#include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>\n\n"
+                        "using namespace deep_gemm;\n\n"
+                        "static void __instantiate_kernel() {{\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}>);\n"
+                        "}}\n",
+                        c.next_n, c.num_heads, c.head_dim, c.block_kv, c.num_stages, flag(c.is_2d_context_lens),
+                        flag(c.clean_logits))};
+}
+
+// A config from named integer parameters (the compile-only entry point).
+inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const std::map<std::string, int64_t>& params) {
+    const auto get = [&](const char* key, uint32_t fallback) {
+        const auto it = params.find(key);
+        return it == params.end() ? fallback : static_cast<uint32_t>(it->second);
+    };
+    PagedMqaLogitsConfig c = get_paged_mqa_logits_config(get("next_n", 1), get("num_heads", 64), get("head_dim", 128),
+                                                         get("block_kv", 64), get("is_2d_context_lens", 0) != 0,
+                                                         get("clean_logits", 0) != 0);
+    c.num_stages = get("num_stages", c.num_stages);
+    c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages);
+    return c;
+}
+
+// Mirrors deep_gemm::PagedMqaProblem (passed by value as one kernel parameter).
+struct PagedMqaProblemArgs {
+    uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
+    const int32_t* context_lens;
+    const int32_t* block_table;
+    const int32_t* schedule;
+    const float* weights;
+    uint32_t ld_weights;
+    float* logits;
+    uint64_t ld_logits;
+};
+
+// Arguments of one call, already validated by the API layer.
+struct PagedMqaLogitsArgs {
+    const at::Tensor& q;             // [B, T, H, D] e4m3, contiguous
+    const at::Tensor& kv_cache;      // uint8 [num_blocks, BLOCK_KV, 1, D + 4], contiguous
+    const at::Tensor& weights;       // [B * T, H] FP32, stride 1 along H
+    const at::Tensor& context_lens;  // int32 [B] or [B, T], contiguous
+    const at::Tensor& block_table;   // int32 [B, max_blocks], contiguous
+    const at::Tensor& schedule;      // int32 [num_ctas + 1, 2], contiguous
+    const at::Tensor& logits;        // FP32 [B * T, W], stride 1 along W
+    bool clean_logits;
+};
+
+inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
+    const int device = args.q.device().index();
+    const uint32_t batch = args.q.size(0), next_n = args.q.size(1), num_heads = args.q.size(2), head_dim = args.q.size(3);
+    const uint32_t block_kv = args.kv_cache.size(1), num_kv_blocks = args.kv_cache.size(0);
+    const PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
+                                                               args.context_lens.dim() == 2, args.clean_logits);
+
+    const auto stream = jit::current_stream(device);
+    static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool>, const jit::Kernel*> kernels;
+    static std::mutex mutex;
+    const jit::Kernel* kernel;
+    {
+        std::lock_guard lock(mutex);
+        auto& slot = kernels[{device, next_n, num_heads, head_dim, block_kv, c.is_2d_context_lens, c.clean_logits}];
+        if (slot == nullptr) {
+            const auto& props = jit::DeviceRuntime::instance().properties(device);
+            DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
+                     "paged MQA logits needs {} bytes of shared memory, device {} allows {}", c.smem_bytes, device,
+                     props.smem_optin_bytes);
+            slot = &jit::get_kernel(render_sm90_fp8_paged_mqa_logits(c), props.arch(), device, stream);
+        }
+        kernel = slot;
+    }
+
+    // q as [B * T * H, D]: one request's T * H rows per box; the cache as rows of D bytes: block i's FP8
+    // values are rows [i * R, +BLOCK_KV), R = BLOCK_KV (D + 4) / D
+    const auto swizzle = jit::swizzle_for_bytes(head_dim);
+    const uint64_t rows_per_block = static_cast<uint64_t>(block_kv) * (head_dim + 4) / head_dim;
+    const auto tma_q = jit::make_tma_2d(args.q.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim,
+                                        static_cast<uint64_t>(batch) * next_n * num_heads, head_dim, head_dim,
+                                        next_n * num_heads, swizzle);
+    const auto tma_kv = jit::make_tma_2d(args.kv_cache.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim,
+                                         num_kv_blocks * rows_per_block, head_dim, head_dim, block_kv, swizzle);
+    // The scales: one row of BLOCK_KV FP32 per block, BLOCK_KV (D + 4) bytes apart, after the block's values
+    const auto tma_scales = jit::make_tma_2d(static_cast<uint8_t*>(args.kv_cache.data_ptr()) + block_kv * head_dim,
+                                             driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, block_kv, num_kv_blocks,
+                                             rows_per_block * head_dim, block_kv, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+
+    jit::LaunchConfig launch;
+    launch.grid = {static_cast<unsigned>(args.schedule.size(0) - 1), 1, 1};
+    launch.num_threads = 384;
+    launch.smem_bytes = c.smem_bytes;
+    launch.stream = stream;
+    launch.enable_pdl = jit::DeviceRuntime::instance().pdl();
+    if (get_env_flag("DG_PRINT_CONFIGS"))
+        fmt::print(stderr, "[deep_gemm] fp8_paged_mqa_logits B={} W={}: {} grid={}\n", batch, args.logits.size(1),
+                   c.describe(), launch.grid[0]);
+
+    PagedMqaProblemArgs problem{batch,
+                                static_cast<uint32_t>(args.block_table.size(1)),
+                                num_kv_blocks,
+                                static_cast<uint32_t>(args.logits.size(1)),
+                                args.context_lens.data_ptr<int32_t>(),
+                                args.block_table.data_ptr<int32_t>(),
+                                args.schedule.data_ptr<int32_t>(),
+                                args.weights.data_ptr<float>(),
+                                static_cast<uint32_t>(args.weights.stride(0)),
+                                args.logits.data_ptr<float>(),
+                                static_cast<uint64_t>(args.logits.stride(0))};
+    kernel->launch(device, launch, problem, tma_q, tma_kv, tma_scales);
+}
+
+}  // namespace dg::kernels

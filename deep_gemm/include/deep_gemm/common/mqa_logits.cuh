@@ -1,0 +1,112 @@
+// Device helpers shared by the MQA-logits kernels (prefill: impls/sm90_fp8_mqa_logits.cuh, paged decode:
+// impls/sm90_fp8_paged_mqa_logits.cuh): the head reduction of an m64nNk32 accumulator fragment in
+// registers, the quad reduction that gathers a query's sum into one lane, and the -inf row filler.
+//
+// Fragment layout (wgmma m64nN, FP32): a thread holds N / 8 column groups of 4 values, group j =
+// (row r, columns 8j + 2(lane % 4) + {0, 1}) then (row r + 8, the same columns), r = 16 warp + lane / 4.
+// With N = Q x H (query-major, heads contiguous), group j belongs to query j / (H / 8).
+#pragma once
+
+#include <deep_gemm/common/types.cuh>
+
+namespace deep_gemm::mqa {
+
+// sums[q][h] = sum over this thread's columns of query q of relu(x) w (kScaleInside: relu(x s) w), for its
+// two key rows h = 0 (r, scale_0) and 1 (r + 8, scale_1).
+template <uint32_t kNumQueries, uint32_t kNumHeads, bool kScaleInside, uint32_t kNumAccum>
+__device__ __forceinline__ void reduce_heads(const float (&accum)[kNumAccum],
+                                             const float2 (&weight)[kNumQueries * kNumHeads / 8], float scale_0,
+                                             float scale_1, float (&sums)[kNumQueries][2]) {
+    constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
+    static_assert(kNumAccum >= kNumQueries * kNumHeads / 2, "accumulator fragment too small");
+    #pragma unroll
+    for (uint32_t q = 0; q < kNumQueries; ++q) {
+        float sum_0 = 0.0f, sum_1 = 0.0f;
+        #pragma unroll
+        for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
+            const uint32_t j = q * kGroupsPerQuery + g;
+            float a[4];
+            #pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+                const float x = kScaleInside ? accum[j * 4 + e] * (e < 2 ? scale_0 : scale_1) : accum[j * 4 + e];
+                a[e] = fmaxf(x, 0.0f);
+            }
+            sum_0 = fmaf(a[0], weight[j].x, sum_0);
+            sum_0 = fmaf(a[1], weight[j].y, sum_0);
+            sum_1 = fmaf(a[2], weight[j].x, sum_1);
+            sum_1 = fmaf(a[3], weight[j].y, sum_1);
+        }
+        sums[q][0] = sum_0, sums[q][1] = sum_1;
+    }
+}
+
+// One round over lane bit `kMask` (1 or 2) of a quad: with an even count, a reduce-scatter (the lane keeps
+// the queries of its bit's parity, half of them, summed with its partner's); with one query, an all-reduce.
+template <uint32_t kMask, uint32_t kCount>
+__device__ __forceinline__ void quad_round(const float (&in)[kCount][2], float (&out)[kCount > 1 ? kCount / 2 : 1][2],
+                                           uint32_t lane) {
+    if constexpr (kCount == 1) {
+        #pragma unroll
+        for (uint32_t h = 0; h < 2; ++h)
+            out[0][h] = in[0][h] + __shfl_xor_sync(0xffffffff, in[0][h], kMask);
+    } else {
+        static_assert(kCount % 2 == 0, "an even number of queries per round");
+        const bool bit = lane & kMask;
+        #pragma unroll
+        for (uint32_t p = 0; p < kCount / 2; ++p) {
+            #pragma unroll
+            for (uint32_t h = 0; h < 2; ++h) {
+                const float keep = bit ? in[2 * p + 1][h] : in[2 * p][h];
+                const float send = bit ? in[2 * p][h] : in[2 * p + 1][h];
+                out[p][h] = keep + __shfl_xor_sync(0xffffffff, send, kMask);
+            }
+        }
+    }
+}
+
+// The quad's sums of every query: lane l then holds in out[m] query 4m + l % 4 (kNumQueries >= 4), or query
+// l % kNumQueries (kNumQueries = 1, 2: lanes past the count hold copies), for its two key rows.
+template <uint32_t kNumQueries>
+struct QuadReduce {
+    static constexpr uint32_t kAfterFirst = kNumQueries > 1 ? kNumQueries / 2 : 1;
+    static constexpr uint32_t kPerLane = kAfterFirst > 1 ? kAfterFirst / 2 : 1;
+    __device__ __forceinline__ static void run(const float (&sums)[kNumQueries][2], float (&out)[kPerLane][2],
+                                               uint32_t lane) {
+        float half[kAfterFirst][2];
+        quad_round<1, kNumQueries>(sums, half, lane);
+        quad_round<2, kAfterFirst>(half, out, lane);
+    }
+    // The query (of the kNumQueries) that out[m] of this lane holds, and whether this lane stores it
+    __device__ __forceinline__ static uint32_t query(uint32_t m, uint32_t lane) {
+        return kNumQueries >= 4 ? 4 * m + lane % 4 : lane % 4 % kNumQueries;
+    }
+    __device__ __forceinline__ static bool stores(uint32_t lane) { return lane % 4 < kNumQueries; }
+};
+
+// -inf into [begin, end) of one output row by kNumThreads threads (tid in [0, kNumThreads)): a scalar head up to
+// 16-byte alignment, 16-byte stores, a scalar tail. OutBits: uint32_t (FP32) or uint16_t (BF16).
+template <typename OutBits, uint32_t kNumThreads>
+__device__ __forceinline__ void fill_neg_inf(OutBits* row, uint32_t begin, uint32_t end, uint32_t tid) {
+    if (begin >= end)
+        return;
+    constexpr uint32_t kPerVector = 16 / sizeof(OutBits);
+    constexpr uint32_t kNegInfWord = sizeof(OutBits) == 2 ? 0xff80ff80u : 0xff800000u;
+    constexpr OutBits kNegInf = static_cast<OutBits>(kNegInfWord);
+    OutBits* ptr = row + begin;
+    const uint32_t count = end - begin;
+    const uint32_t misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ptr) % 16) / sizeof(OutBits);
+    const uint32_t head = min(count, misaligned == 0 ? 0u : kPerVector - misaligned);
+    if (tid < head)
+        ptr[tid] = kNegInf;
+    const uint32_t num_vectors = (count - head) / kPerVector;
+    uint4* vectors = reinterpret_cast<uint4*>(ptr + head);
+    const uint4 pattern = {kNegInfWord, kNegInfWord, kNegInfWord, kNegInfWord};
+    #pragma unroll 1
+    for (uint32_t i = tid; i < num_vectors; i += kNumThreads)
+        vectors[i] = pattern;
+    const uint32_t tail = head + num_vectors * kPerVector;
+    if (tail + tid < count)
+        ptr[tail + tid] = kNegInf;
+}
+
+}  // namespace deep_gemm::mqa

@@ -1,0 +1,352 @@
+// SM90 FP8 paged MQA logits: the scoring GEMM of the DeepSeek-V3.2 lightning indexer at decode.
+//
+// Computes   logits[b * T + t, j] = sum_h relu(q[b, t, h, :] . kv[b, j, :] * kv_scale[b, j]) * weights[b * T + t, h]
+// for the keys j < end(b, t) of request b's query token t (T = next_n): end = context_len[b] - T + t + 1 with
+// context_lens [B], end = context_lens[b, t] with context_lens [B, T]; clamped on the device to [0, W], W =
+// max_context_len. With kCleanLogits the rest of each row is -inf. Key j of request b lives in kv-cache
+// block block_table[b, j / BLOCK_KV], row j % BLOCK_KV. kv_cache is uint8 [num_blocks, BLOCK_KV, 1, D + 4]:
+// per block BLOCK_KV x D FP8 values, then BLOCK_KV FP32 scales. Seen as rows of D bytes, block i's values
+// are rows [i * R, +BLOCK_KV), R = BLOCK_KV (D + 4) / D (an integer for BLOCK_KV in {32, 64}, D in {64, 128}).
+//
+// GEMM view: M = 64 keys (A = 64 / BLOCK_KV consecutive kv blocks of one request), N = T x H (B = all
+//   queries of the request, q seen as [B * T * H, D]), K = D. Head reduction in registers and a quad
+//   reduction as in the prefill kernel (common/mqa_logits.cuh): lane l ends with query l % 4 of its rows.
+// Launch: persistent, one CTA per row of the schedule (get_paged_mqa_logits_metadata): CTA i takes the kv
+//   blocks from schedule[i] = (request, block) up to schedule[i + 1], in tiles of 64 keys; 384 threads.
+// Roles:
+//   warpgroups 0, 1  math (setmaxnreg 232): alternate tiles (tile n goes to warpgroup n % 2). On a new
+//       request: load its weights for this thread's N / 4 columns and its query ends. Per tile: wait
+//       full[s]; D / 32 x wgmma m64nNk32; the scales of its two keys from shared memory; arrive empty[s];
+//       relu, x weight, sum over heads (scale outside the relu when the warp's scales are all >= 0); quad
+//       reduce; store the valid keys (below the query's end, in blocks of the CTA's range) from registers.
+//       No global loads per tile.
+//   warpgroup 2 (setmaxnreg 40): warp 0, one thread: per tile, after empty[s], TMA of the kv blocks' FP8
+//       values and FP32 scales (block ids clamped into the cache) and of the request's Q tile unless
+//       stage s already holds it (tag per stage). Warps 1-3 (kCleanLogits): -inf past the end of rows
+//       blockIdx.x + k * gridDim.x (disjoint from the math's stores).
+// Stage ring: kNumStages x ([64 keys x D] kv + [T H x D] Q), 128B (D = 128) or 64B (D = 64) swizzle, and
+//   64 FP32 kv scales; full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps).
+// Shared memory: [kv, Q x stages] [scales x stages] [full x stages, empty x stages] [Q tag x stages].
+// Invalid device-side values never reach memory: requests and blocks of the schedule are clamped to B and
+//   the request's blocks, block-table columns to max_blocks, block ids to the cache, ends to [0, W].
+// Limits: H in {16, 32, 64}, D in {64, 128}, BLOCK_KV in {32, 64}, T in {1, 2, 4}; FP32 logits.
+#pragma once
+
+#include <deep_gemm/common/mqa_logits.cuh>
+#include <deep_gemm/common/pipeline.cuh>
+#include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/mbarrier.cuh>
+#include <deep_gemm/ptx/sync.cuh>
+#include <deep_gemm/ptx/tma.cuh>
+#include <deep_gemm/ptx/wgmma.cuh>
+
+namespace deep_gemm {
+
+// The problem, as the kernel receives it
+struct PagedMqaProblem {
+    uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
+    const int32_t* context_lens;  // [B] or [B, T]
+    const int32_t* block_table;   // [B, max_blocks], row stride max_blocks
+    const int32_t* schedule;      // [gridDim.x + 1, 2]
+    const float* weights;         // [B * T, H], row stride ld_weights
+    uint32_t ld_weights;
+    float* logits;                // [B * T, W], row stride ld_logits
+    uint64_t ld_logits;
+};
+
+template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
+          bool kIs2dContextLens, bool kCleanLogits>
+struct Sm90Fp8PagedMqaLogits {
+    static constexpr uint32_t TILE_KV = 64;  // keys per tile: one wgmma M
+    static constexpr uint32_t kBlocksPerTile = TILE_KV / kBlockKv;
+    static constexpr uint32_t WG_N = kNextN * kNumHeads;  // query-heads of one request: wgmma N
+    static constexpr uint32_t kNumMathWarpgroups = 2;
+    static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
+    static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
+    static constexpr uint32_t kNumCleanThreads = 96;
+    static constexpr uint32_t kProducerRegs = 40, kMathRegs = 232;
+    using Wgmma = ptx::WgmmaFp8E4m3<WG_N>;
+    using Reduce = mqa::QuadReduce<kNextN>;
+    static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;
+    static constexpr uint32_t kNumGroups = WG_N / 8;
+    static constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
+    static constexpr uint32_t kNumKSteps = kHeadDim / 32;
+    static constexpr uint32_t kBlockBytes = kBlockKv * (kHeadDim + 4);
+    static constexpr uint32_t kRowsPerBlock = kBlockBytes / kHeadDim;  // R: block stride in D-byte rows
+
+    static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = TILE_KV * kHeadDim;
+    static constexpr uint32_t SMEM_Q_SIZE_PER_STAGE = WG_N * kHeadDim;
+    static constexpr uint32_t SMEM_STAGE_SIZE = SMEM_KV_SIZE_PER_STAGE + SMEM_Q_SIZE_PER_STAGE;
+    static constexpr uint32_t SMEM_SCALES_SIZE_PER_STAGE = TILE_KV * sizeof(float);
+    static constexpr uint32_t SMEM_SCALES_OFFSET = kNumStages * SMEM_STAGE_SIZE;
+    static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_SCALES_OFFSET + kNumStages * SMEM_SCALES_SIZE_PER_STAGE;
+    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + 2 * kNumStages * 8 + kNumStages * 4;
+    static constexpr uint32_t kStageBytes = SMEM_KV_SIZE_PER_STAGE + SMEM_SCALES_SIZE_PER_STAGE;  // TMA bytes w/o Q
+
+    static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
+    static_assert(kHeadDim == 64 || kHeadDim == 128, "D must be 64 or 128 (one swizzled TMA row)");
+    static_assert(kBlockKv == 32 || kBlockKv == 64, "BLOCK_KV must be 32 or 64");
+    static_assert(kNextN == 1 || kNextN == 2 || kNextN == 4, "next_n must be 1, 2 or 4");
+    static_assert(kBlockBytes % kHeadDim == 0, "a kv block must span whole D-byte rows");
+    static_assert(kNumStages >= 2 && kNumStages <= 16, "2 to 16 stages");
+    static_assert(SMEM_Q_SIZE_PER_STAGE % 1024 == 0 && (kBlockKv * kHeadDim) % 1024 == 0,
+                  "tiles must keep 1024-byte alignment for the swizzle");
+
+    struct SharedStorage {
+        uint8_t* base;
+        __device__ __forceinline__ uint8_t* kv(uint32_t stage) const { return base + stage * SMEM_STAGE_SIZE; }
+        __device__ __forceinline__ uint8_t* q(uint32_t stage) const { return kv(stage) + SMEM_KV_SIZE_PER_STAGE; }
+        // The tile's 64 kv scales (block i's at [i * BLOCK_KV, +BLOCK_KV))
+        __device__ __forceinline__ float* scales(uint32_t stage) const {
+            return reinterpret_cast<float*>(base + SMEM_SCALES_OFFSET + stage * SMEM_SCALES_SIZE_PER_STAGE);
+        }
+        __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
+            return reinterpret_cast<uint64_t*>(base + SMEM_BARRIER_OFFSET) + stage;
+        }
+        __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
+        // The request whose Q tile stage s holds (producer only)
+        __device__ __forceinline__ uint32_t* q_tag(uint32_t stage) const {
+            return reinterpret_cast<uint32_t*>(full(2 * kNumStages)) + stage;
+        }
+    };
+
+    // ---------------------------------------------------------------- per-request facts (any thread)
+    // Request b's kv blocks: ceil(longest context / BLOCK_KV), at most max_blocks
+    __device__ __forceinline__ static uint32_t num_blocks_of(const PagedMqaProblem& p, uint32_t request) {
+        int32_t length = 0;
+        if constexpr (kIs2dContextLens) {
+            #pragma unroll
+            for (uint32_t t = 0; t < kNextN; ++t)
+                length = max(length, __ldg(p.context_lens + request * kNextN + t));
+        } else {
+            length = max(__ldg(p.context_lens + request), 0);
+        }
+        return min(ceil_div(static_cast<uint32_t>(length), kBlockKv), p.max_blocks);
+    }
+
+    // The end (exclusive) of the keys query token t of request b sees, in [0, W]
+    __device__ __forceinline__ static uint32_t query_end(const PagedMqaProblem& p, uint32_t request, uint32_t t) {
+        const int32_t end = kIs2dContextLens
+                                ? __ldg(p.context_lens + request * kNextN + t)
+                                : __ldg(p.context_lens + request) - static_cast<int32_t>(kNextN - 1 - t);
+        return static_cast<uint32_t>(min(max(end, 0), static_cast<int32_t>(p.out_width)));
+    }
+
+    // The cache block of request b's kv block k (clamped: any value stays inside the cache)
+    __device__ __forceinline__ static uint32_t block_id(const PagedMqaProblem& p, uint32_t request, uint32_t block) {
+        const int32_t id = __ldg(p.block_table + static_cast<uint64_t>(request) * p.max_blocks +
+                                 min(block, p.max_blocks - 1));
+        return static_cast<uint32_t>(min(max(id, 0), static_cast<int32_t>(p.num_kv_blocks) - 1));
+    }
+
+    // ---------------------------------------------------------------- the CTA's tiles, in order
+    struct Cursor {
+        uint32_t request, block, num_blocks;  // the tile: kv blocks [block, +64 / BLOCK_KV) of request
+        uint32_t end_request, end_block;       // the range ends before (end_request, end_block)
+
+        __device__ __forceinline__ void skip_empty(const PagedMqaProblem& p) {
+            #pragma unroll 1
+            while (request < p.batch_size && block >= num_blocks) {
+                ++request, block = 0;
+                num_blocks = request < p.batch_size ? num_blocks_of(p, request) : 0;
+            }
+        }
+        __device__ __forceinline__ static Cursor start(const PagedMqaProblem& p) {
+            Cursor c;
+            c.request = min(static_cast<uint32_t>(max(__ldg(p.schedule + 2 * blockIdx.x), 0)), p.batch_size);
+            c.block = static_cast<uint32_t>(max(__ldg(p.schedule + 2 * blockIdx.x + 1), 0));
+            c.end_request = min(static_cast<uint32_t>(max(__ldg(p.schedule + 2 * blockIdx.x + 2), 0)), p.batch_size);
+            c.end_block = static_cast<uint32_t>(max(__ldg(p.schedule + 2 * blockIdx.x + 3), 0));
+            c.num_blocks = c.request < p.batch_size ? num_blocks_of(p, c.request) : 0;
+            c.skip_empty(p);
+            return c;
+        }
+        __device__ __forceinline__ bool valid() const {
+            return request < end_request || (request == end_request && block < end_block && num_blocks > 0);
+        }
+        // Blocks of this tile at or past this are not the CTA's (or not the request's)
+        __device__ __forceinline__ uint32_t block_limit() const {
+            return request == end_request ? min(end_block, num_blocks) : num_blocks;
+        }
+        __device__ __forceinline__ void advance(const PagedMqaProblem& p) {
+            block += kBlocksPerTile;
+            skip_empty(p);
+        }
+    };
+
+    // ---------------------------------------------------------------- producer (one thread)
+    __device__ __forceinline__ static void producer(const SharedStorage& s, const PagedMqaProblem& p,
+                                                    const TmaDescriptor* tma_q, const TmaDescriptor* tma_kv,
+                                                    const TmaDescriptor* tma_scales) {
+        PipelineState<kNumStages> pipe;
+        #pragma unroll 1
+        for (Cursor c = Cursor::start(p); c.valid(); c.advance(p), pipe.advance()) {
+            ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
+            const bool load_q = *s.q_tag(pipe.stage) != c.request;
+            ptx::mbarrier_arrive_expect_tx(s.full(pipe.stage),
+                                           kStageBytes + (load_q ? SMEM_Q_SIZE_PER_STAGE : 0));
+            if (load_q) {
+                *s.q_tag(pipe.stage) = c.request;
+                ptx::tma_load_2d(s.q(pipe.stage), tma_q, s.full(pipe.stage), 0,
+                                 static_cast<int32_t>(c.request * WG_N));
+            }
+            #pragma unroll
+            for (uint32_t i = 0; i < kBlocksPerTile; ++i) {
+                const uint32_t id = block_id(p, c.request, c.block + i);
+                ptx::tma_load_2d(s.kv(pipe.stage) + i * kBlockKv * kHeadDim, tma_kv, s.full(pipe.stage), 0,
+                                 static_cast<int32_t>(id * kRowsPerBlock));
+                ptx::tma_load_2d(s.scales(pipe.stage) + i * kBlockKv, tma_scales, s.full(pipe.stage), 0,
+                                 static_cast<int32_t>(id));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- cleaner (warps 1-3 of the producer warpgroup)
+    __device__ __forceinline__ static void clean(const PagedMqaProblem& p, uint32_t tid) {
+        #pragma unroll 1
+        for (uint32_t row = blockIdx.x; row < p.batch_size * kNextN; row += gridDim.x) {
+            const uint32_t end = query_end(p, row / kNextN, row % kNextN);
+            mqa::fill_neg_inf<uint32_t, kNumCleanThreads>(reinterpret_cast<uint32_t*>(p.logits + row * p.ld_logits),
+                                                          end, p.out_width, tid);
+        }
+    }
+
+    // ---------------------------------------------------------------- math warpgroups
+    __device__ __forceinline__ static void math(const SharedStorage& s, const PagedMqaProblem& p, uint32_t wg_idx) {
+        const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
+        const uint32_t lane = threadIdx.x % 32;
+        const uint32_t row_0 = warp_in_wg * 16 + lane / 4;  // this thread's key rows in the tile: row_0, row_0 + 8
+
+        float2 weight[kNumGroups];                // group j: query j / (H / 8), heads (j % (H / 8)) 8 + 2 (lane % 4) + {0, 1}
+        uint32_t ends[Reduce::kPerLane];          // the ends of the queries this lane stores
+        uint32_t loaded_request = 0xffffffffu;
+        float accum[kNumAccum];
+
+        PipelineState<kNumStages> pipe;
+        uint32_t tile = 0;
+        #pragma unroll 1
+        for (Cursor c = Cursor::start(p); c.valid(); c.advance(p), pipe.advance(), ++tile) {
+            if (tile % kNumMathWarpgroups != wg_idx)
+                continue;
+            // A new request: its weights and query ends
+            if (c.request != loaded_request) {
+                loaded_request = c.request;
+                #pragma unroll
+                for (uint32_t j = 0; j < kNumGroups; ++j) {
+                    const uint32_t query = c.request * kNextN + j / kGroupsPerQuery;
+                    const float* w = p.weights + static_cast<uint64_t>(query) * p.ld_weights +
+                                     (j % kGroupsPerQuery) * 8 + (lane % 4) * 2;
+                    weight[j] = {__ldg(w), __ldg(w + 1)};
+                }
+                #pragma unroll
+                for (uint32_t m = 0; m < Reduce::kPerLane; ++m)
+                    ends[m] = query_end(p, c.request, Reduce::query(m, lane));
+            }
+
+            // This thread's two keys: in blocks of the CTA's range (else scale 0, not stored)
+            const uint32_t limit = c.block_limit();
+            bool in_range[2];
+            #pragma unroll
+            for (uint32_t h = 0; h < 2; ++h)
+                in_range[h] = c.block + (row_0 + h * 8) / kBlockKv < limit;
+
+            // accum [64 keys x T H query-heads] = kv tile (64 x D) * Q tile (T H x D)^T
+            const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(pipe.stage));
+            const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(pipe.stage));
+            ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                ptx::wgmma_fence_operand(accum[i]);
+            ptx::wgmma_fence();
+            #pragma unroll
+            for (uint32_t k = 0; k < kNumKSteps; ++k)
+                Wgmma::mma(ptx::advance_smem_desc(desc_kv, k * 32), ptx::advance_smem_desc(desc_q, k * 32), accum, k > 0);
+            ptx::wgmma_commit();
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                ptx::wgmma_fence_operand(accum[i]);
+            ptx::wgmma_wait<0>();
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                ptx::wgmma_fence_operand(accum[i]);
+            float scale[2];
+            #pragma unroll
+            for (uint32_t h = 0; h < 2; ++h)
+                scale[h] = in_range[h] ? s.scales(pipe.stage)[row_0 + h * 8] : 0.0f;
+            if (lane == 0)
+                ptx::mbarrier_arrive(s.empty(pipe.stage));
+
+            // Per query: sum_h relu(x_h) w_h (x scale later), or relu(x_h s) w_h when a scale is negative
+            float sums[kNextN][2];
+            const bool scale_outside = __all_sync(0xffffffff, scale[0] >= 0.0f && scale[1] >= 0.0f);
+            if (scale_outside)
+                mqa::reduce_heads<kNextN, kNumHeads, false>(accum, weight, scale[0], scale[1], sums);
+            else
+                mqa::reduce_heads<kNextN, kNumHeads, true>(accum, weight, scale[0], scale[1], sums);
+            float reduced[Reduce::kPerLane][2];
+            Reduce::run(sums, reduced, lane);
+
+            // Store the valid keys: lane l holds query Reduce::query(m, l)
+            if (Reduce::stores(lane)) {
+                #pragma unroll
+                for (uint32_t m = 0; m < Reduce::kPerLane; ++m) {
+                    const uint64_t out_row = static_cast<uint64_t>(c.request) * kNextN + Reduce::query(m, lane);
+                    #pragma unroll
+                    for (uint32_t h = 0; h < 2; ++h) {
+                        const uint32_t key = c.block * kBlockKv + row_0 + h * 8;
+                        if (in_range[h] && key < ends[m])
+                            p.logits[out_row * p.ld_logits + key] = scale_outside ? reduced[m][h] * scale[h] : reduced[m][h];
+                    }
+                }
+            }
+        }
+    }
+};
+
+template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
+          bool kIs2dContextLens, bool kCleanLogits>
+__global__ void __launch_bounds__(384, 1)
+sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem,
+                                 const __grid_constant__ TmaDescriptor tma_q,
+                                 const __grid_constant__ TmaDescriptor tma_kv,
+                                 const __grid_constant__ TmaDescriptor tma_scales) {
+    using Kernel = Sm90Fp8PagedMqaLogits<kNextN, kNumHeads, kHeadDim, kBlockKv, kNumStages, kIs2dContextLens,
+                                         kCleanLogits>;
+
+    // Shared memory, 1024-byte aligned for the swizzle
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + (1024 - ptx::smem_addr(smem_raw) % 1024) % 1024;
+    const typename Kernel::SharedStorage storage{smem};
+
+    // Barriers and Q tags by the producer's thread
+    if (threadIdx.x == Kernel::kNumMathThreads) {
+        ptx::prefetch_tma_descriptor(&tma_q);
+        ptx::prefetch_tma_descriptor(&tma_kv);
+        ptx::prefetch_tma_descriptor(&tma_scales);
+        #pragma unroll
+        for (uint32_t i = 0; i < kNumStages; ++i) {
+            ptx::mbarrier_init(storage.full(i), 1);
+            ptx::mbarrier_init(storage.empty(i), 4);
+            *storage.q_tag(i) = 0xffffffffu;
+        }
+        ptx::fence_barrier_init();
+    }
+    __syncthreads();
+    // The schedule, context lengths and block table may come from the previous grid (PDL)
+    ptx::grid_dependency_wait();
+    ptx::grid_dependency_launch_dependents();
+
+    if (threadIdx.x >= Kernel::kNumMathThreads) {
+        ptx::warpgroup_reg_dealloc<Kernel::kProducerRegs>();
+        const uint32_t tid = threadIdx.x - Kernel::kNumMathThreads;
+        if (tid == 0)
+            Kernel::producer(storage, problem, &tma_q, &tma_kv, &tma_scales);
+        else if (kCleanLogits && tid >= 32)
+            Kernel::clean(problem, tid - 32);
+    } else {
+        ptx::warpgroup_reg_alloc<Kernel::kMathRegs>();
+        Kernel::math(storage, problem, __shfl_sync(0xffffffff, threadIdx.x / 128, 0));
+    }
+}
+
+}  // namespace deep_gemm
