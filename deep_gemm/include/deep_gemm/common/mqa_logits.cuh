@@ -1,6 +1,7 @@
 // Device helpers shared by the MQA-logits kernels (prefill: impls/sm90_fp8_mqa_logits.cuh, paged decode:
 // impls/sm90_fp8_paged_mqa_logits.cuh): the head reduction of an m64nNk32 accumulator fragment in
-// registers, the quad reduction that gathers a query's sum into one lane, and the -inf row filler.
+// registers, the quad reduction that gathers a query's sum into one lane, the -inf row filler, and the
+// scoring wgmmas of one 64-key tile.
 //
 // Fragment layout (wgmma m64nN, FP32): a thread holds N / 8 column groups of 4 values, group j =
 // (row r, columns 8j + 2(lane % 4) + {0, 1}) then (row r + 8, the same columns), r = 16 warp + lane / 4.
@@ -8,8 +9,30 @@
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/wgmma.cuh>
 
 namespace deep_gemm::mqa {
+
+// accum = kv tile (64 keys x D, descriptor desc_kv) . Q tile (N x D, desc_q)^T over the kNumKSteps k32 steps
+// of D, issued and waited for (the fences keep the compiler from touching accum while wgmma owns it).
+template <typename Wgmma, uint32_t kNumKSteps, uint32_t kNumAccum>
+__device__ __forceinline__ void score_tile(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
+    #pragma unroll
+    for (uint32_t i = 0; i < kNumAccum; ++i)
+        ptx::wgmma_fence_operand(accum[i]);
+    ptx::wgmma_fence();
+    #pragma unroll
+    for (uint32_t k = 0; k < kNumKSteps; ++k)
+        Wgmma::mma(ptx::advance_smem_desc(desc_kv, k * 32), ptx::advance_smem_desc(desc_q, k * 32), accum, k > 0);
+    ptx::wgmma_commit();
+    #pragma unroll
+    for (uint32_t i = 0; i < kNumAccum; ++i)
+        ptx::wgmma_fence_operand(accum[i]);
+    ptx::wgmma_wait<0>();
+    #pragma unroll
+    for (uint32_t i = 0; i < kNumAccum; ++i)
+        ptx::wgmma_fence_operand(accum[i]);
+}
 
 // sums[q][h] = sum over this thread's columns of query q of relu(x) w (kScaleInside: relu(x s) w), for its
 // two key rows h = 0 (r, scale_0) and 1 (r + 8, scale_1).

@@ -245,24 +245,8 @@ struct Sm90Fp8MqaLogits {
 
             // accum [64 keys x 256 query-heads] = kv tile (64 x D) * Q tile (256 x D)^T
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-            #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                ptx::wgmma_fence_operand(accum[i]);
-            ptx::wgmma_fence();
-            #pragma unroll
-            for (uint32_t k = 0; k < kNumKSteps; ++k) {
-                const uint64_t a = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE + k * 32);
-                const uint64_t b = ptx::advance_smem_desc(desc_q, k * 32);
-                Wgmma::mma(a, b, accum, k > 0);
-            }
-            ptx::wgmma_commit();
-            #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                ptx::wgmma_fence_operand(accum[i]);
-            ptx::wgmma_wait<0>();
-            #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                ptx::wgmma_fence_operand(accum[i]);
+            mqa::score_tile<Wgmma, kNumKSteps>(ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q,
+                                                accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 

@@ -254,21 +254,7 @@ struct Sm90Fp8PagedMqaLogits {
             const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(pipe.stage));
             const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(pipe.stage));
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-            #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                ptx::wgmma_fence_operand(accum[i]);
-            ptx::wgmma_fence();
-            #pragma unroll
-            for (uint32_t k = 0; k < kNumKSteps; ++k)
-                Wgmma::mma(ptx::advance_smem_desc(desc_kv, k * 32), ptx::advance_smem_desc(desc_q, k * 32), accum, k > 0);
-            ptx::wgmma_commit();
-            #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                ptx::wgmma_fence_operand(accum[i]);
-            ptx::wgmma_wait<0>();
-            #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                ptx::wgmma_fence_operand(accum[i]);
+            mqa::score_tile<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
             float scale[2];
             #pragma unroll
             for (uint32_t h = 0; h < 2; ++h)
