@@ -24,7 +24,7 @@ OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT 
 mkdir -p "$FINAL_OUT"
 pack() {
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
-    for f in pytest.log bench.log bench.json smoke.log ncu.txt grouped.log kgrouped.log; do
+    for f in pytest.log bench.log bench.json smoke.log ncu.txt kgrouped.log mqa.log; do
         [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
     done
 }
@@ -101,9 +101,10 @@ fi
 pack
 if [[ -n "${DG_GPU_RUN_GROUPED_BENCH:-}" ]]; then
     for suite in ${DG_GPU_RUN_GROUPED_SUITES:-grouped masked}; do
-        (cd /tmp && DG_FP8_GEMM_ALLOW_UNVALIDATED=1 timeout 300 python3 -m deep_gemm.bench --suite $suite \
-            --json "$OUT/$suite.json" ${DG_GROUPED_BENCH_ARGS:-}) > "$OUT/$suite.log" 2>&1
+        (cd /tmp && DG_FP8_GEMM_ALLOW_UNVALIDATED=1 timeout ${DG_GPU_RUN_SUITE_TIMEOUT:-300} python3 -m deep_gemm.bench \
+            --suite $suite --json "$OUT/$suite.json" ${DG_GROUPED_BENCH_ARGS:-}) > "$OUT/$suite.log" 2>&1
         echo "$suite bench exit code $?"; tail -30 "$OUT/$suite.log"
+        pack
     done
 fi
 if [[ -n "${DG_GPU_RUN_MULTICAST_SHAPES:-}" ]]; then
