@@ -39,9 +39,6 @@ GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=2048, block_m=64, block_n=112, num_stages=6, gemm_type=2),
     dict(shape_n=4096, shape_k=7168, block_m=64, block_n=128, num_stages=6, gemm_type=3),  # masked
     dict(shape_n=7168, shape_k=7168, block_m=192, block_n=128, num_stages=4),  # three math warpgroups
-    # ordered wgmma issue (the math warpgroups take turns: named barriers)
-    dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5, ordered_mma=1),
-    dict(shape_n=7168, shape_k=7168, block_m=192, block_n=128, num_stages=4, ordered_mma=1),
     # k-grouped (weight gradients): per-group TMA maps in the parameters, recipe (1, 1, 128)
     dict(shape_m=4096, shape_n=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1, gemm_type=4),
     dict(shape_m=4096, shape_n=7168, block_m=192, block_n=128, num_stages=5, per_row_sfb=1, gemm_type=4),

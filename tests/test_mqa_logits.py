@@ -768,7 +768,7 @@ def test_paged_clean_2d_lens() -> None:
 @gpu
 @pytest.mark.parametrize("num_sms", [1, 5, 300])
 def test_paged_any_schedule_size(num_sms: int) -> None:
-    q, cache, weights, lens, table, _, width = make_paged_inputs(20, 2, 64, 128, 64, 1500)
+    q, cache, weights, lens, table, width = make_paged_inputs(20, 2, 64, 128, 64, 1500)
     meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, num_sms)
     out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, clean_logits=True)
     check_logits(out, paged_reference(q, cache, weights, lens, table, width), True, 5e-6, f"{num_sms} CTAs")

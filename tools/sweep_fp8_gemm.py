@@ -4,7 +4,7 @@
         --json sweep.json
 
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
-(BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on), pp0/pp1 (ordered wgmma issue). Each config runs in its own process (the
+(BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on). Each config runs in its own process (the
 choices are read when a shape's plan is made) through `python -m deep_gemm.bench --no-baselines`;
 shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
 fastest config per shape marked with '*', and what the heuristic picked.
@@ -22,7 +22,6 @@ KEYS = {
     "bn": "DG_FP8_GEMM_BLOCK_N",
     "s": "DG_FP8_GEMM_SPLIT_K",
     "mc": "DG_FP8_GEMM_MULTICAST",
-    "pp": "DG_FP8_GEMM_PINGPONG",
 }
 
 
@@ -33,7 +32,7 @@ def config_env(config: str) -> dict[str, str]:
     for part in config.split("-"):
         key = part.rstrip("0123456789")
         if key not in KEYS or key == part:
-            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN or ppN")
+            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN or mcN")
         env[KEYS[key]] = part[len(key) :]
     return env
 

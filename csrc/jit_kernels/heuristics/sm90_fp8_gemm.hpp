@@ -59,7 +59,6 @@ struct Fp8GemmConfig {
     bool per_row_sfb = false;         // recipe (1, 1, 128): B scaled per row, D FP32 (+ C), direct stores
     GemmType gemm_type = GemmType::kNormal;
     uint32_t max_k_groups = 0;        // k-grouped: capacity of the per-group TMA map parameter (else 0)
-    bool ordered_mma = false;         // math warpgroups issue their wgmmas in turn (DG_FP8_GEMM_PINGPONG=1)
     bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
     uint32_t store_chunk_n = 64;
     bool use_tma_store = true;
@@ -69,12 +68,12 @@ struct Fp8GemmConfig {
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
-                           "tma_store={} sfb={} type={} max_k_groups={} ordered_mma={} sms={} smem={} compiled_mnk=({},{},{})",
+                           "tma_store={} sfb={} type={} max_k_groups={} sms={} smem={} compiled_mnk=({},{},{})",
                            block_m, block_n, num_splits,
                            num_stages,
                            num_math_warpgroups, num_group_n, num_multicast, num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "",
                            store_chunk_n, use_tma_store, per_row_sfb ? "per-row" : "per-block",
-                           static_cast<uint32_t>(gemm_type), max_k_groups, ordered_mma, num_sms, smem_bytes,
+                           static_cast<uint32_t>(gemm_type), max_k_groups, num_sms, smem_bytes,
                            shape_m, shape_n, shape_k);
     }
 };
@@ -101,11 +100,6 @@ inline bool multicast_enabled() {
     return get_env("DG_FP8_GEMM_MULTICAST").empty() ? kMulticastByDefault : get_env_flag("DG_FP8_GEMM_MULTICAST");
 }
 
-// Ordered wgmma issue across the math warpgroups (the kernel's kOrderedMma): off unless DG_FP8_GEMM_PINGPONG=1
-// (an experiment until measured; read by the caller like the multicast setting).
-inline bool ordered_mma_enabled() {
-    return get_env_flag("DG_FP8_GEMM_PINGPONG");
-}
 
 // Shared memory the kernel needs (mirrors Sm90Fp8Gemm1d2d::SMEM_SIZE).
 inline uint32_t fp8_gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,

@@ -31,12 +31,12 @@ inline jit::KernelSource render_sm90_fp8_gemm(const Fp8GemmConfig& c) {
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
                         c.num_group_n, c.num_multicast, c.is_multicast_on_a ? "true" : "false", c.store_chunk_n,
                         c.use_tma_store ? "true" : "false", c.num_splits, c.per_row_sfb ? "true" : "false",
-                        gemm_type_name(c.gemm_type), c.max_k_groups, c.ordered_mma ? "true" : "false")};
+                        gemm_type_name(c.gemm_type), c.max_k_groups)};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
@@ -63,7 +63,6 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     DG_CHECK_INPUT((c.max_k_groups > 0) == (c.gemm_type == GemmType::kKGroupedContiguous) &&
                    c.max_k_groups <= kMaxKGroups, "max_k_groups must be 1..{} for k-grouped GEMMs (gemm_type 4), 0 "
                    "otherwise", kMaxKGroups);
-    c.ordered_mma = get("ordered_mma", 0) != 0;
     c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.per_row_sfb) != 0;
     c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
     c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.per_row_sfb);
@@ -340,7 +339,6 @@ private:
         c.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
         if (k_grouped)
             c.max_k_groups = k_grouped_capacity(sig.num_groups);
-        c.ordered_mma = ordered_mma_enabled() && c.num_math_warpgroups > 1;
 
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);

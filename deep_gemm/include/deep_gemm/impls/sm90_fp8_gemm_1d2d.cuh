@@ -12,8 +12,7 @@
 //       rows of the tile. Per 128-deep K block: wait full[s]; read its sfa rows from smem; issue
 //       4 x wgmma m64nBLOCK_Nk32 per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp);
 //       promote: accum += partial * sfa[row] * sfb[col block] on the CUDA cores (two-level
-//       accumulation: FP8 tensor-core sums never run longer than 128 of K). With kOrderedMma the
-//       warpgroups take turns issuing (named barriers 4..6), so one's promotion runs under another's wgmma.
+//       accumulation: FP8 tensor-core sums never run longer than 128 of K).
 //   last warpgroup  producer (setmaxnreg 40):
 //       warp 0, one thread: per K block, after waiting empty[s], TMA loads of the A tile, the B tile and
 //       the BLOCK_M sfa values into stage s; arms full[s] with the byte count.
@@ -72,7 +71,7 @@ namespace deep_gemm {
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
           bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb,
-          GemmType kGemmType, uint32_t kMaxKGroups, bool kOrderedMma>
+          GemmType kGemmType, uint32_t kMaxKGroups>
 struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t BLOCK_K = 128;
     static constexpr uint32_t WG_M = BLOCK_M / kNumMathWarpgroups;
@@ -102,9 +101,6 @@ struct Sm90Fp8Gemm1d2d {
     static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192 || BLOCK_M == 256,
                   "BLOCK_M must be 64, 128, 192 (three math warpgroups) or 256");
     static_assert(kNumMathWarpgroups >= 1 && kNumMathWarpgroups <= 3, "one to three math warpgroups");
-    static_assert(!kOrderedMma || kNumMathWarpgroups > 1, "ordered wgmma issue needs two or more math warpgroups");
-    // Named barriers: 1 + w the epilogue of math warpgroup w; kOrderBarrier + w the issue turn of warpgroup w
-    static constexpr uint32_t kOrderBarrier = 4;
     // Register split after setmaxnreg: the producer warpgroup keeps 40; the math warpgroups share the rest of
     // the 64K-register file (only registers the CTA's own warps released can be handed out: the counts
     // must add up exactly, or setmaxnreg.inc waits forever)
@@ -305,33 +301,6 @@ struct Sm90Fp8Gemm1d2d {
         fence_registers(partial);
     }
 
-    // Ordered issue (kOrderedMma): the math warpgroups issue their K blocks' wgmmas in turn, 0, 1, .., 0, 1, ..,
-    // so that the tensor cores run one warpgroup's while the others promote, instead of all warpgroups
-    // issuing together and promoting together. Warpgroup w waits for its turn (barrier kOrderBarrier + w,
-    // which the previous warpgroup arrives on after issuing; the last warpgroup arrives once up front for
-    // warpgroup 0's first turn, and warpgroup 0 takes the last hand-over at the end, so every barrier
-    // phase completes). The strict ring means no warpgroup can arrive twice before its successor waited.
-    __device__ __forceinline__ static void start_issue_turns(uint32_t wg_idx) {
-        if constexpr (kOrderedMma) {
-            if (wg_idx == kNumMathWarpgroups - 1)
-                ptx::named_barrier_arrive(kOrderBarrier, 256);
-        }
-    }
-    __device__ __forceinline__ static void wait_issue_turn(uint32_t wg_idx) {
-        if constexpr (kOrderedMma)
-            ptx::named_barrier_sync(kOrderBarrier + wg_idx, 256);
-    }
-    __device__ __forceinline__ static void finish_issue_turns(uint32_t wg_idx) {
-        if constexpr (kOrderedMma) {
-            if (wg_idx == 0)
-                ptx::named_barrier_sync(kOrderBarrier, 256);
-        }
-    }
-    __device__ __forceinline__ static void pass_issue_turn(uint32_t wg_idx) {
-        if constexpr (kOrderedMma)
-            ptx::named_barrier_arrive(kOrderBarrier + (wg_idx + 1) % kNumMathWarpgroups, 256);
-    }
-
     // The stage's operands are consumed: hand it back to the producers (the peer's too, whose multicast
     // writes into this CTA's stage).
     __device__ __forceinline__ static void release_stage(const SharedStorage& s, uint32_t stage, uint32_t lane,
@@ -424,7 +393,6 @@ struct Sm90Fp8Gemm1d2d {
         const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(s.a(0) + wg_idx * WG_M * BLOCK_K);
         const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(s.b(0));
         GemmTile tile;
-        start_issue_turns(wg_idx);
         while (scheduler.next(tile)) {
             const uint32_t n0 = tile.n_block * BLOCK_N;
             const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
@@ -437,9 +405,7 @@ struct Sm90Fp8Gemm1d2d {
 
             for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
                 const StageScales scales = wait_and_read_scales(s, pipe, wg_idx, warp_in_wg, lane);
-                wait_issue_turn(wg_idx);
                 issue_mma(desc_a, desc_b, pipe.stage, partial);
-                pass_issue_turn(wg_idx);
                 ptx::wgmma_wait<0>();
                 fence_registers(partial);
                 if constexpr (kPerRowSfb) {
@@ -470,7 +436,6 @@ struct Sm90Fp8Gemm1d2d {
             if (threadIdx.x % 128 == 0)
                 asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         }
-        finish_issue_turns(wg_idx);
     }
 
     // Whether every row of the tile inside M may be written (then the TMA store, which clips only at M, is
@@ -602,7 +567,7 @@ struct Sm90Fp8Gemm1d2d {
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
           bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb,
-          GemmType kGemmType, uint32_t kMaxKGroups, bool kOrderedMma>
+          GemmType kGemmType, uint32_t kMaxKGroups>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
                           void* __restrict__ d, uint32_t ldd, const float* c, uint32_t ldc,
@@ -613,7 +578,7 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
                           const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
     using Gemm = Sm90Fp8Gemm1d2d<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups,
                                  kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits,
-                                 kPerRowSfb, kGemmType, kMaxKGroups, kOrderedMma>;
+                                 kPerRowSfb, kGemmType, kMaxKGroups>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
