@@ -195,8 +195,7 @@ PYBIND11_MODULE(_C, m) {
     // Attention: the DeepSeek-V3.2 lightning indexer
     m.def("fp8_mqa_logits", &dg::apis::fp8_mqa_logits, "q"_a, "kv"_a, "weights"_a, "cu_seq_len_k_start"_a,
           "cu_seq_len_k_end"_a, "clean_logits"_a = true, "max_seqlen_k"_a = 0, "logits_dtype"_a = at::kFloat,
-          "FP8 MQA logits of the lightning indexer (prefill, SM90; alias fp8_fp4_mqa_logits). IMPLEMENTED BUT NOT YET\n"
-          "VALIDATED ON A GPU: raises NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n"
+          "FP8 MQA logits of the lightning indexer (prefill, SM90; alias fp8_fp4_mqa_logits):\n"
           "logits[i, j] = sum_h relu(q[i, h, :] . kv[j, :] * kv_scale[j]) * weights[i, h] for ks[i] <= j < ke[i].\n\n"
           "q: float8_e4m3fn [S, H, D], H in {16, 32, 64}, D in {64, 128}; D contiguous, heads stacked densely\n"
           "    (stride 0 = H * stride 1), strides multiples of 16 bytes.\n"
@@ -216,8 +215,7 @@ PYBIND11_MODULE(_C, m) {
     m.def("fp8_paged_mqa_logits", &dg::apis::fp8_paged_mqa_logits, "q"_a, "kv_cache"_a, "weights"_a, "context_lens"_a,
           "block_table"_a, "schedule_meta"_a, "max_context_len"_a, "clean_logits"_a = false,
           "FP8 MQA logits of the lightning indexer over a paged kv cache (decode, SM90; alias\n"
-          "fp8_fp4_paged_mqa_logits). IMPLEMENTED BUT NOT YET VALIDATED ON A GPU: raises NotImplementedError unless\n"
-          "DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n"
+          "fp8_fp4_paged_mqa_logits):\n"
           "logits[b * next_n + t, j] = sum_h relu(q[b, t, h, :] . kv[b, j, :] * kv_scale[b, j]) * weights[b * next_n + t, h]\n"
           "for the keys j that query token t of request b sees: j <= context_lens[b] - next_n + t (context_lens [B]),\n"
           "or j < context_lens[b, t] (context_lens [B, next_n]).\n\n"
@@ -239,8 +237,7 @@ PYBIND11_MODULE(_C, m) {
           "every index, so unchecked bad values never read or write out of bounds); NotImplementedError off SM90.");
     m.def("get_paged_mqa_logits_metadata", &dg::apis::get_paged_mqa_logits_metadata, "context_lens"_a, "block_kv"_a,
           "num_sms"_a,
-          "The SM schedule of the paged decode MQA logits (lightning indexer decode, SM90). IMPLEMENTED BUT NOT YET\n"
-          "VALIDATED ON A GPU: raises NotImplementedError unless DG_FP8_GEMM_ALLOW_UNVALIDATED=1.\n\n"
+          "The SM schedule of the paged decode MQA logits (lightning indexer decode, SM90).\n\n"
           "context_lens: int32 [B] (keys per request) or [B, next_n] (per query token; a request counts its\n"
           "    longest), on any device; negative lengths count as 0.\n"
           "block_kv: keys per kv-cache block, 32 or 64. num_sms: SMs to balance over (> 0).\n"

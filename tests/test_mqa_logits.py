@@ -200,12 +200,6 @@ def test_bad_static_config_fails_to_compile(cache_dir) -> None:
 
 
 # ----------------------------------------------------------------------------- GPU tier
-@pytest.fixture(autouse=True)
-def allow_unvalidated(monkeypatch: pytest.MonkeyPatch) -> None:
-    # fp8_mqa_logits is gated until its first GPU validation (the gate itself: test_gated_until_validated)
-    monkeypatch.setenv("DG_FP8_GEMM_ALLOW_UNVALIDATED", "1")
-
-
 def make_inputs(s: int, s_kv: int, h: int, d: int, seed: int = 0, negative_scales: bool = False):
     """FP8 q (cast directly) and kv (one FP32 scale per key), FP32 weights; also the BF16 originals."""
     torch.manual_seed(seed)
@@ -401,15 +395,6 @@ def test_cuda_graph_capture() -> None:
 
 
 @gpu
-def test_gated_until_validated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED")
-    q, kv, scales, weights, *_ = make_inputs(16, 512, 64, 128)
-    ks, ke = key_ranges(16, 512, "random")
-    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
-        deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
-
-
-@gpu
 def test_bad_ranges_on_the_device_raise() -> None:
     q, kv, scales, weights, *_ = make_inputs(16, 512, 64, 128)
     ks, ke = key_ranges(16, 512, "random")
@@ -497,12 +482,6 @@ def test_paged_metadata_bad_inputs(case: str, kwargs: dict, pattern: str) -> Non
     args = dict(context_lens=torch.ones(4, dtype=torch.int32), block_kv=64, num_sms=8) | kwargs
     with pytest.raises(ValueError, match=pattern):
         deep_gemm.get_paged_mqa_logits_metadata(**args)
-
-
-def test_paged_gated_until_validated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DG_FP8_GEMM_ALLOW_UNVALIDATED")
-    with pytest.raises(NotImplementedError, match="DG_FP8_GEMM_ALLOW_UNVALIDATED"):
-        deep_gemm.get_paged_mqa_logits_metadata(torch.ones(4, dtype=torch.int32), 64, 8)
 
 
 def test_paged_alias_and_docstring() -> None:

@@ -112,7 +112,6 @@ inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tenso
     check_same_cuda_device(q, "q", {{&kv, "kv[0] (kv)"}, {&kv_scales, "kv[1] (kv scales)"}, {&weights, "weights"},
                                     {&ks, "cu_seq_len_k_start"}, {&ke, "cu_seq_len_k_end"}});
     check_sm90(q, "fp8_mqa_logits");
-    require_validated_or_opt_in("fp8_mqa_logits");
     const jit::DeviceScope device_scope(q.device().index());
 
     const bool is_compressed = max_seqlen_k > 0;
@@ -146,7 +145,6 @@ inline at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, 
     DG_CHECK_INPUT(block_kv == 32 || block_kv == 64, "block_kv must be 32 or 64 (keys per kv-cache block), got {}",
                    block_kv);
     DG_CHECK_INPUT(num_sms > 0 && num_sms <= 65536, "num_sms must be in [1, 65536], got {}", num_sms);
-    require_validated_or_opt_in("get_paged_mqa_logits_metadata");
 
     const int64_t batch = context_lens.size(0);
     const auto long_options = context_lens.options().dtype(at::kLong);
@@ -271,7 +269,6 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
     check_same_cuda_device(q, "q", {{&kv_cache, "kv_cache"}, {&weights, "weights"}, {&context_lens, "context_lens"},
                                     {&block_table, "block_table"}, {&schedule_meta, "schedule_meta"}});
     check_sm90(q, "fp8_paged_mqa_logits");
-    require_validated_or_opt_in("fp8_paged_mqa_logits");
     const jit::DeviceScope device_scope(q.device().index());
 
     at::Tensor logits = at::empty({batch * next_n, max_context_len}, q.options().dtype(at::kFloat));

@@ -12,7 +12,6 @@
 
 #include "../jit/device_runtime.hpp"
 #include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
-#include "../utils/env.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "layout.hpp"
 
@@ -112,13 +111,6 @@ inline void check_accumuland(const at::Tensor& c, const at::Tensor& d, const cha
     const auto [d_first, d_last] = byte_span(d);
     DG_CHECK_INPUT(c_last < d_first || d_last < c_first, "c must be d itself or not overlap d, got c = {} and d = {}",
                    describe(c), describe(d));
-}
-
-// Features implemented but not yet run on a GPU raise until DG_FP8_GEMM_ALLOW_UNVALIDATED=1.
-inline void require_validated_or_opt_in(const std::string& what) {
-    if (!get_env_flag("DG_FP8_GEMM_ALLOW_UNVALIDATED"))
-        throw NotImplementedError(fmt::format("{} is implemented but not yet validated on a GPU; set "
-                                              "DG_FP8_GEMM_ALLOW_UNVALIDATED=1 to run it anyway", what));
 }
 
 inline void check_sm90(const at::Tensor& t, const char* fn) {
