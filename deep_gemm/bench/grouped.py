@@ -153,8 +153,12 @@ def measure_ours(
 
 
 def measure_baselines(row: dict[str, Any], calls: dict[str, Callable[[], object]], options: BenchOptions) -> None:
-    """Time each baseline of ``calls`` into ``row[name]`` (None, with ``row[name + "_error"]``, if it raised)."""
+    """Time each baseline of ``calls`` into ``row[name]`` (None, with ``row[name + "_error"]``, if it raised or
+    ``--no-baselines`` was given)."""
     for key, fn in calls.items():
+        if not options.baselines:
+            row[key], row[f"{key}_error"] = None, "not run (--no-baselines)"
+            continue
         out, row[f"{key}_error"] = try_first_call(fn)
         row[key] = time_call(fn, options) if out is not None else None
 
