@@ -1,5 +1,7 @@
-"""Helpers shared by the benchmark suites: one timed callable, a first call that records failures."""
+"""Helpers shared by the benchmark suites: shape parsing, one timed callable, a first call that records
+failures, throughput, and the header of a suite's JSON report."""
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -8,7 +10,40 @@ import torch
 from deep_gemm.bench.registry import BenchOptions
 from deep_gemm.testing import bench_kernel
 
-__all__ = ["derive_throughput", "error_text", "time_call", "try_first_call"]
+__all__ = ["derive_throughput", "error_text", "parse_int_shape", "report_header", "time_call", "try_first_call"]
+
+
+def parse_int_shape(text: str, count: int, description: str, example: str, min_first: int = 1) -> tuple[int, ...]:
+    """Parse ``count`` integers separated by ``x`` (e.g. ``"4096x7168x2048"``): the first at least
+    ``min_first``, the others positive.
+
+    Raises:
+        ValueError: anything else; the message reads "expected a shape <description> such as <example>".
+    """
+    try:
+        values = tuple(int(p) for p in text.lower().split("x"))
+    except ValueError:
+        values = ()
+    if len(values) != count or values[0] < min_first or min(values[1:], default=1) <= 0:
+        raise ValueError(f"expected a shape {description} such as {example}, got {text!r}")
+    return values
+
+
+def report_header(suite: str, options: BenchOptions, max_diff: float, copy_bandwidth: float) -> dict[str, Any]:
+    """The fields every suite's JSON report starts with: what ran, where, when, with which options."""
+    import deep_gemm
+
+    return {
+        "suite": suite,
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "deep_gemm_version": getattr(deep_gemm, "__version__", None),
+        "options": dict(vars(options)),
+        "max_diff": max_diff,
+        "copy_bandwidth_gbps": copy_bandwidth * 1e-9,
+    }
 
 
 def error_text(exc: BaseException) -> str:

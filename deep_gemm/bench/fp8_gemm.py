@@ -14,14 +14,13 @@ cuBLASLt blockwise result) is checked against ``a_bf16 @ b_bf16.T`` in FP32 with
 ``calc_diff``; a shape above the bound is flagged, not aborted. Timings are never asserted.
 """
 
-import datetime
 import json
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput
+from deep_gemm.bench.common import derive_throughput, parse_int_shape, report_header
 from deep_gemm.bench.common import time_call as _time
 from deep_gemm.bench.common import try_first_call as _try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
@@ -70,14 +69,7 @@ def parse_mnk(text: str) -> tuple[int, int, int]:
     Raises:
         ValueError: not three positive integers separated by ``x``.
     """
-    parts = text.lower().split("x")
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        values = ()
-    if len(values) != 3 or min(values) <= 0:
-        raise ValueError(f"expected a shape MxNxK of positive integers such as 4096x7168x2048, got {text!r}")
-    return values
+    return parse_int_shape(text, 3, "MxNxK of positive integers", "4096x7168x2048")
 
 
 def _bench_shape(
@@ -218,15 +210,7 @@ def run_dense(options: BenchOptions) -> SuiteReport:
         )
 
     data = {
-        "suite": "dense",
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "device": device,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "deep_gemm_version": getattr(deep_gemm, "__version__", None),
-        "options": {k: v for k, v in vars(options).items()},
-        "max_diff": MAX_DIFF,
-        "copy_bandwidth_gbps": copy_bandwidth * 1e-9,
+        **report_header("dense", options, MAX_DIFF, copy_bandwidth),
         "geomean_speedup": {"cublaslt_blockwise": geomeans["blockwise"], "cublaslt_fast_accum": geomeans["fast_accum"]},
         "rows": rows,
     }

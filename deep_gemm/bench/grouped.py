@@ -15,7 +15,6 @@ group, with the same 1x128 / 128x128 block scales and with per-tensor scales and
 and GB/s count valid rows only, and B once per active group.
 """
 
-import datetime
 import json
 import random
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, time_call, try_first_call
+from deep_gemm.bench.common import derive_throughput, parse_int_shape, report_header, time_call, try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle
@@ -78,13 +77,7 @@ def parse_gmnk(text: str) -> tuple[int, int, int, int]:
     Raises:
         ValueError: not four positive integers separated by ``x``.
     """
-    try:
-        values = tuple(int(p) for p in text.lower().split("x"))
-    except ValueError:
-        values = ()
-    if len(values) != 4 or min(values) <= 0:
-        raise ValueError(f"expected a shape GxMxNxK of positive integers such as 8x4096x7168x2048, got {text!r}")
-    return values
+    return parse_int_shape(text, 4, "GxMxNxK of positive integers", "8x4096x7168x2048")
 
 
 def _row_counts(g: int, m: int, exact: bool, seed: int) -> list[int]:
@@ -280,7 +273,6 @@ def run_grouped_suite(
 ) -> SuiteReport:
     """Run ``bench_one(g, m, n, k, options)`` (a row as ``_new_row`` makes, with timings of ours and the
     baselines) over the shapes after idling the GPU before each, print the table and the geomeans."""
-    import deep_gemm
 
     if not torch.cuda.is_available():
         message = "no CUDA GPU (torch.cuda.is_available() is False)"
@@ -314,14 +306,7 @@ def run_grouped_suite(
         print(f"note: {note}")
     failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
     data = {
-        "suite": name,
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "deep_gemm_version": getattr(deep_gemm, "__version__", None),
-        "options": vars(options),
-        "max_diff": MAX_DIFF,
-        "copy_bandwidth_gbps": copy_bandwidth * 1e-9,
+        **report_header(name, options, MAX_DIFF, copy_bandwidth),
         "geomean_speedup": geomeans,
         "rows": rows,
     }

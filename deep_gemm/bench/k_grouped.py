@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from deep_gemm.bench.common import parse_int_shape
 from deep_gemm.bench.grouped import measure_baselines, measure_ours, run_grouped_suite
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.testing import calc_diff
@@ -39,13 +40,7 @@ def parse_k_grouped_shape(text: str) -> tuple[int, int, int, int]:
     Raises:
         ValueError: not four integers separated by ``x`` with G >= 0 and M, N, K > 0.
     """
-    try:
-        values = tuple(int(p) for p in text.lower().split("x"))
-    except ValueError:
-        values = ()
-    if len(values) != 4 or values[0] < 0 or min(values[1:]) <= 0:
-        raise ValueError(f"expected a shape GxMxNxK (G >= 0; 0 = dense) such as 4x4096x7168x8192, got {text!r}")
-    return values
+    return parse_int_shape(text, 4, "GxMxNxK (G >= 0; 0 = dense)", "4x4096x7168x8192", min_first=0)
 
 
 def _baselines(pairs: list[tuple], c: torch.Tensor, scratch: torch.Tensor) -> dict[str, Any]:

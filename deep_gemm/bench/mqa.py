@@ -26,14 +26,13 @@ bandwidth measured in the same run. Accuracy: ``calc_diff`` against a float64 re
 last requests.
 """
 
-import datetime
 import json
 import os
 from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, time_call, try_first_call
+from deep_gemm.bench.common import derive_throughput, report_header, time_call, try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle, sm_clock_mhz
@@ -368,15 +367,7 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
     if failed:
         print(f"{len(failed)} shape(s) failed: " + ", ".join(f"{r['s']}x{r['s_kv']}x{r['h']}x{r['d']}" for r in failed))
     data = {
-        "suite": "mqa",
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "device": device,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "deep_gemm_version": getattr(deep_gemm, "__version__", None),
-        "options": dict(vars(options)),
-        "max_diff": MAX_DIFF,
-        "copy_bandwidth_gbps": copy_bandwidth * 1e-9,
+        **report_header("mqa", options, MAX_DIFF, copy_bandwidth),
         "geomeans": geomeans,
         "rows": rows,
         "paged_rows": paged_rows,
