@@ -223,20 +223,16 @@ public:
             const uint32_t k_blocks = static_cast<uint32_t>((k + 127) / 128);
             jit::CUtensorMap map_a{}, map_b{};  // (an empty group's maps are never used)
             if (k > 0) {
-                map_a = jit::make_tma_2d(a + start * m, driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, k, m, k, 128, c.block_m,
-                                         driver::CU_TENSOR_MAP_SWIZZLE_128B);
-                map_b = jit::make_tma_2d(b + start * n, driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, k, n, k, 128, c.block_n,
-                                         driver::CU_TENSOR_MAP_SWIZZLE_128B);
+                map_a = operand_map(a + start * m, k, m, k, c.block_m);
+                map_b = operand_map(b + start * n, k, n, k, c.block_n);
             }
             params.set(c.max_k_groups, g, map_a, map_b, k_blocks, sf_rows);
             sf_rows += k_blocks;
         }
         jit::CUtensorMap tma_sfa{}, tma_sfb{}, unused{};
         if (sf_rows > 0) {
-            tma_sfa = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, m, sf_rows,
-                                       args.sfa.stride(0) * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
-            tma_sfb = jit::make_tma_2d(args.sfb.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, n, sf_rows,
-                                       args.sfb.stride(0) * 4, c.block_n, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+            tma_sfa = scale_map(args.sfa.data_ptr(), m, sf_rows, args.sfa.stride(0), c.block_m);
+            tma_sfb = scale_map(args.sfb.data_ptr(), n, sf_rows, args.sfb.stride(0), c.block_n);
         }
 
         jit::LaunchConfig launch = plan.launch;
@@ -290,6 +286,19 @@ private:
         std::array<const void*, kNumTma> bases;
     };
 
+    // An FP8 operand, `rows` rows of `k` bytes `row_bytes` apart: boxes of one 128-deep K block x `box_rows`,
+    // 128B-swizzled as the wgmma descriptors expect.
+    static jit::CUtensorMap operand_map(const void* base, uint64_t k, uint64_t rows, uint64_t row_bytes, uint32_t box_rows) {
+        return jit::make_tma_2d(base, driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, k, rows, row_bytes, 128, box_rows,
+                                driver::CU_TENSOR_MAP_SWIZZLE_128B);
+    }
+
+    // MN-major FP32 scales, one row of `mn` per K block, rows `row_floats` apart: boxes of `box_mn` x 1.
+    static jit::CUtensorMap scale_map(const void* base, uint64_t mn, uint64_t rows, uint64_t row_floats, uint32_t box_mn) {
+        return jit::make_tma_2d(base, driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, mn, rows, row_floats * 4, box_mn, 1,
+                                driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+    }
+
     // The descriptor templates of a plan (not k-grouped), encoded with the first call's addresses.
     static void encode_maps(Plan& plan, const Signature& sig, const Fp8GemmArgs& args) {
         const auto& c = plan.config;
@@ -297,18 +306,14 @@ private:
         // The multicast operand is loaded in halves, one by each CTA of the pair
         const bool halve_a = c.num_multicast > 1 && c.is_multicast_on_a;
         const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
-        plan.tma[0] = jit::make_tma_2d(args.a.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k, sig.m,
-                                       sig.lda, 128, halve_a ? c.block_m / 2 : c.block_m, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+        plan.tma[0] = operand_map(args.a.data_ptr(), sig.k, sig.m, sig.lda, halve_a ? c.block_m / 2 : c.block_m);
         // (grouped: B's groups stacked as [G * N, K]; the API checked that they are)
-        plan.tma[1] = jit::make_tma_2d(args.b.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, sig.k,
-                                       static_cast<uint64_t>(sig.n) * sig.num_groups, sig.ldb, 128,
-                                       halve_b ? c.block_n / 2 : c.block_n, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-        plan.tma[2] = jit::make_tma_2d(args.sfa.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.m, sf_k,
-                                       sig.sfa_stride * 4, c.block_m, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+        plan.tma[1] = operand_map(args.b.data_ptr(), sig.k, static_cast<uint64_t>(sig.n) * sig.num_groups, sig.ldb,
+                                  halve_b ? c.block_n / 2 : c.block_n);
+        plan.tma[2] = scale_map(args.sfa.data_ptr(), sig.m, sf_k, sig.sfa_stride, c.block_m);
         plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), nullptr, nullptr};
         if (c.per_row_sfb) {
-            plan.tma[3] = jit::make_tma_2d(args.sfb.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sig.n, sf_k,
-                                           sig.sfb_stride * 4, c.block_n, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+            plan.tma[3] = scale_map(args.sfb.data_ptr(), sig.n, sf_k, sig.sfb_stride, c.block_n);
             plan.tma_bases[3] = args.sfb.data_ptr();
         }
         if (c.use_tma_store) {
