@@ -2,6 +2,8 @@
 #include <torch/python.h>
 
 #include "apis/attention.hpp"
+#include "apis/bf16_gemm.hpp"
+#include "apis/cublaslt_gemm.hpp"
 #include "apis/gemm.hpp"
 #include "apis/grouped_gemm.hpp"
 #include "apis/jit.hpp"
@@ -22,6 +24,28 @@ static const std::string k_grouped_doc =
     "d: FP32 [G, M, N] contiguous. c: None or FP32 [G, M, N] contiguous, accumulated (may be d: in place).\n"
     "recipe: (1, 1, 128) only (None means that). compiled_dims: which of m, n are compile-time constants.\n"
     "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.";
+
+// What the dense BF16 GEMMs' docstrings share.
+static const std::string bf16_doc =
+    "Operands given as [K, M] / [K, N] are read in place, MN-major (a single row, M or N = 1, may also be a\n"
+    "K-contiguous column). Row strides must be multiples of 16 bytes; any M, N, K >= 0 (K = 0 gives d = c or\n"
+    "zeros; M or N = 0 is a no-op).\n"
+    "d: BF16 or FP32 [M, N], row-major, any row stride, written in place. c: None, or of d's dtype and shape,\n"
+    "    accumulated (D = C + ...; c may be d itself for in place, but may not otherwise overlap it).\n"
+    "compiled_dims: which of m, n, k are compile-time constants.\n"
+    "Raises ValueError on a bad dtype, shape, stride, alignment, overlap or device; NotImplementedError off SM90.";
+
+// What the m-grouped contiguous BF16 GEMMs' docstrings share.
+static const std::string bf16_grouped_doc =
+    "\na: BF16 [M, K], K-major: the groups' row segments concatenated, each starting at a multiple of\n"
+    "    get_mk_alignment_for_contiguous_layout() (padding rows between them).\n"
+    "d: BF16 [M, N], row-major; rows of padding are not written.\n"
+    "grouped_layout: int32 on the device: [M], each row's group id or -1 for padding (M then a multiple of\n"
+    "    the alignment); with use_psum_layout=True, [G] cumulative end rows: group g spans\n"
+    "    [align(end[g-1], alignment), end[g]). Ids outside [0, G) are treated as padding; ends past M clamped.\n"
+    "compiled_dims: which of m, n, k are compile-time constants. expected_m_for_psum_layout: accepted for API\n"
+    "compatibility (the config follows the total row count).\n"
+    "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).";
 
 PYBIND11_MODULE(_C, m) {
     m.doc() = "deep_gemm C++ extension: input validation, the CUDA JIT runtime and kernel launches";
@@ -75,6 +99,36 @@ PYBIND11_MODULE(_C, m) {
           "leading num_groups dimension when given). On SM90 per-row scales (gran_mn = 1) become MN-major\n"
           "TMA-aligned FP32; 128x128 block scales stay K-major and contiguous. Raises ValueError on a shape or\n"
           "dtype mismatch, NotImplementedError off SM90.");
+
+    // cuBLASLt passthrough: the BF16 GEMM contract served by cuBLAS(Lt) through PyTorch (a vendor baseline)
+    {
+        const std::string head = "by cuBLAS(Lt) through PyTorch (at::mm / at::addmm on the current stream): the BF16 GEMM\n"
+                                 "contract of bf16_gemm_{nt,nn,tn,tt}, served by the vendor library, as a baseline behind the\n"
+                                 "same API. Runs on any CUDA GPU; no JIT.\n\n";
+        const std::string tail =
+            "d: BF16 or FP32 [M, N], row-major (stride 1 along N), any row stride; written in place.\n"
+            "c: None, or d's dtype and shape [M, N], row-major, accumulated (D = C + the product); may be d itself\n"
+            "    (in place) but may not otherwise overlap it. With FP32 d the BF16 products accumulate in FP32 and\n"
+            "    are added to C without rounding to BF16 first.\n"
+            "Any M, N, K >= 0 (M or N = 0: no-op; K = 0: d = c, or zeros); no alignment needed.\n"
+            "Raises ValueError on a bad dtype, rank, shape, layout, overlap or device.";
+        m.def("cublaslt_gemm_nt", &dg::apis::cublaslt_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
+              ("D = C + A @ B.T " + head +
+               "a: BF16 [M, K], K-major (stride 1 along K).\n"
+               "b: BF16 [N, K], K-major.\n" + tail).c_str());
+        m.def("cublaslt_gemm_nn", &dg::apis::cublaslt_gemm_nn, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
+              ("D = C + A @ B " + head +
+               "a: BF16 [M, K], K-major (stride 1 along K).\n"
+               "b: BF16 [K, N], N-major (stride 1 along N).\n" + tail).c_str());
+        m.def("cublaslt_gemm_tn", &dg::apis::cublaslt_gemm_tn, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
+              ("D = C + A.T @ B " + head +
+               "a: BF16 [K, M], M-major (stride 1 along M).\n"
+               "b: BF16 [K, N], N-major (stride 1 along N).\n" + tail).c_str());
+        m.def("cublaslt_gemm_tt", &dg::apis::cublaslt_gemm_tt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
+              ("D = C + A.T @ B.T " + head +
+               "a: BF16 [K, M], M-major (stride 1 along M).\n"
+               "b: BF16 [N, K], K-major (stride 1 along K).\n" + tail).c_str());
+    }
 
     // FP8 GEMMs
     m.def("fp8_gemm_nt", &dg::apis::fp8_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "recipe"_a = py::none(),
@@ -165,32 +219,87 @@ PYBIND11_MODULE(_C, m) {
               dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_tt", "transpose both A and B to K-major");
           },
           "Not available on SM90: raises NotImplementedError (use fp8_gemm_nt with A and B K-major).");
-    m.def("get_fp8_gemm_config",
+    m.def("get_gemm_config",
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
              uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
-             uint32_t grouped_alignment) {
+             uint32_t grouped_alignment, bool bf16, bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c) {
               DG_CHECK_INPUT(gemm_type <= 4, "gemm_type must be 0, 1, 2, 3 or 4, got {}", gemm_type);
-              const auto c = dg::kernels::get_fp8_gemm_config(
+              DG_CHECK_INPUT(!(bf16 && per_row_sfb), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
+              DG_CHECK_INPUT(bf16 || (!mn_major_a && !mn_major_b && !fp32_out),
+                             "mn_major_a, mn_major_b and fp32_out describe BF16 GEMMs (bf16=True)");
+              const auto operands = bf16 ? dg::kernels::GemmOperands{dg::kernels::OperandKind::kBf16, mn_major_a,
+                                                                       mn_major_b, fp32_out, has_c}
+                                         : dg::kernels::fp8_operands(per_row_sfb, has_c);
+              const auto c = dg::kernels::get_gemm_config(
                   m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast, {block_m, block_n, num_splits},
-                  per_row_sfb, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment);
+                  operands, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment);
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
                               "store_chunk_n"_a = c.store_chunk_n, "smem_bytes"_a = c.smem_bytes,
                               "num_multicast"_a = c.num_multicast, "is_multicast_on_a"_a = c.is_multicast_on_a,
                               "num_splits"_a = c.num_splits, "use_tma_store"_a = c.use_tma_store,
-                              "per_row_sfb"_a = c.per_row_sfb, "gemm_type"_a = static_cast<uint32_t>(c.gemm_type));
+                              "per_row_sfb"_a = c.operands.per_row_sfb(), "bf16"_a = !c.operands.is_fp8(),
+                              "gemm_type"_a = static_cast<uint32_t>(c.gemm_type));
           },
           "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "use_tma_store"_a = true,
           "allow_multicast"_a = dg::kernels::kMulticastByDefault, "block_m"_a = 0, "block_n"_a = 0, "num_splits"_a = 0,
-          "per_row_sfb"_a = false, "gemm_type"_a = 0, "grouped_alignment"_a = 128,
-          "The config the SM90 FP8 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
+          "per_row_sfb"_a = false, "gemm_type"_a = 0, "grouped_alignment"_a = 128, "bf16"_a = false,
+          "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false,
+          "The config the SM90 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
           "allow_multicast lets it pair tiles into 2-CTA clusters (default: the library's default, which\n"
           "DG_FP8_GEMM_MULTICAST=0/1 overrides at run time); block_m, block_n, num_splits force those choices\n"
-          "as DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K do (0: the heuristic decides); per_row_sfb: recipe\n"
-          "(1, 1, 128); gemm_type: 0 normal, 1 m-grouped contiguous, 2 the same with the psum layout, 3 m-grouped\n"
-          "masked (m is then the total, or groups x expected, row count; grouped_alignment the segment alignment\n"
-          "or the masked rows per group's), 4 k-grouped (m: groups x M, k: a typical K per group; with\n"
-          "per_row_sfb). Raises ValueError when no config fits.");
+          "as DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K do (0: the heuristic decides); per_row_sfb: FP8 recipe\n"
+          "(1, 1, 128); bf16: BF16 operands (mn_major_a / mn_major_b: A stored [K, M] / B stored [K, N];\n"
+          "fp32_out: FP32 D); has_c: a C is accumulated (direct stores); gemm_type: 0 normal, 1 m-grouped\n"
+          "contiguous, 2 the same with the psum layout, 3 m-grouped masked (m is then the total, or groups x\n"
+          "expected, row count; grouped_alignment the segment alignment or the masked rows per group's),\n"
+          "4 k-grouped (m: groups x M, k: a typical K per group; FP32 D). Raises ValueError when no config fits.");
+
+    // BF16 GEMMs
+    m.def("bf16_gemm_nt", &dg::apis::bf16_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "nk",
+          ("D = C + A @ B.T with BF16 operands (SM90): a BF16 [M, K], b BF16 [N, K] (both K-major).\n\n" + bf16_doc).c_str());
+    m.def("bf16_gemm_nn", &dg::apis::bf16_gemm_nn, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "nk",
+          ("D = C + A @ B with BF16 operands (SM90): a BF16 [M, K] (K-major), b BF16 [K, N] (N-major), read in\n"
+           "place (no transposing copy).\n\n" + bf16_doc).c_str());
+    m.def("bf16_gemm_tn", &dg::apis::bf16_gemm_tn, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "mn",
+          ("D = C + A.T @ B with BF16 operands (SM90): a BF16 [K, M] (M-major), b BF16 [K, N] (N-major), read in\n"
+           "place (no transposing copy).\n\n" + bf16_doc).c_str());
+    m.def("bf16_gemm_tt", &dg::apis::bf16_gemm_tt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "mn",
+          ("D = C + A.T @ B.T with BF16 operands (SM90): a BF16 [K, M] (M-major), b BF16 [N, K] (K-major).\n\n" +
+           bf16_doc).c_str());
+    m.def("m_grouped_bf16_gemm_nt_contiguous", &dg::apis::m_grouped_bf16_gemm_nt_contiguous, "a"_a, "b"_a, "d"_a,
+          "grouped_layout"_a, "compiled_dims"_a = "nk", "use_psum_layout"_a = false,
+          "expected_m_for_psum_layout"_a = py::none(),
+          ("MoE forward GEMM over groups of rows with BF16 operands (SM90): for each group g,\n"
+           "D[rows of g] = A[rows of g] @ B[g].T. b: BF16 [G, N, K], K-major, groups stacked densely.\n" +
+           bf16_grouped_doc).c_str());
+    m.def("m_grouped_bf16_gemm_nn_contiguous", &dg::apis::m_grouped_bf16_gemm_nn_contiguous, "a"_a, "b"_a, "d"_a,
+          "grouped_layout"_a, "compiled_dims"_a = "nk", "use_psum_layout"_a = false,
+          "expected_m_for_psum_layout"_a = py::none(),
+          ("MoE forward GEMM over groups of rows with BF16 operands (SM90): for each group g,\n"
+           "D[rows of g] = A[rows of g] @ B[g]. b: BF16 [G, K, N], N-major, groups stacked densely (read in place).\n" +
+           bf16_grouped_doc).c_str());
+    m.def("m_grouped_bf16_gemm_nt_masked", &dg::apis::m_grouped_bf16_gemm_nt_masked, "a"_a, "b"_a, "d"_a,
+          "masked_m"_a, "expected_m"_a, "compiled_dims"_a = "nk",
+          "MoE decode GEMM with BF16 operands and per-group row counts on the device (SM90; alias\n"
+          "bf16_m_grouped_gemm_nt_masked): for each group g, D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T.\n\n"
+          "a: BF16 [G, max_m, K] (max_m a multiple of 64), K-major, groups stacked densely.\n"
+          "b: BF16 [G, N, K], K-major. d: BF16 [G, max_m, N]; rows at or past masked_m[g] are not written.\n"
+          "masked_m: int32 [G] on the device, read by the kernel (no host sync: graph-capturable), clamped to\n"
+          "    [0, max_m]. expected_m: a host hint of the typical rows per group (config only).\n"
+          "Raises ValueError on a bad dtype, shape, stride or device (K must be positive).");
+    m.def("k_grouped_bf16_gemm_tn_contiguous", &dg::apis::k_grouped_bf16_gemm_tn_contiguous, "a"_a, "b"_a, "d"_a,
+          "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "compiled_dims"_a = "mn", "use_psum_layout"_a = false,
+          "MoE weight-gradient GEMM over groups of K with BF16 operands (SM90): for each group g,\n"
+          "D[g] = C[g] + a[start_g : start_g + K_g].T @ b[start_g : start_g + K_g], read in place (MN-major).\n\n"
+          "a: BF16 [sum(K), M] and b: BF16 [sum(K), N], row-major (stride 1 along M / N, row strides multiples of\n"
+          "    16 bytes); group g's rows start at start_g = the sum of the previous groups' K (or, with\n"
+          "    use_psum_layout=True, at align(end of group g-1, get_mk_alignment_for_contiguous_layout())).\n"
+          "ks_cpu: list of the G groups' K (any K >= 0; 0 for an empty group: D[g] = C[g], or zeros).\n"
+          "grouped_layout: int32 [G] on the device (checked for shape and device only: ks_cpu is what the kernel\n"
+          "    follows). d: FP32 [G, M, N] contiguous. c: None or FP32 [G, M, N] contiguous (may be d: in place).\n"
+          "compiled_dims: which of m, n are compile-time constants.\n"
+          "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.");
 
     // Attention: the DeepSeek-V3.2 lightning indexer
     m.def("fp8_mqa_logits", &dg::apis::fp8_mqa_logits, "q"_a, "kv"_a, "weights"_a, "cu_seq_len_k_start"_a,

@@ -28,6 +28,10 @@ def transform_sf_into_required_layout(
     is_sfa: bool | None = None,
     disable_ue8m0_cast: bool = False,
 ) -> torch.Tensor: ...
+def cublaslt_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None: ...
+def cublaslt_gemm_nn(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None: ...
+def cublaslt_gemm_tn(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None: ...
+def cublaslt_gemm_tt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None: ...
 def fp8_gemm_nt(
     a: tuple[torch.Tensor, torch.Tensor],
     b: tuple[torch.Tensor, torch.Tensor],
@@ -90,7 +94,7 @@ def k_grouped_fp8_gemm_tn_contiguous(
 def fp8_gemm_nn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tn(*args: Any, **kwargs: Any) -> None: ...
 def fp8_gemm_tt(*args: Any, **kwargs: Any) -> None: ...
-def get_fp8_gemm_config(
+def get_gemm_config(
     m: int,
     n: int,
     k: int,
@@ -103,7 +107,60 @@ def get_fp8_gemm_config(
     per_row_sfb: bool = False,
     gemm_type: int = 0,
     grouped_alignment: int = 128,
+    bf16: bool = False,
+    mn_major_a: bool = False,
+    mn_major_b: bool = False,
+    fp32_out: bool = False,
+    has_c: bool = False,
 ) -> dict[str, Any]: ...
+def bf16_gemm_nt(
+    a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "nk"
+) -> None: ...
+def bf16_gemm_nn(
+    a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "nk"
+) -> None: ...
+def bf16_gemm_tn(
+    a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "mn"
+) -> None: ...
+def bf16_gemm_tt(
+    a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "mn"
+) -> None: ...
+def m_grouped_bf16_gemm_nt_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    compiled_dims: str = "nk",
+    use_psum_layout: bool = False,
+    expected_m_for_psum_layout: int | None = None,
+) -> None: ...
+def m_grouped_bf16_gemm_nn_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    compiled_dims: str = "nk",
+    use_psum_layout: bool = False,
+    expected_m_for_psum_layout: int | None = None,
+) -> None: ...
+def m_grouped_bf16_gemm_nt_masked(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    compiled_dims: str = "nk",
+) -> None: ...
+def k_grouped_bf16_gemm_tn_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    ks_cpu: Sequence[int],
+    grouped_layout: torch.Tensor,
+    c: torch.Tensor | None = None,
+    compiled_dims: str = "mn",
+    use_psum_layout: bool = False,
+) -> None: ...
 def fp8_mqa_logits(
     q: torch.Tensor,
     kv: tuple[torch.Tensor, torch.Tensor],

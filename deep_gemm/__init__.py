@@ -1,4 +1,4 @@
-"""deep_gemm: JIT-compiled FP8 tensor-core GEMMs with fine-grained scaling for NVIDIA Hopper.
+"""deep_gemm: JIT-compiled tensor-core GEMMs for NVIDIA Hopper: FP8 with fine-grained scaling, BF16, MQA logits.
 
 The public API re-exports the C++ extension (`deep_gemm._C`) and the pure-Python helpers
 (`deep_gemm.utils`, `deep_gemm.testing`). Kernels are compiled at run time, per shape, and cached
@@ -9,7 +9,15 @@ import torch  # noqa: F401  (loads libc10/libtorch before the extension)
 
 from deep_gemm import testing, utils
 from deep_gemm._C import (
+    bf16_gemm_nn,
+    bf16_gemm_nt,
+    bf16_gemm_tn,
+    bf16_gemm_tt,
     compile_kernel,
+    cublaslt_gemm_nn,
+    cublaslt_gemm_nt,
+    cublaslt_gemm_tn,
+    cublaslt_gemm_tt,
     fp8_gemm_nn,
     fp8_gemm_nt,
     fp8_gemm_tn,
@@ -24,9 +32,13 @@ from deep_gemm._C import (
     get_pdl,
     get_tc_util,
     get_tma_aligned_size,
+    k_grouped_bf16_gemm_tn_contiguous,
     k_grouped_fp8_gemm_nt_contiguous,
     k_grouped_fp8_gemm_tn_contiguous,
     kernel_families,
+    m_grouped_bf16_gemm_nn_contiguous,
+    m_grouped_bf16_gemm_nt_contiguous,
+    m_grouped_bf16_gemm_nt_masked,
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
     set_mk_alignment_for_contiguous_layout,
@@ -43,13 +55,23 @@ fp8_fp4_paged_mqa_logits = fp8_paged_mqa_logits
 m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
 m_grouped_fp8_fp4_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
 fp8_m_grouped_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
+bf16_m_grouped_gemm_nt_masked = m_grouped_bf16_gemm_nt_masked
 get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "bf16_gemm_nn",
+    "bf16_gemm_nt",
+    "bf16_gemm_tn",
+    "bf16_gemm_tt",
+    "bf16_m_grouped_gemm_nt_masked",
     "compile_kernel",
+    "cublaslt_gemm_nn",
+    "cublaslt_gemm_nt",
+    "cublaslt_gemm_tn",
+    "cublaslt_gemm_tt",
     "fp8_fp4_gemm_nt",
     "fp8_gemm_nn",
     "fp8_gemm_nt",
@@ -70,8 +92,12 @@ __all__ = [
     "get_tc_util",
     "get_tma_aligned_size",
     "kernel_families",
+    "k_grouped_bf16_gemm_tn_contiguous",
     "k_grouped_fp8_gemm_nt_contiguous",
     "k_grouped_fp8_gemm_tn_contiguous",
+    "m_grouped_bf16_gemm_nn_contiguous",
+    "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_bf16_gemm_nt_masked",
     "m_grouped_fp8_fp4_gemm_nt_contiguous",
     "m_grouped_fp8_gemm_nt_contiguous",
     "m_grouped_fp8_gemm_nt_masked",

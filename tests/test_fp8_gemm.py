@@ -105,7 +105,7 @@ def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
     [
         ("d_bf16", r"d \(recipe \(1, 1, 128\) writes FP32\) must have dtype torch.float32"),
         ("sfb_blocks", r"b\[1\] \(sfb\) must be \[N, ceil\(K/128\)\] = \[128, 2\] for recipe \(1, 1, 128\)"),
-        ("c_dtype", r"c must have dtype torch.float32"),
+        ("c_dtype", r"c \(d's dtype\) must have dtype torch.float32"),
         ("c_shape", r"c must be \[M, N\] = \[64, 128\]"),
         ("c_overlap", r"c must be d itself or not overlap d"),
         ("c_overlap_strided", r"c must be d itself or not overlap d"),
@@ -162,7 +162,7 @@ def test_aliases() -> None:
 def test_heuristic_configs_fit() -> None:
     for m in (1, 64, 128, 129, 1000, 4096, 8192):
         for n, k in NK_PAIRS:
-            cfg = deep_gemm._C.get_fp8_gemm_config(m, n, k)
+            cfg = deep_gemm._C.get_gemm_config(m, n, k)
             assert cfg["smem_bytes"] <= 232448
             assert cfg["block_n"] % 16 == 0 and cfg["block_m"] in (64, 128, 192, 256)
             assert cfg["block_m"] != 192 or (m >= 2048 and cfg["block_n"] <= 128 and cfg["num_math_warpgroups"] == 3)
@@ -170,17 +170,17 @@ def test_heuristic_configs_fit() -> None:
             if m <= 64:
                 assert cfg["block_m"] == 64
     # Non-power-of-two BLOCK_N fills the last wave: 4096 x 576 x 7168 takes 144-wide tiles (four column blocks)
-    assert deep_gemm._C.get_fp8_gemm_config(4096, 576, 7168)["block_n"] == 144
+    assert deep_gemm._C.get_gemm_config(4096, 576, 7168)["block_n"] == 144
     # Multicast only when asked, and only with two or more row blocks to pair
-    assert deep_gemm._C.get_fp8_gemm_config(4096, 7168, 7168)["num_multicast"] == 1
-    assert deep_gemm._C.get_fp8_gemm_config(1024, 7168, 7168, allow_multicast=True)["num_multicast"] == 2
+    assert deep_gemm._C.get_gemm_config(4096, 7168, 7168)["num_multicast"] == 1
+    assert deep_gemm._C.get_gemm_config(1024, 7168, 7168, allow_multicast=True)["num_multicast"] == 2
     # (not with three math warpgroups, the large-M choice: that pairing is unmeasured)
-    assert deep_gemm._C.get_fp8_gemm_config(4096, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
-    assert deep_gemm._C.get_fp8_gemm_config(128, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
+    assert deep_gemm._C.get_gemm_config(4096, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
+    assert deep_gemm._C.get_gemm_config(128, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
 
 
 def test_heuristic_split_k() -> None:
-    config = deep_gemm._C.get_fp8_gemm_config
+    config = deep_gemm._C.get_gemm_config
     # Decode shapes with few tiles split K; their partials go through the reduction, not a TMA store
     for m, n, k in ((1, 2112, 7168), (64, 2112, 7168), (1, 576, 7168)):
         cfg = config(m, n, k)
@@ -199,7 +199,7 @@ def test_heuristic_split_k() -> None:
 
 
 def test_heuristic_forced_choices() -> None:
-    config = deep_gemm._C.get_fp8_gemm_config
+    config = deep_gemm._C.get_gemm_config
     cfg = config(64, 2112, 7168, block_n=64, num_splits=4)
     assert (cfg["block_m"], cfg["block_n"], cfg["num_splits"]) == (64, 64, 4)
     assert config(4096, 7168, 7168, block_m=256, block_n=64)["block_m"] == 256

@@ -125,7 +125,7 @@ def test_alias_and_heuristic() -> None:
     assert deep_gemm.fp8_m_grouped_gemm_nt_masked is deep_gemm.m_grouped_fp8_gemm_nt_masked
     assert deep_gemm.m_grouped_fp8_fp4_gemm_nt_masked is deep_gemm.m_grouped_fp8_gemm_nt_masked
     assert deep_gemm.m_grouped_fp8_fp4_gemm_nt_contiguous is deep_gemm.m_grouped_fp8_gemm_nt_contiguous
-    config = deep_gemm._C.get_fp8_gemm_config
+    config = deep_gemm._C.get_gemm_config
     for gemm_type in (1, 2, 3):
         for alignment in (64, 128, 256):
             for m, n, k in ((8192, 4096, 7168), (16384, 7168, 2048), (512, 576, 7168)):

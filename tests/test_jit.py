@@ -47,6 +47,32 @@ GEMM_CONFIGS = [
         shape_m=7168, shape_n=2048, block_m=128, block_n=112, num_stages=5, per_row_sfb=1, gemm_type=4, max_k_groups=120
     ),
 ]
+# BF16 operands (no scales, no promotion): every layout, BF16 / FP32 D, C, grouped modes
+BF16_GEMM_CONFIGS = [
+    dict(bf16=1, shape_n=7168, shape_k=7168, block_m=128, block_n=256, num_stages=3),  # nt
+    dict(bf16=1, mn_major_b=1, shape_n=7168, shape_k=2048, block_m=128, block_n=256, num_stages=3),  # nn
+    dict(bf16=1, mn_major_a=1, mn_major_b=1, block_m=256, block_n=128, num_stages=3),  # tn
+    dict(bf16=1, mn_major_a=1, block_m=64, block_n=128, num_stages=8),  # tt
+    dict(bf16=1, fp32_out=1, has_c=1, shape_n=129280, shape_k=7168, block_m=128, block_n=256, num_stages=4),
+    dict(bf16=1, has_c=1, shape_n=2112, shape_k=7168, block_m=128, block_n=112, num_stages=6),  # BF16 D + C
+    dict(bf16=1, shape_n=2112, shape_k=7168, block_m=64, block_n=64, num_stages=8, num_splits=4),  # split-K
+    dict(bf16=1, shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, num_multicast=2),
+    dict(bf16=1, mn_major_b=1, shape_n=4096, shape_k=7168, block_m=128, block_n=192, num_stages=4, gemm_type=1),
+    dict(bf16=1, shape_n=7168, shape_k=2048, block_m=64, block_n=256, num_stages=6, gemm_type=3),  # masked
+    dict(
+        bf16=1,
+        mn_major_a=1,
+        mn_major_b=1,
+        fp32_out=1,
+        shape_m=4096,
+        shape_n=7168,
+        block_m=128,
+        block_n=128,
+        num_stages=5,
+        gemm_type=4,
+        max_k_groups=16,
+    ),  # k-grouped tn
+]
 
 
 def gemm_id(cfg: dict) -> str:
@@ -79,7 +105,7 @@ def test_helper_kernels_compile(cache_dir: Path, family: str, params: dict, use_
 @pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
 @pytest.mark.parametrize("cfg", GEMM_CONFIGS, ids=gemm_id)
 def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: bool) -> None:
-    result = deep_gemm.compile_kernel("sm90_fp8_gemm_1d2d", cfg, use_nvrtc=use_nvrtc)
+    result = deep_gemm.compile_kernel("sm90_gemm", cfg, use_nvrtc=use_nvrtc)
     check_clean(result)
     sass = dump_sass(result["cubin_path"])
     lines = sass.splitlines()
@@ -95,6 +121,24 @@ def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: boo
     assert any("UTMALDG" in line for line in lines)
     default_tma_store = cfg.get("num_splits", 1) == 1 and not cfg.get("per_row_sfb", 0)
     assert any("UTMASTG" in line for line in lines) == bool(cfg.get("use_tma_store", default_tma_store))
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+@pytest.mark.parametrize("cfg", BF16_GEMM_CONFIGS, ids=gemm_id)
+def test_bf16_gemm_compiles_with_hgmma(cache_dir: Path, cfg: dict, use_nvrtc: bool) -> None:
+    result = deep_gemm.compile_kernel("sm90_gemm", cfg, use_nvrtc=use_nvrtc)
+    check_clean(result)
+    lines = dump_sass(result["cubin_path"]).splitlines()
+    # BF16 tensor-core MMAs (4 k16 steps per 64 rows per 64-deep K block; the compiler may peel the loop)
+    num_hgmma = sum("HGMMA" in line for line in lines)
+    rows_per_wg = cfg["block_m"] // (1 if cfg["block_m"] == 64 else 2)
+    assert num_hgmma > 0 and num_hgmma % (4 * (rows_per_wg // 64)) == 0, f"found {num_hgmma} HGMMA"
+    assert not any("QGMMA" in line or " HMMA" in line for line in lines)
+    assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
+    assert sum("USETMAXREG" in line for line in lines) == 2
+    assert any("UTMALDG" in line for line in lines)
+    direct = cfg.get("num_splits", 1) > 1 or cfg.get("fp32_out", 0) or cfg.get("has_c", 0)
+    assert any("UTMASTG" in line for line in lines) == (not direct)
 
 
 def test_nvcc_and_nvrtc_keep_separate_entries(cache_dir: Path) -> None:
@@ -124,7 +168,7 @@ def test_cache_key_has_no_absolute_path(tmp_path: Path) -> None:
 @pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
 def test_concurrent_compiles_leave_one_entry(cache_dir: Path, use_nvrtc: bool) -> None:
     cfg = dict(shape_n=2112, shape_k=7168, block_m=128, block_n=112, num_stages=5)
-    procs = [compile_in_subprocess(cache_dir, "sm90_fp8_gemm_1d2d", cfg, use_nvrtc) for _ in range(4)]
+    procs = [compile_in_subprocess(cache_dir, "sm90_gemm", cfg, use_nvrtc) for _ in range(4)]
     results = [finish(p) for p in procs]
     assert len({r["entry_dir"] for r in results}) == 1
     entries = [p for p in (cache_dir / "kernels").iterdir()]
@@ -158,9 +202,7 @@ def test_corrupt_entry_is_rebuilt(cache_dir: Path, damage: str) -> None:
 def test_failed_compile_raises_with_log_and_leaves_no_entry(cache_dir: Path, use_nvrtc: bool) -> None:
     # BLOCK_N = 8 cannot use the TMA-store epilogue: a static_assert in the kernel fails
     with pytest.raises(RuntimeError, match="TMA store"):
-        deep_gemm.compile_kernel(
-            "sm90_fp8_gemm_1d2d", dict(block_m=128, block_n=8, store_chunk_n=16), use_nvrtc=use_nvrtc
-        )
+        deep_gemm.compile_kernel("sm90_gemm", dict(block_m=128, block_n=8, store_chunk_n=16), use_nvrtc=use_nvrtc)
     kernels = cache_dir / "kernels"
     assert not kernels.exists() or not any(kernels.iterdir())
     tmp = cache_dir / "tmp"
@@ -170,7 +212,7 @@ def test_failed_compile_raises_with_log_and_leaves_no_entry(cache_dir: Path, use
 def test_unknown_family_raises(cache_dir: Path) -> None:
     with pytest.raises(ValueError, match="unknown kernel family 'nope'"):
         deep_gemm.compile_kernel("nope", {})
-    assert set(LAYOUT_FAMILIES + ["smxx_splitk_reduce", "sm90_fp8_gemm_1d2d"]) <= set(deep_gemm.kernel_families())
+    assert set(LAYOUT_FAMILIES + ["smxx_splitk_reduce", "sm90_gemm"]) <= set(deep_gemm.kernel_families())
 
 
 def test_bad_arch_raises(cache_dir: Path) -> None:
@@ -204,7 +246,7 @@ def test_ptxas_verbose_and_check_flags(cache_dir: Path) -> None:
 def test_dump_ptx_and_sass(cache_dir: Path) -> None:
     env = dict(DG_JIT_CACHE_DIR=str(cache_dir), DG_JIT_DUMP_PTX="1", DG_JIT_DUMP_SASS="1")
     code = (
-        "import deep_gemm; r = deep_gemm.compile_kernel('sm90_fp8_gemm_1d2d', "
+        "import deep_gemm; r = deep_gemm.compile_kernel('sm90_gemm', "
         "dict(shape_n=2112, shape_k=7168, block_m=128, block_n=112), use_nvrtc=False); print(r['entry_dir'])"
     )
     result = run_python(code, env, cache_dir.parent)
@@ -236,7 +278,7 @@ torch.save(d.cpu(), sys.argv[1])
         assert result.returncode == 0, result.stderr
         outputs.append(torch.load(path))
     assert torch.equal(outputs[0].view(torch.int16), outputs[1].view(torch.int16))
-    assert sorted(p.name.split("-")[1] for p in (tmp_path / "cache" / "kernels").glob("sm90_fp8_gemm_1d2d-*")) == [
+    assert sorted(p.name.split("-")[1] for p in (tmp_path / "cache" / "kernels").glob("sm90_gemm-*")) == [
         "nvcc",
         "nvrtc",
     ]

@@ -102,7 +102,7 @@ def test_tn_bad_layout_raises_value_error() -> None:
 
 
 def test_heuristic_k_grouped() -> None:
-    config = deep_gemm._C.get_fp8_gemm_config
+    config = deep_gemm._C.get_gemm_config
     for groups, m, n in ((4, 4096, 7168), (8, 7168, 2048), (16, 4096, 7168), (2, 128, 256)):
         cfg = config(groups * m, n, 4096, gemm_type=4, per_row_sfb=True, allow_multicast=True)
         assert cfg["num_splits"] == 1 and cfg["num_multicast"] == 1 and not cfg["use_tma_store"], cfg

@@ -9,27 +9,41 @@ from pathlib import Path
 
 OUT = Path("deep_gemm/include/deep_gemm/ptx/wgmma_ops.cuh")
 
-# (struct name, PTX type suffix, K per instruction, doc)
+# (struct name, PTX type suffix, K per instruction, whether the operands may be MN-major, doc)
 FAMILIES = [
-    ("WgmmaFp8E4m3", "f32.e4m3.e4m3", 32, "FP8 E4M3 x E4M3 -> FP32, A and B K-major in shared memory"),
+    ("WgmmaFp8E4m3", "f32.e4m3.e4m3", 32, False, "FP8 E4M3 x E4M3 -> FP32, A and B K-major in shared memory"),
+    (
+        "WgmmaBf16",
+        "f32.bf16.bf16",
+        16,
+        True,
+        "BF16 x BF16 -> FP32; mma<kMnMajorA, kMnMajorB>: each operand K-major (0) or MN-major (1, transposed)",
+    ),
 ]
 
 
-def render_one(name: str, types: str, k: int, n: int) -> str:
+def render_one(name: str, types: str, k: int, transposable: bool, n: int) -> str:
     num_accum = n // 2
     regs = ", ".join(f"%{i}" for i in range(num_accum))
     desc_a, desc_b, scale = num_accum, num_accum + 1, num_accum + 2
     outputs = ", ".join(f'"+f"(d[{i}])' for i in range(num_accum))
+    if transposable:
+        # imm-trans-a / imm-trans-b are immediates: "n" operands of the template arguments
+        template = "template <bool kMnMajorA, bool kMnMajorB>\n    "
+        trans = f", %{scale + 1}, %{scale + 2}"
+        trans_inputs = ', "n"(static_cast<int>(kMnMajorA)), "n"(static_cast<int>(kMnMajorB))'
+    else:
+        template, trans, trans_inputs = "", "", ""
     return f"""template <>
 struct {name}<{n}> {{
     static constexpr uint32_t kNumAccum = {num_accum};
-    __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, float* d, bool scale_d) {{
+    {template}__device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, float* d, bool scale_d) {{
         asm volatile(
             "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{scale}, 0;\\n"
             "wgmma.mma_async.sync.aligned.m64n{n}k{k}.{types} "
-            "{{{regs}}}, %{desc_a}, %{desc_b}, p, 1, 1;\\n}}\\n"
+            "{{{regs}}}, %{desc_a}, %{desc_b}, p, 1, 1{trans};\\n}}\\n"
             : {outputs}
-            : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(scale_d)));
+            : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(scale_d)){trans_inputs});
     }}
 }};
 """
@@ -42,10 +56,10 @@ def main() -> None:
         "// mma(desc_a, desc_b, d, scale_d): d[0 .. N/2) += (or =, when !scale_d) A(64xK) * B(NxK)^T.\n"
         "#pragma once\n\n#include <deep_gemm/common/types.cuh>\n\nnamespace deep_gemm::ptx {\n"
     ]
-    for name, types, k, doc in FAMILIES:
+    for name, types, k, transposable, doc in FAMILIES:
         parts.append(f"\n// {doc}\ntemplate <uint32_t N>\nstruct {name};\n\n")
         for n in range(8, 257, 8):
-            parts.append(render_one(name, types, k, n))
+            parts.append(render_one(name, types, k, transposable, n))
     parts.append("\n}  // namespace deep_gemm::ptx\n")
     OUT.write_text("".join(parts))
 

@@ -13,7 +13,8 @@
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last),
 #      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of one large GEMM,
 #      DG_GPU_RUN_NCU_SHAPE="M N K", as ncu-source.csv; memcheck of DG_GPU_RUN_SANITIZE_TESTS="pytest args").
-# (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier.)
+# (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
+#  picks test files, default all.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
 # The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
 # packs all of it into $OUT/all-logs.tgz and copies the main logs and JSON next to it (7 at most).
@@ -24,7 +25,8 @@ OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT 
 mkdir -p "$FINAL_OUT"
 pack() {
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
-    for f in pytest.log bench.log bench.json smoke.log ncu.txt kgrouped.log mqa.log; do
+    for f in pytest.log bench.log bench.json smoke.log ncu.txt ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
+        [[ $f == *.* ]] || f=$f.log
         [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
     done
 }
@@ -53,7 +55,7 @@ grep -h "calc_diff\|fp8_gemm_nt m=" "$OUT/smoke.log"
 pack
 
 if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
-    (cd tests && timeout ${DG_GPU_RUN_TEST_TIMEOUT:-420} python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "$@" .) > "$OUT/pytest.log" 2>&1
+    (cd tests && timeout ${DG_GPU_RUN_TEST_TIMEOUT:-420} python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "$@" ${DG_GPU_RUN_TEST_PATHS:-.}) > "$OUT/pytest.log" 2>&1
     echo "pytest exit code $?"; tail -25 "$OUT/pytest.log"
 fi
 pack

@@ -20,7 +20,7 @@ COMPILE = """
 import json, sys, time
 import deep_gemm
 t = time.perf_counter()
-r = deep_gemm.compile_kernel("sm90_fp8_gemm_1d2d", dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160,
+r = deep_gemm.compile_kernel("sm90_gemm", dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160,
                                                          num_stages=5), use_nvrtc=sys.argv[1] == "1")
 print(json.dumps({"seconds": time.perf_counter() - t, "cache_hit": r["cache_hit"], "registers": r["registers"]}))
 """

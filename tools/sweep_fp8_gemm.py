@@ -93,7 +93,7 @@ def main() -> None:
             )
             cells.append(text.rjust(width))
         m, n, k = (int(v) for v in shape.split("x"))
-        cfg = deep_gemm._C.get_fp8_gemm_config(m, n, k)
+        cfg = deep_gemm._C.get_gemm_config(m, n, k)
         print(shape.ljust(18) + "".join(cells) + f"   bm{cfg['block_m']}-bn{cfg['block_n']}-s{cfg['num_splits']}")
     if args.json:
         with open(args.json, "w") as f:

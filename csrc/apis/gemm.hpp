@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../jit/device_runtime.hpp"
-#include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
+#include "../jit_kernels/impls/sm90_gemm.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "layout.hpp"
 
@@ -96,11 +96,11 @@ inline std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
     return {first, first + static_cast<uintptr_t>(last + 1) * t.element_size() - 1};
 }
 
-// C of D = C + A @ B.T: FP32 and D's shape (`layout` names it), and either D itself or not overlapping
+// C of D = C + A @ B.T: D's dtype and shape (`layout` names it), and either D itself or not overlapping
 // it (in place only as the very same elements: each is read, then written, by one thread).
 inline void check_accumuland(const at::Tensor& c, const at::Tensor& d, const char* layout) {
     check_defined(c, "c");
-    check_dtype(c, at::kFloat, "c");
+    check_dtype(c, d.scalar_type(), "c (d's dtype)");
     DG_CHECK_INPUT(c.sizes() == d.sizes(), "c must be {} = [{}] (d's shape), got a {}", layout, fmt::join(d.sizes(), ", "),
                    describe(c));
     const bool same_elements = c.data_ptr() == d.data_ptr() && c.strides() == d.strides();
@@ -179,7 +179,8 @@ inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, cons
     const at::Tensor sfb = per_row_sfb ? get_mn_major_tma_aligned_tensor(sfb_in)
                                        : sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
     const at::Tensor* c_ptr = c.has_value() ? &*c : nullptr;
-    kernels::Sm90Fp8Gemm1d2dRunner::run({a, sfa, b, sfb, d, c_ptr, per_row_sfb, cdims.m, cdims.n, cdims.k});
+    kernels::Sm90GemmRunner::run({a, b, d, c_ptr, &sfa, &sfb, kernels::fp8_operands(per_row_sfb), cdims.m, cdims.n,
+                                  cdims.k});
 }
 
 // The other layouts: FP8 wgmma reads only K-major operands on SM90.

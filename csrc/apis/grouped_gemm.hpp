@@ -1,4 +1,4 @@
-// M-grouped FP8 GEMM API (MoE): validate every input, then run the FP8 GEMM kernel in its grouped mode.
+// M-grouped GEMM API (MoE), FP8 and BF16: validate every input, then run the GEMM kernel in its grouped mode.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -7,12 +7,92 @@
 #include <string>
 
 #include "../jit/device_runtime.hpp"
-#include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
+#include "../jit_kernels/impls/sm90_gemm.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
 #include "layout.hpp"
 
 namespace dg::apis {
+
+namespace detail {
+
+// The contiguous layout tensor: int32 [M] group ids (M then a multiple of the segment alignment), or with
+// use_psum_layout [G] cumulative end rows. Returns the alignment.
+inline int64_t check_contiguous_layout(const at::Tensor& grouped_layout, int64_t m, int64_t num_groups,
+                                       bool use_psum_layout) {
+    const int64_t alignment = jit::DeviceRuntime::instance().mk_alignment();
+    check_defined(grouped_layout, "grouped_layout");
+    check_dtype(grouped_layout, at::kInt, "grouped_layout");
+    if (use_psum_layout) {
+        DG_CHECK_INPUT(grouped_layout.dim() == 1 && grouped_layout.size(0) == num_groups,
+                       "grouped_layout (use_psum_layout=True) must be int32 [G] = [{}] cumulative end rows, got a {}",
+                       num_groups, describe(grouped_layout));
+    } else {
+        DG_CHECK_INPUT(grouped_layout.dim() == 1 && grouped_layout.size(0) == m,
+                       "grouped_layout must be int32 [M] = [{}], one group id per row (-1 for padding), got a {}", m,
+                       describe(grouped_layout));
+        DG_CHECK_INPUT(m % alignment == 0, "M = {} must be a multiple of get_mk_alignment_for_contiguous_layout() = {} "
+                                           "(each group's segment starts aligned and is padded)", m, alignment);
+    }
+    DG_CHECK_INPUT(grouped_layout.stride(0) == 1 || grouped_layout.size(0) <= 1,
+                   "grouped_layout must be contiguous, got a {}", describe(grouped_layout));
+    return alignment;
+}
+
+// BF16 D [M, N] of an m-grouped GEMM, row-major.
+inline void check_grouped_d(const at::Tensor& d, int64_t m, int64_t n) {
+    check_defined(d, "d");
+    check_dim(d, 2, "d");
+    check_dtype(d, at::kBFloat16, "d");
+    DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
+    DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
+}
+
+// A's rows per group of a masked GEMM: whole 64-row blocks (BLOCK_M divides them).
+inline void check_masked_rows(int64_t max_m) {
+    DG_CHECK_INPUT(max_m % 64 == 0, "A's rows per group (max_m = {}) must be a multiple of 64", max_m);
+}
+
+// masked_m int32 [G], contiguous, and D [G, max_m, N] BF16 with its groups stacked densely.
+inline void check_masked(const at::Tensor& masked_m, const at::Tensor& d, int64_t num_groups, int64_t max_m, int64_t n,
+                         int64_t expected_m) {
+    check_defined(d, "d");
+    check_dim(d, 3, "d");
+    check_dtype(d, at::kBFloat16, "d");
+    DG_CHECK_INPUT(d.size(0) == num_groups && d.size(1) == max_m && d.size(2) == n,
+                   "d must be [G, max_m, N] = [{}, {}, {}], got a {}", num_groups, max_m, n, describe(d));
+    DG_CHECK_INPUT(d.stride(2) == 1 && (d.stride(0) == max_m * d.stride(1) || num_groups == 1),
+                   "d must be row-major with its groups stacked densely, got a {}", describe(d));
+    DG_CHECK_INPUT(expected_m > 0, "expected_m must be positive (a hint of the rows per group), got {}", expected_m);
+    check_defined(masked_m, "masked_m");
+    check_dtype(masked_m, at::kInt, "masked_m");
+    DG_CHECK_INPUT(masked_m.dim() == 1 && masked_m.size(0) == num_groups && (masked_m.stride(0) == 1 || num_groups == 1),
+                   "masked_m must be a contiguous int32 [G] = [{}], got a {}", num_groups, describe(masked_m));
+}
+
+// Run the contiguous layout: A [M, K], B [G, N, K] (logical view), D [M, N].
+inline void run_contiguous(kernels::GemmArgs args, const at::Tensor& grouped_layout, bool use_psum_layout,
+                           int64_t alignment) {
+    args.gemm_type = use_psum_layout ? kernels::GemmType::kMGroupedContiguousPsum : kernels::GemmType::kMGroupedContiguous;
+    args.grouped_layout = &grouped_layout;
+    args.num_groups = static_cast<uint32_t>(args.b.size(0));
+    args.grouped_alignment = static_cast<uint32_t>(alignment);
+    kernels::Sm90GemmRunner::run(args);
+}
+
+// Run the masked layout: A [G * max_m, K], B [G, N, K] (logical view), D [G * max_m, N].
+inline void run_masked(kernels::GemmArgs args, const at::Tensor& masked_m, int64_t max_m, int64_t expected_m) {
+    const int64_t num_groups = args.b.size(0);
+    args.gemm_type = kernels::GemmType::kMGroupedMasked;
+    args.grouped_layout = &masked_m;
+    args.num_groups = static_cast<uint32_t>(num_groups);
+    args.grouped_alignment = max_m % 128 == 0 ? 128 : 64;  // BLOCK_M must divide max_m
+    args.max_m = static_cast<uint32_t>(max_m);
+    args.config_m = static_cast<uint32_t>(std::min<int64_t>(num_groups * std::min(expected_m, max_m), INT32_MAX));
+    kernels::Sm90GemmRunner::run(args);
+}
+
+}  // namespace detail
 
 // D[rows of group g] = A[rows of group g] @ B[g].T for the groups (experts) whose row segments are
 // concatenated in A; see the Python docstring for the layouts.
@@ -33,11 +113,7 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     DG_CHECK_INPUT(b.size(2) == k, "b[0] (B) must be [G, N, K] with K = {} (A's K), got a {}", k, describe(b));
     DG_CHECK_INPUT(num_groups >= 1, "b[0] (B) must hold at least one group, got a {}", describe(b));
     check_groups_stacked(b, "b[0] (B)");
-    check_defined(d, "d");
-    check_dim(d, 2, "d");
-    check_dtype(d, at::kBFloat16, "d");
-    DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
-    DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
+    detail::check_grouped_d(d, m, n);
     DG_CHECK_INPUT(m <= INT32_MAX && n * num_groups <= INT32_MAX && k <= INT32_MAX,
                    "M, G * N and K must each be below 2^31");
     DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
@@ -50,22 +126,7 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     check_scales(sfa_in, "a[1] (sfa)", {m, sf_k}, "[M, ceil(K/128)]");
     check_scales(sfb_in, "b[1] (sfb)", {num_groups, sf_n, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
 
-    const int64_t alignment = jit::DeviceRuntime::instance().mk_alignment();
-    check_defined(grouped_layout, "grouped_layout");
-    check_dtype(grouped_layout, at::kInt, "grouped_layout");
-    if (use_psum_layout) {
-        DG_CHECK_INPUT(grouped_layout.dim() == 1 && grouped_layout.size(0) == num_groups,
-                       "grouped_layout (use_psum_layout=True) must be int32 [G] = [{}] cumulative end rows, got a {}",
-                       num_groups, describe(grouped_layout));
-    } else {
-        DG_CHECK_INPUT(grouped_layout.dim() == 1 && grouped_layout.size(0) == m,
-                       "grouped_layout must be int32 [M] = [{}], one group id per row (-1 for padding), got a {}", m,
-                       describe(grouped_layout));
-        DG_CHECK_INPUT(m % alignment == 0, "M = {} must be a multiple of get_mk_alignment_for_contiguous_layout() = {} "
-                                           "(each group's segment starts aligned and is padded)", m, alignment);
-    }
-    DG_CHECK_INPUT(grouped_layout.stride(0) == 1 || grouped_layout.size(0) <= 1,
-                   "grouped_layout must be contiguous, got a {}", describe(grouped_layout));
+    const int64_t alignment = detail::check_contiguous_layout(grouped_layout, m, num_groups, use_psum_layout);
 
     // Devices last
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
@@ -77,12 +138,8 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
         return;
     const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in);
     const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
-    kernels::Fp8GemmArgs args{a, sfa, b, sfb, d, nullptr, false, cdims.m, cdims.n, cdims.k};
-    args.gemm_type = use_psum_layout ? kernels::GemmType::kMGroupedContiguousPsum : kernels::GemmType::kMGroupedContiguous;
-    args.grouped_layout = &grouped_layout;
-    args.num_groups = static_cast<uint32_t>(num_groups);
-    args.grouped_alignment = static_cast<uint32_t>(alignment);
-    kernels::Sm90Fp8Gemm1d2dRunner::run(args);
+    detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_operands(false), cdims.m, cdims.n, cdims.k},
+                           grouped_layout, use_psum_layout, alignment);
 }
 
 // For each group g, the first masked_m[g] rows: D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T (MoE decode);
@@ -100,20 +157,13 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     DG_CHECK_INPUT(b.size(0) == num_groups && b.size(2) == k, "b[0] (B) must be [G, N, K] with G = {} and K = {} "
                    "(A's), got a {}", num_groups, k, describe(b));
     DG_CHECK_INPUT(num_groups >= 1, "a[0] (A) must hold at least one group, got a {}", describe(a));
-    DG_CHECK_INPUT(max_m % 64 == 0, "A's rows per group (max_m = {}) must be a multiple of 64", max_m);
+    detail::check_masked_rows(max_m);
     DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
     check_groups_stacked(a, "a[0] (A)");
     check_groups_stacked(b, "b[0] (B)");
-    check_defined(d, "d");
-    check_dim(d, 3, "d");
-    check_dtype(d, at::kBFloat16, "d");
-    DG_CHECK_INPUT(d.size(0) == num_groups && d.size(1) == max_m && d.size(2) == n,
-                   "d must be [G, max_m, N] = [{}, {}, {}], got a {}", num_groups, max_m, n, describe(d));
-    DG_CHECK_INPUT(d.stride(2) == 1 && (d.stride(0) == max_m * d.stride(1) || num_groups == 1),
-                   "d must be row-major with its groups stacked densely, got a {}", describe(d));
     DG_CHECK_INPUT(num_groups * max_m <= INT32_MAX && num_groups * n <= INT32_MAX && k <= INT32_MAX,
                    "G * max_m, G * N and K must each be below 2^31");
-    DG_CHECK_INPUT(expected_m > 0, "expected_m must be positive (a hint of the rows per group), got {}", expected_m);
+    detail::check_masked(masked_m, d, num_groups, max_m, n, expected_m);
     const auto cdims = parse_compiled_dims(compiled_dims);
     const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);
     DG_CHECK_INPUT(gran_m == 1 && gran_n == 128 && gran_k == 128,
@@ -122,10 +172,6 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     const int64_t sf_k = (k + 127) / 128, sf_n = (n + 127) / 128;
     check_scales(sfa_in, "a[1] (sfa)", {num_groups, max_m, sf_k}, "[G, max_m, ceil(K/128)]");
     check_scales(sfb_in, "b[1] (sfb)", {num_groups, sf_n, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
-    check_defined(masked_m, "masked_m");
-    check_dtype(masked_m, at::kInt, "masked_m");
-    DG_CHECK_INPUT(masked_m.dim() == 1 && masked_m.size(0) == num_groups && (masked_m.stride(0) == 1 || num_groups == 1),
-                   "masked_m must be a contiguous int32 [G] = [{}], got a {}", num_groups, describe(masked_m));
 
     // Devices last
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
@@ -140,14 +186,8 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     const at::Tensor d_flat = d.view({num_groups * max_m, n});
     const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in.reshape({num_groups * max_m, sf_k}));
     const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
-    kernels::Fp8GemmArgs args{a_flat, sfa, b, sfb, d_flat, nullptr, false, cdims.m, cdims.n, cdims.k};
-    args.gemm_type = kernels::GemmType::kMGroupedMasked;
-    args.grouped_layout = &masked_m;
-    args.num_groups = static_cast<uint32_t>(num_groups);
-    args.grouped_alignment = max_m % 128 == 0 ? 128 : 64;  // BLOCK_M must divide max_m
-    args.max_m = static_cast<uint32_t>(max_m);
-    args.config_m = static_cast<uint32_t>(std::min<int64_t>(num_groups * std::min(expected_m, max_m), INT32_MAX));
-    kernels::Sm90Fp8Gemm1d2dRunner::run(args);
+    detail::run_masked({a_flat, b, d_flat, nullptr, &sfa, &sfb, kernels::fp8_operands(false), cdims.m, cdims.n, cdims.k},
+                       masked_m, max_m, expected_m);
 }
 
 }  // namespace dg::apis

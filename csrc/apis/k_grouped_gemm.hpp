@@ -1,5 +1,5 @@
-// K-grouped FP8 GEMM API (MoE weight gradients): validate every input, lay the groups out, then run the FP8
-// GEMM kernel in its k-grouped mode.
+// K-grouped GEMM API (MoE weight gradients), FP8 and BF16: validate every input, lay the groups out, then run
+// the GEMM kernel in its k-grouped mode.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "../jit/device_runtime.hpp"
-#include "../jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp"
+#include "../jit_kernels/impls/sm90_gemm.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
 #include "layout.hpp"
@@ -19,14 +19,15 @@ namespace dg::apis {
 namespace detail {
 
 // Where each group's K starts in the flat buffers: back to back, or (psum layout) each group starting at
-// the alignment past the previous group's end. Also checks K_g.
-inline std::vector<int64_t> k_group_starts(const std::vector<int64_t>& ks, bool use_psum_layout, int64_t alignment) {
+// the alignment past the previous group's end. Also checks K_g (a multiple of `k_multiple`).
+inline std::vector<int64_t> k_group_starts(const std::vector<int64_t>& ks, bool use_psum_layout, int64_t alignment,
+                                           int64_t k_multiple) {
     std::vector<int64_t> starts;
     int64_t end = 0;
     for (size_t g = 0; g < ks.size(); ++g) {
-        DG_CHECK_INPUT(ks[g] >= 0 && ks[g] % 16 == 0 && ks[g] <= INT32_MAX,
-                       "ks_cpu[{}] = {}: each group's K must be a non-negative multiple of 16 (TMA row strides)", g,
-                       ks[g]);
+        DG_CHECK_INPUT(ks[g] >= 0 && ks[g] % k_multiple == 0 && ks[g] <= INT32_MAX,
+                       "ks_cpu[{}] = {}: each group's K must be a non-negative multiple of {}{}", g, ks[g], k_multiple,
+                       k_multiple > 1 ? " (TMA row strides)" : "");
         const int64_t start = use_psum_layout ? (end + alignment - 1) / alignment * alignment : end;
         starts.push_back(start);
         end = start + ks[g];
@@ -49,6 +50,35 @@ inline at::Tensor k_grouped_scales(const at::Tensor& sf, int64_t mn, int64_t sf_
     return use_rows_first ? sf.t() : sf;
 }
 
+// What every k-grouped GEMM checks: the group count, D [G, M, N] FP32 contiguous, C, the recipe, grouped_layout
+// int32 [G]. Returns the groups' starts along K (see k_group_starts).
+inline std::vector<int64_t> check_k_grouped(const std::vector<int64_t>& ks, const at::Tensor& d,
+                                            const std::optional<at::Tensor>& c, const at::Tensor& grouped_layout,
+                                            bool use_psum_layout, int64_t k_multiple) {
+    const int64_t num_groups = static_cast<int64_t>(ks.size());
+    DG_CHECK_INPUT(num_groups >= 1 && num_groups <= kernels::kMaxKGroups,
+                   "ks_cpu must list 1..{} group sizes (the per-group TMA maps travel as kernel parameters), got {}",
+                   kernels::kMaxKGroups, num_groups);
+    check_defined(d, "d");
+    check_dim(d, 3, "d");
+    check_dtype(d, at::kFloat, "d (k-grouped GEMMs write FP32)");
+    DG_CHECK_INPUT(d.size(0) == num_groups, "d must be [G, M, N] with G = {} (len(ks_cpu)), got a {}", num_groups,
+                   describe(d));
+    DG_CHECK_INPUT(d.is_contiguous(), "d must be contiguous [G, M, N], got a {}", describe(d));
+    DG_CHECK_INPUT(d.size(1) <= INT32_MAX && d.size(2) <= INT32_MAX, "M and N must each be below 2^31");
+    if (c.has_value()) {
+        check_accumuland(*c, d, "[G, M, N]");
+        DG_CHECK_INPUT(c->is_contiguous(), "c must be contiguous [G, M, N], got a {}", describe(*c));
+    }
+    check_defined(grouped_layout, "grouped_layout");
+    check_dtype(grouped_layout, at::kInt, "grouped_layout");
+    DG_CHECK_INPUT(grouped_layout.dim() == 1 && grouped_layout.size(0) == num_groups,
+                   "grouped_layout must be int32 [G] = [{}] (the groups' K, or their cumulative ends with "
+                   "use_psum_layout=True), got a {}", num_groups, describe(grouped_layout));
+    const int64_t alignment = jit::DeviceRuntime::instance().mk_alignment();
+    return k_group_starts(ks, use_psum_layout, alignment, k_multiple);
+}
+
 }  // namespace detail
 
 // Per group g: D[g] = C[g] + A_g @ B_g.T over the group's own K; see the Python docstring for the layouts.
@@ -61,29 +91,14 @@ inline void k_grouped_fp8_gemm_contiguous(const char* fn, bool k_major, const Te
     const auto& [a, sfa_in] = a_pair;
     const auto& [b, sfb_in] = b_pair;
     const int64_t num_groups = static_cast<int64_t>(ks.size());
-    DG_CHECK_INPUT(num_groups >= 1 && num_groups <= kernels::kMaxKGroups,
-                   "ks_cpu must list 1..{} group sizes (the per-group TMA maps travel as kernel parameters), got {}",
-                   kernels::kMaxKGroups, num_groups);
-    check_defined(d, "d");
-    check_dim(d, 3, "d");
-    check_dtype(d, at::kFloat, "d (k-grouped GEMMs write FP32)");
+    const std::vector<int64_t> starts = detail::check_k_grouped(ks, d, c, grouped_layout, use_psum_layout, 16);
     const int64_t m = d.size(1), n = d.size(2);
-    DG_CHECK_INPUT(d.size(0) == num_groups, "d must be [G, M, N] with G = {} (len(ks_cpu)), got a {}", num_groups,
-                   describe(d));
-    DG_CHECK_INPUT(d.is_contiguous(), "d must be contiguous [G, M, N], got a {}", describe(d));
-    DG_CHECK_INPUT(m <= INT32_MAX && n <= INT32_MAX, "M and N must each be below 2^31");
-    if (c.has_value()) {
-        check_accumuland(*c, d, "[G, M, N]");
-        DG_CHECK_INPUT(c->is_contiguous(), "c must be contiguous [G, M, N], got a {}", describe(*c));
-    }
     if (recipe.has_value())
         DG_CHECK_INPUT(*recipe == std::vector<int64_t>({1, 1, 128}),
                        "recipe must be (1, 1, 128) for k-grouped GEMMs (per-row scales of A and B), got ({})",
                        fmt::join(*recipe, ", "));
     const auto cdims = parse_compiled_dims(compiled_dims);
 
-    const int64_t alignment = jit::DeviceRuntime::instance().mk_alignment();
-    const std::vector<int64_t> starts = detail::k_group_starts(ks, use_psum_layout, alignment);
     const int64_t total_k = starts.back() + ks.back();
     int64_t sf_rows = 0;
     for (const int64_t k: ks)
@@ -113,11 +128,6 @@ inline void k_grouped_fp8_gemm_contiguous(const char* fn, bool k_major, const Te
                    "a[0] (A) and b[0] (B) must start 16-byte aligned (TMA)");
     const at::Tensor sfa_mn = detail::k_grouped_scales(sfa_in, m, sf_rows, "a[1] (sfa)");
     const at::Tensor sfb_mn = detail::k_grouped_scales(sfb_in, n, sf_rows, "b[1] (sfb)");
-    check_defined(grouped_layout, "grouped_layout");
-    check_dtype(grouped_layout, at::kInt, "grouped_layout");
-    DG_CHECK_INPUT(grouped_layout.dim() == 1 && grouped_layout.size(0) == num_groups,
-                   "grouped_layout must be int32 [G] = [{}] (the groups' K, or their cumulative ends with "
-                   "use_psum_layout=True), got a {}", num_groups, describe(grouped_layout));
 
     // Devices last
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
@@ -144,9 +154,10 @@ inline void k_grouped_fp8_gemm_contiguous(const char* fn, bool k_major, const Te
     // Scales as [K blocks, MN] rows with a TMA-aligned row stride
     const at::Tensor sfa = sf_rows > 0 ? get_mn_major_tma_aligned_tensor(sfa_mn).t() : sfa_mn.t();
     const at::Tensor sfb = sf_rows > 0 ? get_mn_major_tma_aligned_tensor(sfb_mn).t() : sfb_mn.t();
-    kernels::Sm90Fp8Gemm1d2dRunner::run_k_grouped({a_flat, sfa, b_flat, sfb, d, c.has_value() ? &*c : nullptr,
-                                                   static_cast<uint32_t>(m), static_cast<uint32_t>(n), ks, starts,
-                                                   cdims.m, cdims.n});
+    kernels::Sm90GemmRunner::run_k_grouped({a_flat, b_flat, d, c.has_value() ? &*c : nullptr, &sfa, &sfb,
+                                            static_cast<uint32_t>(m), static_cast<uint32_t>(n), ks, starts, cdims.m,
+                                            cdims.n},
+                                           kernels::fp8_operands(true));
 }
 
 inline void k_grouped_fp8_gemm_nt_contiguous(const TensorPair& a, const TensorPair& b, const at::Tensor& d,

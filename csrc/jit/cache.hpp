@@ -30,7 +30,7 @@
 namespace dg::jit {
 
 struct KernelSource {
-    std::string family;  // e.g. "sm90_fp8_gemm_1d2d"; names the cache entry
+    std::string family;  // e.g. "sm90_gemm"; names the cache entry
     std::string code;    // the rendered .cu
 };
 

@@ -1,9 +1,10 @@
-// Building TMA descriptors (CUtensorMap) for 2-D tiles on the host.
+// Building TMA descriptors (CUtensorMap) for 2-D and 3-D tiles on the host.
 //
 // `make_tma_2d` encodes once; the GEMMs memoize descriptors per shape signature and only swap in
 // the new base address with cuTensorMapReplaceAddress on later calls.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "../utils/cuda_driver.hpp"
@@ -40,6 +41,26 @@ inline CUtensorMap make_tma_2d(const void* base, CUtensorMapDataType dtype, uint
     const driver::cuuint32_t element_strides[2] = {1, 1};
     DG_CUDA_DRIVER_CHECK(driver::api().cuTensorMapEncodeTiled(
         &map, dtype, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+        driver::CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, driver::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    return map;
+}
+
+// A 3-D tensor of dims[0] (innermost) x dims[1] x dims[2] elements, dims 1 and 2 `strides_bytes` apart; boxes
+// of box[0] x box[1] x box[2].
+inline CUtensorMap make_tma_3d(const void* base, CUtensorMapDataType dtype, const std::array<uint64_t, 3>& dims,
+                               const std::array<uint64_t, 2>& strides_bytes, const std::array<uint32_t, 3>& box,
+                               CUtensorMapSwizzle swizzle) {
+    DG_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "TMA: base address must be 16-byte aligned");
+    DG_CHECK(strides_bytes[0] % 16 == 0 && strides_bytes[1] % 16 == 0, "TMA: strides {} and {} bytes are not multiples "
+             "of 16", strides_bytes[0], strides_bytes[1]);
+    CUtensorMap map{};
+    const driver::cuuint64_t global_dims[3] = {dims[0], dims[1], dims[2]};
+    const driver::cuuint64_t strides[2] = {strides_bytes[0], strides_bytes[1]};
+    const driver::cuuint32_t box_dims[3] = {box[0], box[1], box[2]};
+    const driver::cuuint32_t element_strides[3] = {1, 1, 1};
+    DG_CUDA_DRIVER_CHECK(driver::api().cuTensorMapEncodeTiled(
+        &map, dtype, 3, const_cast<void*>(base), global_dims, strides, box_dims, element_strides,
         driver::CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, driver::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         driver::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
     return map;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "../jit/cache.hpp"
-#include "impls/sm90_fp8_gemm_1d2d.hpp"
+#include "impls/sm90_gemm.hpp"
 #include "impls/sm90_fp8_mqa_logits.hpp"
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/smxx_layout.hpp"
@@ -22,7 +22,7 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
     static const std::map<std::string, std::function<jit::KernelSource(const KernelParams&)>> registry = {
         {"smxx_transpose_sf", [](const KernelParams&) { return render_layout_kernel(LayoutKernel::kTransposeSf); }},
         {"smxx_pack_ue8m0", [](const KernelParams&) { return render_layout_kernel(LayoutKernel::kPackUe8m0); }},
-        {"sm90_fp8_gemm_1d2d", [](const KernelParams& p) { return render_sm90_fp8_gemm(config_from_params(p)); }},
+        {"sm90_gemm", [](const KernelParams& p) { return render_sm90_gemm(config_from_params(p)); }},
         {"sm90_fp8_mqa_logits",
          [](const KernelParams& p) { return render_sm90_fp8_mqa_logits(mqa_logits_config_from_params(p)); }},
         {"sm90_fp8_paged_mqa_logits",

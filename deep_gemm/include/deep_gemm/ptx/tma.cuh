@@ -1,4 +1,4 @@
-// TMA (cp.async.bulk.tensor) wrappers: 2-D tile loads completing on an mbarrier, 2-D tile stores
+// TMA (cp.async.bulk.tensor) wrappers: 2-D and 3-D tile loads completing on an mbarrier, 2-D tile stores
 // from shared memory with bulk-group completion, and the proxy fence that orders them.
 #pragma once
 
@@ -16,6 +16,15 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* desc
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
         ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(x), "r"(y)
+        : "memory");
+}
+
+// Load the 3-D box at (x, y, z) (innermost first) into `dst`; completes on `bar`.
+__device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* desc, uint64_t* bar, int32_t x, int32_t y,
+                                            int32_t z) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+        ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(x), "r"(y), "r"(z)
         : "memory");
 }
 

@@ -38,6 +38,23 @@ __device__ __forceinline__ uint64_t make_smem_desc_k_major_swizzled(const void* 
     return desc;
 }
 
+// Descriptor of an MN-major tile of 16-bit elements, stored as TMA writes boxes of 64 (MN) x K rows with the
+// 128-byte swizzle: each K row holds 64 consecutive MN elements (128 bytes), 8-row groups along K are 1024
+// bytes apart (stride byte offset), and the next 64 MN elements sit `kChunkBytes` further (leading byte
+// offset: one box of 64 x BLOCK_K). The tile is 1024-byte aligned. To step along K, add 16 rows x 128 bytes
+// per k16 step to `smem`.
+template <uint32_t kChunkBytes>
+__device__ __forceinline__ uint64_t make_smem_desc_mn_major_sw128(const void* smem) {
+    static_assert(kChunkBytes % 1024 == 0 && (kChunkBytes >> 4) < (1u << 14), "a 14-bit leading byte offset");
+    const uint64_t addr = smem_addr(smem);
+    uint64_t desc = 0;
+    desc |= (addr & 0x3ffffull) >> 4;              // bits  0-13: start address >> 4
+    desc |= uint64_t(kChunkBytes >> 4) << 16;      // bits 16-29: leading byte offset >> 4 (next 64 MN elements)
+    desc |= uint64_t(1024 >> 4) << 32;             // bits 32-45: stride byte offset >> 4 (next 8 K rows)
+    desc |= uint64_t(1) << 62;                     // bits 62-63: swizzle mode 1 = 128B
+    return desc;
+}
+
 // The descriptor of the tile `bytes` further in shared memory (a multiple of 16): the start address
 // field holds address >> 4 in 14 bits, and every shared-memory address is below 2^18, so the add
 // cannot carry out of the field. Lets a loop build its descriptors with one integer add from a base.

@@ -1,14 +1,15 @@
-// Config choice for the SM90 FP8 GEMM (pure function of the problem and the device: unit-tested on
-// the CPU through `_C.get_fp8_gemm_config`, printed with DG_PRINT_CONFIGS=1).
+// Config choice for the SM90 GEMM kernel, FP8 and BF16 (pure function of the problem and the device: unit-tested on
+// the CPU through `_C.get_gemm_config`, printed with DG_PRINT_CONFIGS=1).
 //
-// Model (Fp8GemmCostModel, in SM cycles): the kernel is persistent and each CTA runs its units one
+// Model (GemmCostModel, in SM cycles): the kernel is persistent and each CTA runs its units one
 // after the other, so
 //   time = max(waves x K blocks per unit x per-K-block time,  DRAM bytes / DRAM bandwidth) + reduction
 //   waves = ceil(#units / #SMs), units = tiles x splits (with multicast: tile pairs over #SMs / 2)
 //   per-K-block time = max(latency floor, wgmma time ~ BLOCK_M x (BLOCK_N + 32) / 32, L2 -> SM bytes,
 //                          B bytes at the DRAM bandwidth one SM can pull)
 // (the +32 stands for what every tile pays regardless of its width: loading A, promotion
-// bookkeeping, the epilogue). Split-K (small M, fewer tiles than SMs) cuts a tile's K blocks into
+// bookkeeping, the epilogue; +16 for BF16, which has no promotion). A K block is 128 bytes of each row
+// (128 FP8 or 64 BF16 elements): the same wgmma time and bytes either way. Split-K (small M, fewer tiles than SMs) cuts a tile's K blocks into
 // up to 16 units, at the price of FP32 partials written and read back, and a reduction kernel.
 // Among the candidates that fit the registers and shared memory, the cheapest wins; near-ties go
 // to the wider tile. Stages: as many as shared memory holds (at most 8).
@@ -47,7 +48,44 @@ inline const char* gemm_type_name(GemmType type) {
     }
 }
 
-struct Fp8GemmConfig {
+// What the operands are (mirrors deep_gemm::OperandKind) and how D is written.
+enum class OperandKind : uint32_t {
+    kFp8BlockScaled = 0,  // recipe (1, 128, 128), BF16 D
+    kFp8RowScaled = 1,    // recipe (1, 1, 128), FP32 D (+ C)
+    kBf16 = 2,            // BF16 operands, either layout each; BF16 or FP32 D (+ C)
+};
+
+inline const char* operand_kind_name(OperandKind kind) {
+    switch (kind) {
+        case OperandKind::kFp8RowScaled: return "OperandKind::kFp8RowScaled";
+        case OperandKind::kBf16: return "OperandKind::kBf16";
+        default: return "OperandKind::kFp8BlockScaled";
+    }
+}
+
+struct GemmOperands {
+    OperandKind kind = OperandKind::kFp8BlockScaled;
+    bool mn_major_a = false, mn_major_b = false;  // BF16 only: A stored [K, M], B stored [K, N]
+    bool fp32_out = false;                        // FP32 D (always so with kFp8RowScaled)
+    bool has_c = false;                           // a C added by the epilogue
+
+    bool is_fp8() const { return kind != OperandKind::kBf16; }
+    bool per_row_sfb() const { return kind == OperandKind::kFp8RowScaled; }
+    bool block_sfb() const { return kind == OperandKind::kFp8BlockScaled; }
+    // FP32 D or a C to add: stored straight from registers (no TMA store, no split-K)
+    bool direct_store() const { return fp32_out || has_c; }
+    // K per stage: 128 bytes of each row
+    uint32_t block_k() const { return is_fp8() ? 128 : 64; }
+    uint32_t element_bytes() const { return is_fp8() ? 1 : 2; }
+    bool operator==(const GemmOperands&) const = default;
+};
+
+// The FP8 recipe (1, 1, 128) or (1, 128, 128) as kernel operands.
+inline GemmOperands fp8_operands(bool per_row_sfb, bool has_c = false) {
+    return {per_row_sfb ? OperandKind::kFp8RowScaled : OperandKind::kFp8BlockScaled, false, false, per_row_sfb, has_c};
+}
+
+struct GemmConfig {
     // Compile-time shape (0: given at run time)
     uint32_t shape_m = 0, shape_n = 0, shape_k = 0;
     uint32_t block_m = 128, block_n = 128;
@@ -56,7 +94,7 @@ struct Fp8GemmConfig {
     uint32_t num_group_n = 8;
     uint32_t num_multicast = 1;       // CTAs per cluster sharing one operand through TMA multicast
     uint32_t num_splits = 1;          // split-K: units per tile along K (FP32 partials + reduction kernel)
-    bool per_row_sfb = false;         // recipe (1, 1, 128): B scaled per row, D FP32 (+ C), direct stores
+    GemmOperands operands;            // operand kind and layouts, D's type
     GemmType gemm_type = GemmType::kNormal;
     uint32_t max_k_groups = 0;        // k-grouped: capacity of the per-group TMA map parameter (else 0)
     bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
@@ -67,14 +105,16 @@ struct Fp8GemmConfig {
 
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
+        static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16"};
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
-                           "tma_store={} sfb={} type={} max_k_groups={} sms={} smem={} compiled_mnk=({},{},{})",
-                           block_m, block_n, num_splits,
-                           num_stages,
-                           num_math_warpgroups, num_group_n, num_multicast, num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "",
-                           store_chunk_n, use_tma_store, per_row_sfb ? "per-row" : "per-block",
-                           static_cast<uint32_t>(gemm_type), max_k_groups, num_sms, smem_bytes,
-                           shape_m, shape_n, shape_k);
+                           "tma_store={} operands={} layout={}{} d={}{} type={} max_k_groups={} sms={} smem={} "
+                           "compiled_mnk=({},{},{})",
+                           block_m, block_n, num_splits, num_stages, num_math_warpgroups, num_group_n, num_multicast,
+                           num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "", store_chunk_n, use_tma_store,
+                           kKinds[static_cast<uint32_t>(operands.kind)], operands.mn_major_a ? "t" : "n",
+                           operands.mn_major_b ? "n" : "t", operands.fp32_out ? "fp32" : "bf16",
+                           operands.has_c ? "+c" : "", static_cast<uint32_t>(gemm_type), max_k_groups, num_sms,
+                           smem_bytes, shape_m, shape_n, shape_k);
     }
 };
 
@@ -94,24 +134,26 @@ inline uint32_t k_grouped_capacity(uint32_t num_groups) {
 // TMA multicast of B across 2-CTA clusters (tile pairs along M): whether the heuristic may use it.
 // DG_FP8_GEMM_MULTICAST=0 / =1 forces it off / allows it; unset, kMulticastByDefault decides
 // (docs/perf/h200.md has the measurements behind it). The compile-only entry point builds any variant.
-// (read by the caller, so that get_fp8_gemm_config stays a pure function of its arguments)
+// (read by the caller, so that get_gemm_config stays a pure function of its arguments)
 constexpr bool kMulticastByDefault = false;
 inline bool multicast_enabled() {
     return get_env("DG_FP8_GEMM_MULTICAST").empty() ? kMulticastByDefault : get_env_flag("DG_FP8_GEMM_MULTICAST");
 }
 
 
-// Shared memory the kernel needs (mirrors Sm90Fp8Gemm1d2d::SMEM_SIZE).
-inline uint32_t fp8_gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,
-                                    bool per_row_sfb = false) {
+// Shared memory the kernel needs (mirrors Sm90Gemm::SMEM_SIZE): per stage 128 bytes of K per row of A and B,
+// FP8 scales.
+inline uint32_t gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,
+                                const GemmOperands& operands = {}) {
     const uint32_t d = use_tma_store ? block_m * block_n * 2 : 0;
-    const uint32_t sfa = (block_m * 4 + 127) / 128 * 128;
-    const uint32_t sfb = per_row_sfb ? (block_n * 4 + 127) / 128 * 128 : 8;  // a column's scales, or the tile's pair
+    const uint32_t sfa = operands.is_fp8() ? (block_m * 4 + 127) / 128 * 128 : 0;
+    // a column's scales, the tile's pair, or none
+    const uint32_t sfb = operands.per_row_sfb() ? (block_n * 4 + 127) / 128 * 128 : operands.block_sfb() ? 8 : 0;
     return 1024 + d + num_stages * (block_m * 128 + block_n * 128 + sfa + sfb + 16);  // + 2 barriers
 }
 
 // Widest 16/32/64-column chunk dividing BLOCK_N (TMA store box with a 32/64/128-byte swizzle).
-inline uint32_t fp8_gemm_store_chunk(uint32_t block_n) {
+inline uint32_t gemm_store_chunk(uint32_t block_n) {
     return block_n % 64 == 0 ? 64 : block_n % 32 == 0 ? 32 : 16;
 }
 
@@ -128,31 +170,33 @@ inline bool fp8_gemm_block_n_fits_sfb(uint32_t block_n) {
 
 // Work units of the persistent grid: tiles, or with multicast the tile pairs sharing one operand
 // (pairs along N share A, pairs along M share B), as the kernel's GemmScheduler walks them.
-inline uint64_t fp8_gemm_num_units(uint64_t m_blocks, uint64_t n_blocks, uint32_t num_multicast, bool is_multicast_on_a) {
+inline uint64_t gemm_num_units(uint64_t m_blocks, uint64_t n_blocks, uint32_t num_multicast, bool is_multicast_on_a) {
     if (num_multicast == 1)
         return m_blocks * n_blocks;
     return is_multicast_on_a ? m_blocks * ((n_blocks + 1) / 2) : ((m_blocks + 1) / 2) * n_blocks;
 }
 
-// Accumulator registers per math thread: partial + accumulated, per 64-row slice.
+// Accumulator registers per math thread, per 64-row slice: BLOCK_N / 2 accumulated, and for FP8 as many partial.
 // Three math warpgroups (BLOCK_M = 192) get 152 registers each instead of 232: BLOCK_N <= 128 (SASS-checked).
-inline bool fp8_gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t num_math_warpgroups) {
+inline bool gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t num_math_warpgroups, bool is_fp8 = true) {
     const uint32_t slices = block_m / num_math_warpgroups / 64;
+    if (!is_fp8)
+        return slices * block_n / 2 <= 128u;
     return slices * block_n <= (num_math_warpgroups == 3 ? 128u : 160u);
 }
 
-inline uint32_t fp8_gemm_math_warpgroups(uint32_t block_m) {
+inline uint32_t gemm_math_warpgroups(uint32_t block_m) {
     return block_m == 64 ? 1 : block_m == 192 ? 3 : 2;
 }
 
 // Forced choices (0: the heuristic decides), from DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K: for
 // tuning sweeps and for reproducing a config; a forced value no candidate can take is an error.
-struct Fp8GemmOverrides {
+struct GemmOverrides {
     uint32_t block_m = 0, block_n = 0, num_splits = 0;
 };
 
 // Estimated time, in SM cycles, of one candidate (see the model at the top of this file).
-struct Fp8GemmCostModel {
+struct GemmCostModel {
     static constexpr double kLatencyPerKBlock = 350;   // one K block's serial chain: barrier, wgmma, promotion
     static constexpr double kL2BytesPerCycle = 64;     // L2 -> one SM
     static constexpr double kDramBytesPerCycle = 2000;  // HBM3e, all SMs together
@@ -167,12 +211,15 @@ struct Fp8GemmCostModel {
     // Where that was measured: large problems (M >= 2048); below, BLOCK_M = 192 is not a candidate.
     static constexpr uint64_t kThreeWarpgroupMinM = 2048;
 
+    // (a K block is 128 bytes of each row: 128 FP8 or 64 BF16 elements, the same wgmma time either way)
     static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
-                       uint64_t waves) {
-        const uint64_t num_k_blocks = (k + 127) / 128;
-        // (with three warpgroups a K block costs the same at BLOCK_N 112 as at 128: measured 1216 vs 1153 cycles)
+                       uint64_t waves, const GemmOperands& operands = {}) {
+        const uint64_t block_k = operands.block_k(), num_k_blocks = (k + block_k - 1) / block_k;
+        // (with three warpgroups a K block costs the same at BLOCK_N 112 as at 128: measured 1216 vs 1153 cycles;
+        // BF16 has no promotion: a smaller per-tile overhead)
+        const double overhead = operands.is_fp8() ? 32 : 16;
         const double mma = block_m == 192 ? 192.0 * (128 + 32) / 32 * kThreeWarpgroupMmaFactor
-                                          : double(block_m) * (block_n + 32) / 32;
+                                          : double(block_m) * (block_n + overhead) / 32;
         const double l2 = double(std::min<uint64_t>(block_m, m) + block_n) * 128 / kL2BytesPerCycle;
         // With one row block, every B tile is read by one unit only: it streams from DRAM (A hits L2).
         // With more, the units sharing a B tile run at about the same time and find it in L2.
@@ -181,13 +228,15 @@ struct Fp8GemmCostModel {
         const double sm_time = double(waves) * (((num_k_blocks + num_splits - 1) / num_splits) * per_k_block +
                                                 kUnitOverheadCycles);
         const double partials = num_splits > 1 ? 4.0 * num_splits * m * n : 0.0;
-        const double dram_time = (double(m) * k + double(n) * k + 2.0 * m * n + 2 * partials) / kDramBytesPerCycle;
+        const double d_bytes = (operands.fp32_out ? 4.0 : 2.0) * (operands.has_c ? 2 : 1) * m * n;
+        const double dram_time = (operands.element_bytes() * (double(m) * k + double(n) * k) + d_bytes + 2 * partials) /
+                                 kDramBytesPerCycle;
         const double reduce_time = num_splits > 1 ? kReduceLaunchCycles + (partials + 2.0 * m * n) / kDramBytesPerCycle : 0.0;
         return std::max(sm_time, dram_time) + reduce_time;
     }
 };
 
-inline Fp8GemmOverrides forced_config() {
+inline GemmOverrides forced_config() {
     const auto read = [](const char* name) {
         const std::string v = get_env(name);
         if (v.empty())
@@ -204,32 +253,36 @@ inline Fp8GemmOverrides forced_config() {
 constexpr uint32_t kMaxSplits = 16;
 constexpr uint32_t kMinKBlocksPerSplit = 2;
 
-// per_row_sfb: recipe (1, 1, 128) (FP32 D written directly: no TMA store, no split-K).
+// operands: FP8 (recipe (1, 128, 128) or (1, 1, 128)) or BF16; FP32 D or a C: written directly (no TMA store,
+// no split-K). BF16: no three-warpgroup tiles (they hide FP8's promotion), an MN-major B takes BLOCK_N in
+// multiples of 64, and its multicast is not offered.
 // gemm_type: m-grouped layouts take BLOCK_M dividing `grouped_alignment` (a row block never spans two
 // groups: the contiguous segments' alignment, or the masked layout's rows per group) and neither split-K
 // nor multicast; `m` is then the total (contiguous) or expected (masked: groups x expected_m) row count.
-// K-grouped (weight gradients): per_row_sfb, neither split-K nor multicast; `m` is groups x M (every
+// K-grouped (weight gradients): FP32 D, neither split-K nor multicast; `m` is groups x M (every
 // group's tiles are units of the one persistent grid) and `k` a typical K per group; the caller sets
 // max_k_groups.
-inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
-                                         bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
-                                         const Fp8GemmOverrides& forced = {}, bool per_row_sfb = false,
-                                         GemmType gemm_type = GemmType::kNormal, uint32_t grouped_alignment = 128) {
-    use_tma_store = use_tma_store && !per_row_sfb;
+inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
+                                  bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
+                                  const GemmOverrides& forced = {}, const GemmOperands& operands = {},
+                                  GemmType gemm_type = GemmType::kNormal, uint32_t grouped_alignment = 128) {
+    use_tma_store = use_tma_store && !operands.direct_store();
     const bool grouped = gemm_type != GemmType::kNormal, m_grouped = is_m_grouped(gemm_type);
-    allow_multicast = allow_multicast && !grouped;
+    allow_multicast = allow_multicast && !grouped && !operands.mn_major_b;
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");
-    const uint32_t num_k_blocks = (k + 127) / 128;
-    Fp8GemmConfig best;
+    DG_CHECK_INPUT(operands.is_fp8() ? !operands.mn_major_a && !operands.mn_major_b : true,
+                   "FP8 operands must be K-major");
+    const uint32_t num_k_blocks = (k + operands.block_k() - 1) / operands.block_k();
+    GemmConfig best;
     double best_cost = -1;
     // (BLOCK_M = 192, three math warpgroups so that two cover each one's promotion: for large problems,
     // where it was measured, or when forced)
     const uint32_t block_ms[] = {64, 128, 192, 256};
     for (const uint32_t block_m: block_ms) {
-        if (block_m == 192 && forced.block_m != 192 && m < Fp8GemmCostModel::kThreeWarpgroupMinM)
+        if (block_m == 192 && (!operands.is_fp8() || (forced.block_m != 192 && m < GemmCostModel::kThreeWarpgroupMinM)))
             continue;
         // M <= 64: one 64-row math warpgroup; otherwise two warpgroups of 64 or 128 rows (three of 64 rows
-        // for BLOCK_M = 192, see fp8_gemm_math_warpgroups)
+        // for BLOCK_M = 192, see gemm_math_warpgroups)
         if (m_grouped) {
             // Any BLOCK_M that divides the segment alignment (a row block never spans two groups)
             if ((forced.block_m && block_m != forced.block_m) || grouped_alignment % block_m != 0 || block_m == 256)
@@ -238,32 +291,34 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
                                   : ((block_m == 64) != (m <= 64) || (block_m == 256 && m <= 128))) {
             continue;
         }
-        const uint32_t wgs = fp8_gemm_math_warpgroups(block_m);
+        const uint32_t wgs = gemm_math_warpgroups(block_m);
         for (uint32_t block_n = 16; block_n <= 256; block_n += 16) {
             if (forced.block_n && block_n != forced.block_n)
                 continue;
-            if (!fp8_gemm_block_n_fits_sfb(block_n) || !fp8_gemm_fits_registers(block_m, block_n, wgs))
+            if ((operands.block_sfb() && !fp8_gemm_block_n_fits_sfb(block_n)) ||
+                !gemm_fits_registers(block_m, block_n, wgs, operands.is_fp8()) ||
+                (operands.mn_major_b && block_n % 64 != 0))
                 continue;
             const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
             for (uint32_t splits = 1; splits <= kMaxSplits; ++splits) {
                 // Split-K only when the tiles alone leave SMs idle, and with a few K blocks per split
-                // (never with per-row sfb or groups, nor more splits than K blocks)
+                // (never with direct stores or groups, nor more splits than K blocks)
                 if (forced.num_splits ? splits != forced.num_splits
                                       : splits > 1 && (m_blocks * n_blocks >= num_sms ||
                                                        splits * kMinKBlocksPerSplit > num_k_blocks))
                     continue;
-                if (splits > num_k_blocks || (splits > 1 && (per_row_sfb || grouped)))
+                if (splits > num_k_blocks || (splits > 1 && (operands.direct_store() || grouped)))
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
-                if (fp8_gemm_smem_bytes(block_m, block_n, 2, tma_store, per_row_sfb) > kSm90MaxSmemBytes)
+                if (gemm_smem_bytes(block_m, block_n, 2, tma_store, operands) > kSm90MaxSmemBytes)
                     continue;
                 // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
                 // (not with three math warpgroups: that pairing is unmeasured)
                 const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2 && block_m != 192;
-                const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false) * splits;
+                const uint64_t units = gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false) * splits;
                 const uint64_t slots = multicast ? num_sms / 2 : num_sms;
                 const uint64_t waves = (units + slots - 1) / slots;
-                const double cost = Fp8GemmCostModel::cost(m, n, k, block_m, block_n, splits, waves);
+                const double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, waves, operands);
                 const bool better = best_cost < 0 || cost < best_cost * 0.999 ||
                                     (cost <= best_cost * 1.001 && splits == best.num_splits &&
                                      block_m == best.block_m && block_n > best.block_n);
@@ -279,19 +334,19 @@ inline Fp8GemmConfig get_fp8_gemm_config(uint32_t m, uint32_t n, uint32_t k, uin
             }
         }
     }
-    DG_CHECK_INPUT(best_cost >= 0, "no FP8 GEMM config fits m={} n={} k={} with the forced BLOCK_M={} BLOCK_N={} "
+    DG_CHECK_INPUT(best_cost >= 0, "no GEMM config fits m={} n={} k={} with the forced BLOCK_M={} BLOCK_N={} "
                    "split-K={} (DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K; 0 = not forced)", m, n, k, forced.block_m,
                    forced.block_n, forced.num_splits);
 
     best.use_tma_store = use_tma_store && best.num_splits == 1;
-    best.per_row_sfb = per_row_sfb;
+    best.operands = operands;
     best.gemm_type = gemm_type;
-    best.store_chunk_n = fp8_gemm_store_chunk(best.block_n);
+    best.store_chunk_n = gemm_store_chunk(best.block_n);
     best.num_stages = 2;
-    while (best.num_stages < 8 && fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1,
-                                                      best.use_tma_store, per_row_sfb) <= kSm90MaxSmemBytes)
+    while (best.num_stages < 8 && gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1,
+                                                  best.use_tma_store, operands) <= kSm90MaxSmemBytes)
         ++best.num_stages;
-    best.smem_bytes = fp8_gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store, per_row_sfb);
+    best.smem_bytes = gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store, operands);
     best.num_sms = num_sms;
     best.shape_m = compile_m ? m : 0;
     best.shape_n = compile_n ? n : 0;

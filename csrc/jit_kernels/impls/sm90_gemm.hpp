@@ -1,4 +1,4 @@
-// Host side of deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh: render the kernel for a
+// Host side of deep_gemm/include/deep_gemm/impls/sm90_gemm.cuh: render the kernel for a
 // config, build its TMA descriptors, launch. Everything that depends only on the shape signature
 // (config, loaded kernel, descriptor templates) is memoized, so a repeated call renders, hashes and
 // encodes nothing: it patches the base addresses that moved since this thread's last call of the
@@ -20,42 +20,50 @@
 #include "../../jit/kernel_runtime.hpp"
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
-#include "../heuristics/sm90_fp8_gemm.hpp"
+#include "../heuristics/sm90_gemm.hpp"
 #include "smxx_splitk_reduce.hpp"
 
 namespace dg::kernels {
 
-inline jit::KernelSource render_sm90_fp8_gemm(const Fp8GemmConfig& c) {
-    return {"sm90_fp8_gemm_1d2d",
-            fmt::format("#include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>\n\n"
+inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
+    const auto b = [](bool value) { return value ? "true" : "false"; };
+    return {"sm90_gemm",
+            fmt::format("#include <deep_gemm/impls/sm90_gemm.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_gemm_kernel<\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
-                        c.num_group_n, c.num_multicast, c.is_multicast_on_a ? "true" : "false", c.store_chunk_n,
-                        c.use_tma_store ? "true" : "false", c.num_splits, c.per_row_sfb ? "true" : "false",
+                        c.num_group_n, c.num_multicast, b(c.is_multicast_on_a), c.store_chunk_n, b(c.use_tma_store),
+                        c.num_splits, operand_kind_name(c.operands.kind), b(c.operands.mn_major_a),
+                        b(c.operands.mn_major_b), b(c.operands.fp32_out || c.operands.per_row_sfb()),
                         gemm_type_name(c.gemm_type), c.max_k_groups)};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
-// their defaults, and the shared-memory size is derived.
-inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& params) {
-    Fp8GemmConfig c;
+// their defaults, and the shared-memory size is derived. Operands: `per_row_sfb` (FP8 recipe (1, 1, 128)) or
+// `bf16` (with `mn_major_a`, `mn_major_b`, `fp32_out`, `has_c`); FP8 recipe (1, 128, 128) by default.
+inline GemmConfig config_from_params(const std::map<std::string, int64_t>& params) {
+    GemmConfig c;
     const auto get = [&](const char* key, uint32_t fallback) {
         const auto it = params.find(key);
         return it == params.end() ? fallback : static_cast<uint32_t>(it->second);
     };
     c.shape_m = get("shape_m", 0), c.shape_n = get("shape_n", 0), c.shape_k = get("shape_k", 0);
     c.block_m = get("block_m", c.block_m), c.block_n = get("block_n", c.block_n);
-    c.num_math_warpgroups = get("num_math_warpgroups", fp8_gemm_math_warpgroups(c.block_m));
+    c.num_math_warpgroups = get("num_math_warpgroups", gemm_math_warpgroups(c.block_m));
     c.num_stages = get("num_stages", c.num_stages);
     c.num_group_n = get("num_group_n", c.num_group_n);
     c.num_multicast = get("num_multicast", 1);
     c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
     c.num_splits = get("num_splits", 1);
-    c.per_row_sfb = get("per_row_sfb", 0) != 0;
+    const bool per_row_sfb = get("per_row_sfb", 0) != 0, bf16 = get("bf16", 0) != 0;
+    DG_CHECK_INPUT(!(per_row_sfb && bf16), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
+    c.operands = fp8_operands(per_row_sfb);
+    if (bf16)
+        c.operands = {OperandKind::kBf16, get("mn_major_a", 0) != 0, get("mn_major_b", 0) != 0,
+                      get("fp32_out", 0) != 0, get("has_c", 0) != 0};
     c.gemm_type = static_cast<GemmType>(get("gemm_type", 0));
     DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 4, "gemm_type must be 0 (normal), 1 (m-grouped contiguous), "
                    "2 (m-grouped contiguous, psum layout), 3 (m-grouped masked) or 4 (k-grouped contiguous)");
@@ -63,22 +71,24 @@ inline Fp8GemmConfig config_from_params(const std::map<std::string, int64_t>& pa
     DG_CHECK_INPUT((c.max_k_groups > 0) == (c.gemm_type == GemmType::kKGroupedContiguous) &&
                    c.max_k_groups <= kMaxKGroups, "max_k_groups must be 1..{} for k-grouped GEMMs (gemm_type 4), 0 "
                    "otherwise", kMaxKGroups);
-    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.per_row_sfb) != 0;
-    c.store_chunk_n = get("store_chunk_n", fp8_gemm_store_chunk(c.block_n));
-    c.smem_bytes = fp8_gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.per_row_sfb);
+    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.operands.direct_store()) != 0;
+    c.store_chunk_n = get("store_chunk_n", gemm_store_chunk(c.block_n));
+    c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands);
     return c;
 }
 
-// Arguments of one call, already validated by the API layer.
-struct Fp8GemmArgs {
-    const at::Tensor& a;    // [M, K] e4m3, K-major
-    const at::Tensor& sfa;  // [M, ceil(K/128)] FP32, MN-major, TMA-aligned
-    const at::Tensor& b;    // [N, K] e4m3, K-major
-    const at::Tensor& sfb;  // recipe (1, 128, 128): [ceil(N/128), ceil(K/128)] FP32, contiguous;
-                            // recipe (1, 1, 128): [N, ceil(K/128)] FP32, MN-major, TMA-aligned
-    const at::Tensor& d;    // [M, N] BF16 (recipe (1, 128, 128)) or FP32 (recipe (1, 1, 128)), row stride `d.stride(0)`
-    const at::Tensor* c;    // FP32 [M, N] accumulated into D (recipe (1, 1, 128)), may be `d`; or null
-    bool per_row_sfb;       // recipe (1, 1, 128)
+// Arguments of one call, already validated by the API layer. A and B are given as logical [M, K] and
+// [N, K] (or [G, N, K]) views: K-major (stride 1 along K) or, for BF16, MN-major (stride 1 along M / N:
+// the transposed view of a [K, M] / [K, N] tensor).
+struct GemmArgs {
+    const at::Tensor& a;    // [M, K] e4m3 K-major, or BF16
+    const at::Tensor& b;    // [N, K] (m-grouped: [G, N, K], groups stacked densely) e4m3 K-major, or BF16
+    const at::Tensor& d;    // [M, N] BF16 or FP32, row stride `d.stride(0)`
+    const at::Tensor* c;    // of D's type and shape, accumulated into D, may be `d`; or null
+    const at::Tensor* sfa;  // FP8: [M, ceil(K/128)] FP32, MN-major, TMA-aligned; BF16: null
+    const at::Tensor* sfb;  // FP8 recipe (1, 128, 128): [ceil(N/128), ceil(K/128)] FP32, contiguous;
+                            // recipe (1, 1, 128): [N, ceil(K/128)] FP32, MN-major, TMA-aligned; BF16: null
+    GemmOperands operands;  // (has_c: set from `c`)
     bool compile_m, compile_n, compile_k;
     // M-grouped contiguous (then B is [G, N, K] and sfb [G, ceil(N/128), ceil(K/128)]): the layout tensor
     // (int32 [M] group ids, or [G] cumulative ends) and the segment alignment
@@ -92,20 +102,22 @@ struct Fp8GemmArgs {
     uint32_t config_m = 0;
 };
 
-// K-grouped GEMM (MoE weight gradients, recipe (1, 1, 128)), validated by the API layer: per group g,
-// D[g] = C[g] + A_g @ B_g^T with A_g [M, K_g] at element M * k_starts[g] of `a` and B_g [N, K_g] at
-// N * k_starts[g] of `b` (K-major); scales [sum_g ceil(K_g / 128), M or N], each group's rows following
-// the previous group's.
-struct Fp8KGroupedGemmArgs {
-    const at::Tensor& a;    // flat e4m3
-    const at::Tensor& sfa;  // FP32 [sum of K blocks, M], row stride sfa.stride(0) (a multiple of 4)
-    const at::Tensor& b;    // flat e4m3
-    const at::Tensor& sfb;  // FP32 [sum of K blocks, N], row stride sfb.stride(0) (a multiple of 4)
+// K-grouped GEMM (MoE weight gradients), validated by the API layer: per group g, D[g] = C[g] + A_g @ B_g^T over
+// the group's K_g, starting at k_starts[g].
+//   FP8 (recipe (1, 1, 128)): A_g [M, K_g] at element M * k_starts[g] of the flat `a`, B_g [N, K_g] likewise
+//     (K-major); scales [sum_g ceil(K_g / 128), M or N], each group's rows following the previous group's.
+//   BF16: `a` [sum K, M] and `b` [sum K, N] MN-major (row stride a.stride(0) / b.stride(0)), A_g^T the rows
+//     [k_starts[g], k_starts[g] + K_g); no scales.
+struct KGroupedGemmArgs {
+    const at::Tensor& a;
+    const at::Tensor& b;
     const at::Tensor& d;    // FP32 [G, M, N], contiguous
     const at::Tensor* c;    // FP32 [G, M, N], contiguous, may be `d`; or null
+    const at::Tensor* sfa;  // FP8: FP32 [sum of K blocks, M], row stride sfa.stride(0) (a multiple of 4); BF16: null
+    const at::Tensor* sfb;  // FP8: FP32 [sum of K blocks, N], row stride sfb.stride(0) (a multiple of 4); BF16: null
     uint32_t m, n;
-    const std::vector<int64_t>& ks;        // K_g (multiples of 16)
-    const std::vector<int64_t>& k_starts;  // where group g's K starts in the flat buffers (multiples of 16)
+    const std::vector<int64_t>& ks;        // K_g
+    const std::vector<int64_t>& k_starts;  // where group g's K starts in the flat buffers
     bool compile_m, compile_n;
 };
 
@@ -135,25 +147,32 @@ struct alignas(64) KGroupedParamBuffer {
     }
 };
 
-class Sm90Fp8Gemm1d2dRunner {
+class Sm90GemmRunner {
 public:
-    static void run(const Fp8GemmArgs& args) {
+    static void run(const GemmArgs& args) {
         const int device = args.a.device().index();
         const uint32_t m = args.a.size(0), k = args.a.size(1), n = args.b.size(args.b.dim() - 2);
-        const int64_t ldd_bytes = args.d.stride(0) * 2;
+        GemmOperands operands = args.operands;
+        operands.has_c = args.c != nullptr;
+        const bool fp8 = operands.is_fp8(), per_row_sfb = operands.per_row_sfb();
+        const int64_t ldd_bytes = args.d.stride(0) * args.d.element_size();
         const bool enable_pdl = jit::DeviceRuntime::instance().pdl();
-        const bool use_tma_store = !args.per_row_sfb && ldd_bytes % 16 == 0 &&
+        const bool use_tma_store = !operands.direct_store() && ldd_bytes % 16 == 0 &&
                                    reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
         const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
 
         // With one K block the stride of an MN-major scale tensor's K dimension is meaningless: use the
         // aligned row length
-        const int64_t sfa_stride = args.sfa.size(1) > 1 ? args.sfa.stride(1) : (m + 3) / 4 * 4;
-        const int64_t sfb_stride = !args.per_row_sfb ? 0 : args.sfb.size(1) > 1 ? args.sfb.stride(1) : (n + 3) / 4 * 4;
-        const Signature sig{device, m, n, k, args.a.stride(0), args.b.stride(args.b.dim() - 2), args.d.stride(0),
-                            sfa_stride, sfb_stride, num_sms, use_tma_store, args.per_row_sfb, args.compile_m,
-                            args.compile_n, args.compile_k, args.gemm_type, args.num_groups, args.grouped_alignment,
-                            args.max_m, args.config_m};
+        const int64_t sfa_stride = !fp8 ? 0 : args.sfa->size(1) > 1 ? args.sfa->stride(1) : (m + 3) / 4 * 4;
+        const int64_t sfb_stride = !per_row_sfb ? 0 : args.sfb->size(1) > 1 ? args.sfb->stride(1) : (n + 3) / 4 * 4;
+        // Row strides: between K rows of an MN-major operand, between MN rows of a K-major one
+        const uint32_t num_groups = args.b.dim() == 3 ? static_cast<uint32_t>(args.b.size(0)) : 1;
+        const int64_t lda = operands.mn_major_a ? row_stride(args.a, 1, k, m) : row_stride(args.a, 0, m, k);
+        const int64_t ldb = operands.mn_major_b ? row_stride(args.b, args.b.dim() - 1, int64_t(k) * num_groups, n)
+                                                : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups, k);
+        const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), sfa_stride, sfb_stride, num_sms,
+                            use_tma_store, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
+                            args.num_groups, args.grouped_alignment, args.max_m, args.config_m};
         Plan& plan = get_plan(sig, &args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
@@ -164,8 +183,8 @@ public:
             last.bases = plan.tma_bases;
         }
         const std::array<const void*, kNumTma> bases = {
-            args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), args.per_row_sfb ? args.sfb.data_ptr() : nullptr,
-            plan.config.use_tma_store ? args.d.data_ptr() : nullptr};
+            args.a.data_ptr(), args.b.data_ptr(), fp8 ? args.sfa->data_ptr() : nullptr,
+            per_row_sfb ? args.sfb->data_ptr() : nullptr, plan.config.use_tma_store ? args.d.data_ptr() : nullptr};
         for (size_t i = 0; i < bases.size(); ++i) {
             if (bases[i] != last.bases[i]) {
                 jit::replace_tma_address(last.maps[i], bases[i]);
@@ -178,10 +197,10 @@ public:
         launch.stream = jit::current_stream(device);
         launch.enable_pdl = enable_pdl;
         uint32_t shape_m = m, shape_n = n, shape_k = k;
-        const float* sfb = args.sfb.data_ptr<float>();
+        const float* sfb = operands.block_sfb() ? args.sfb->data_ptr<float>() : nullptr;
         void* d = args.d.data_ptr();
         uint32_t ldd = static_cast<uint32_t>(args.d.stride(0));
-        const float* c = args.c != nullptr ? args.c->data_ptr<float>() : nullptr;
+        const void* c = args.c != nullptr ? args.c->data_ptr() : nullptr;
         uint32_t ldc = args.c != nullptr ? static_cast<uint32_t>(args.c->stride(0)) : 0;
         GroupedLayoutParam grouped_layout{
             args.grouped_layout != nullptr ? args.grouped_layout->data_ptr<int32_t>() : nullptr, args.num_groups,
@@ -204,12 +223,16 @@ public:
 
     // K-grouped: the plan (config, kernel, grid) is keyed without K, which changes from call to call; the
     // per-group maps of A and B and the scale maps are encoded for each call.
-    static void run_k_grouped(const Fp8KGroupedGemmArgs& args) {
+    static void run_k_grouped(const KGroupedGemmArgs& args, const GemmOperands& given) {
         const int device = args.a.device().index();
         const uint32_t m = args.m, n = args.n, num_groups = static_cast<uint32_t>(args.ks.size());
         const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
-        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.sfa.stride(0), args.sfb.stride(0), num_sms,
-                            false, true, args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
+        GemmOperands operands = given;
+        operands.has_c = args.c != nullptr;
+        const bool fp8 = operands.is_fp8();
+        const int64_t sfa_stride = fp8 ? args.sfa->stride(0) : 0, sfb_stride = fp8 ? args.sfb->stride(0) : 0;
+        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), sfa_stride, sfb_stride, num_sms,
+                            false, operands, args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
                             num_groups, 0, 0, num_groups * m};
         const Plan& plan = get_plan(sig, nullptr);
         const auto& c = plan.config;
@@ -218,21 +241,27 @@ public:
         uint32_t sf_rows = 0;
         const auto* a = static_cast<const uint8_t*>(args.a.data_ptr());
         const auto* b = static_cast<const uint8_t*>(args.b.data_ptr());
+        const uint32_t block_k = operands.block_k();
         for (uint32_t g = 0; g < num_groups; ++g) {
             const uint64_t k = args.ks[g], start = args.k_starts[g];
-            const uint32_t k_blocks = static_cast<uint32_t>((k + 127) / 128);
+            const uint32_t k_blocks = static_cast<uint32_t>((k + block_k - 1) / block_k);
             jit::CUtensorMap map_a{}, map_b{};  // (an empty group's maps are never used)
-            if (k > 0) {
-                map_a = operand_map(a + start * m, k, m, k, c.block_m);
-                map_b = operand_map(b + start * n, k, n, k, c.block_n);
+            if (k > 0 && fp8) {
+                map_a = k_major_map(a + start * m, operands, k, m, k, c.block_m);
+                map_b = k_major_map(b + start * n, operands, k, n, k, c.block_n);
+            } else if (k > 0) {
+                // BF16 tn: the group's rows [start, start + K_g) of the MN-major [sum K, M] / [sum K, N]
+                const uint64_t lda = row_stride(args.a, 0, args.a.size(0), m), ldb = row_stride(args.b, 0, args.b.size(0), n);
+                map_a = mn_major_map(a + start * lda * 2, m, k, lda, 1);
+                map_b = mn_major_map(b + start * ldb * 2, n, k, ldb, 1);
             }
             params.set(c.max_k_groups, g, map_a, map_b, k_blocks, sf_rows);
-            sf_rows += k_blocks;
+            sf_rows += fp8 ? k_blocks : 0;
         }
         jit::CUtensorMap tma_sfa{}, tma_sfb{}, unused{};
         if (sf_rows > 0) {
-            tma_sfa = scale_map(args.sfa.data_ptr(), m, sf_rows, args.sfa.stride(0), c.block_m);
-            tma_sfb = scale_map(args.sfb.data_ptr(), n, sf_rows, args.sfb.stride(0), c.block_n);
+            tma_sfa = scale_map(args.sfa->data_ptr(), m, sf_rows, sfa_stride, c.block_m);
+            tma_sfb = scale_map(args.sfb->data_ptr(), n, sf_rows, sfb_stride, c.block_n);
         }
 
         jit::LaunchConfig launch = plan.launch;
@@ -241,7 +270,7 @@ public:
         uint32_t shape_m = m, shape_n = n, shape_k = 0, ldd = n, ldc = n;
         const float* sfb = nullptr;
         void* d = args.d.data_ptr();
-        const float* c_ptr = args.c != nullptr ? args.c->data_ptr<float>() : nullptr;
+        const void* c_ptr = args.c != nullptr ? args.c->data_ptr() : nullptr;
         float* workspace = nullptr;
         GroupedLayoutParam grouped_layout{nullptr, num_groups, 0, 0, nullptr};
         plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, workspace, grouped_layout,
@@ -256,7 +285,9 @@ private:
         uint32_t m, n, k;
         int64_t lda, ldb, ldd, sfa_stride, sfb_stride;
         int num_sms;
-        bool use_tma_store, per_row_sfb, compile_m, compile_n, compile_k;
+        bool use_tma_store;
+        GemmOperands operands;
+        bool compile_m, compile_n, compile_k;
         GemmType gemm_type;
         uint32_t num_groups, grouped_alignment, max_m, config_m;
         bool operator==(const Signature&) const = default;
@@ -268,13 +299,15 @@ private:
             mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.sfa_stride);
             mix(s.sfb_stride), mix(s.num_sms), mix(static_cast<uint32_t>(s.gemm_type)), mix(s.num_groups);
             mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m);
-            mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.per_row_sfb << 4));
+            mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3));
+            mix(static_cast<uint32_t>(s.operands.kind) | (s.operands.mn_major_a << 4) | (s.operands.mn_major_b << 5) |
+                (s.operands.fp32_out << 6) | (s.operands.has_c << 7));
             return h;
         }
     };
     // Everything that depends only on the signature; never modified after creation (shared by threads).
     struct Plan {
-        Fp8GemmConfig config;
+        GemmConfig config;
         const jit::Kernel* kernel;
         jit::LaunchConfig launch;                   // without the stream
         std::array<jit::CUtensorMap, kNumTma> tma{};   // A, B, sfa, sfb, D (unused ones zero)
@@ -286,11 +319,34 @@ private:
         std::array<const void*, kNumTma> bases;
     };
 
-    // An FP8 operand, `rows` rows of `k` bytes `row_bytes` apart: boxes of one 128-deep K block x `box_rows`,
-    // 128B-swizzled as the wgmma descriptors expect.
-    static jit::CUtensorMap operand_map(const void* base, uint64_t k, uint64_t rows, uint64_t row_bytes, uint32_t box_rows) {
-        return jit::make_tma_2d(base, driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, k, rows, row_bytes, 128, box_rows,
-                                driver::CU_TENSOR_MAP_SWIZZLE_128B);
+    // The stride of dimension `dim` of `t`, between its `rows` rows of `extent` elements: a single row has no
+    // meaningful stride (it may be anything), so TMA gets the row length rounded up to 16 bytes.
+    static int64_t row_stride(const at::Tensor& t, int64_t dim, int64_t rows, int64_t extent) {
+        const int64_t align = 16 / t.element_size();
+        return rows > 1 ? t.stride(dim) : (extent + align - 1) / align * align;
+    }
+
+    // A K-major operand, `rows` rows of `k` elements `ld` elements apart: boxes of 128 bytes of K (one K block)
+    // x `box_rows`, 128B-swizzled as the wgmma descriptors expect.
+    static jit::CUtensorMap k_major_map(const void* base, const GemmOperands& operands, uint64_t k, uint64_t rows,
+                                        uint64_t ld, uint32_t box_rows) {
+        const uint32_t bytes = operands.element_bytes();
+        return jit::make_tma_2d(base, bytes == 1 ? driver::CU_TENSOR_MAP_DATA_TYPE_UINT8 : driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                k, rows, ld * bytes, 128 / bytes, box_rows, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+    }
+
+    // An MN-major BF16 operand, `groups` x `k` rows of `mn` elements (rows `ld` elements apart, groups k x ld):
+    // boxes of 64 (MN, 128 bytes) x 64 (one K block) x 1, 128B-swizzled.
+    static jit::CUtensorMap mn_major_map(const void* base, uint64_t mn, uint64_t k, uint64_t ld, uint64_t groups) {
+        return jit::make_tma_3d(base, driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, {mn, k, groups}, {ld * 2, k * ld * 2},
+                                {64, 64, 1}, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+    }
+
+    // An operand of a plan: A [M, K] or B [groups x N, K], K-major or (BF16) MN-major.
+    static jit::CUtensorMap operand_map(const void* base, const GemmOperands& operands, bool mn_major, uint64_t k,
+                                        uint64_t rows, uint64_t groups, uint64_t ld, uint32_t box_rows) {
+        return mn_major ? mn_major_map(base, rows, k, ld, groups)
+                        : k_major_map(base, operands, k, rows * groups, ld, box_rows);
     }
 
     // MN-major FP32 scales, one row of `mn` per K block, rows `row_floats` apart: boxes of `box_mn` x 1.
@@ -300,21 +356,26 @@ private:
     }
 
     // The descriptor templates of a plan (not k-grouped), encoded with the first call's addresses.
-    static void encode_maps(Plan& plan, const Signature& sig, const Fp8GemmArgs& args) {
+    static void encode_maps(Plan& plan, const Signature& sig, const GemmArgs& args) {
         const auto& c = plan.config;
+        const auto& operands = c.operands;
         const uint32_t sf_k = (sig.k + 127) / 128;
         // The multicast operand is loaded in halves, one by each CTA of the pair
         const bool halve_a = c.num_multicast > 1 && c.is_multicast_on_a;
         const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
-        plan.tma[0] = operand_map(args.a.data_ptr(), sig.k, sig.m, sig.lda, halve_a ? c.block_m / 2 : c.block_m);
-        // (grouped: B's groups stacked as [G * N, K]; the API checked that they are)
-        plan.tma[1] = operand_map(args.b.data_ptr(), sig.k, static_cast<uint64_t>(sig.n) * sig.num_groups, sig.ldb,
-                                  halve_b ? c.block_n / 2 : c.block_n);
-        plan.tma[2] = scale_map(args.sfa.data_ptr(), sig.m, sf_k, sig.sfa_stride, c.block_m);
-        plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), args.sfa.data_ptr(), nullptr, nullptr};
-        if (c.per_row_sfb) {
-            plan.tma[3] = scale_map(args.sfb.data_ptr(), sig.n, sf_k, sig.sfb_stride, c.block_n);
-            plan.tma_bases[3] = args.sfb.data_ptr();
+        plan.tma[0] = operand_map(args.a.data_ptr(), operands, operands.mn_major_a, sig.k, sig.m, 1, sig.lda,
+                                  halve_a ? c.block_m / 2 : c.block_m);
+        // (m-grouped: B's groups stacked densely, [G * N, K] or [G][K][N]; the API checked that they are)
+        plan.tma[1] = operand_map(args.b.data_ptr(), operands, operands.mn_major_b, sig.k, sig.n, sig.num_groups,
+                                  sig.ldb, halve_b ? c.block_n / 2 : c.block_n);
+        plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), nullptr, nullptr, nullptr};
+        if (operands.is_fp8()) {
+            plan.tma[2] = scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, c.block_m);
+            plan.tma_bases[2] = args.sfa->data_ptr();
+        }
+        if (operands.per_row_sfb()) {
+            plan.tma[3] = scale_map(args.sfb->data_ptr(), sig.n, sf_k, sig.sfb_stride, c.block_n);
+            plan.tma_bases[3] = args.sfb->data_ptr();
         }
         if (c.use_tma_store) {
             plan.tma[4] = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
@@ -325,7 +386,7 @@ private:
     }
 
     // (`args` null: k-grouped, whose maps are built for each call)
-    static Plan& get_plan(const Signature& sig, const Fp8GemmArgs* args) {
+    static Plan& get_plan(const Signature& sig, const GemmArgs* args) {
         static std::unordered_map<Signature, std::unique_ptr<Plan>, SignatureHash> plans;
         static std::mutex mutex;
         std::lock_guard lock(mutex);
@@ -337,10 +398,9 @@ private:
         // (k-grouped: planned for a typical K per group, as K changes from call to call)
         const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
         constexpr uint32_t kKGroupedPlanK = 4096;
-        c = get_fp8_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n, k_grouped ? kKGroupedPlanK : sig.k,
-                                sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n, sig.compile_k,
-                                multicast_enabled(), forced_config(), sig.per_row_sfb, sig.gemm_type,
-                                sig.grouped_alignment);
+        c = get_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n, k_grouped ? kKGroupedPlanK : sig.k,
+                            sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n, sig.compile_k,
+                            multicast_enabled(), forced_config(), sig.operands, sig.gemm_type, sig.grouped_alignment);
         c.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
         if (k_grouped)
             c.max_k_groups = k_grouped_capacity(sig.num_groups);
@@ -348,17 +408,17 @@ private:
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
         DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
-                 "FP8 GEMM config needs {} bytes of shared memory, device {} allows {}", c.smem_bytes, sig.device,
+                 "GEMM config needs {} bytes of shared memory, device {} allows {}", c.smem_bytes, sig.device,
                  props.smem_optin_bytes);
         const auto arch = props.arch();
-        plan->kernel = &jit::get_kernel(render_sm90_fp8_gemm(c), arch, sig.device, stream);
+        plan->kernel = &jit::get_kernel(render_sm90_gemm(c), arch, sig.device, stream);
 
         if (args != nullptr)
             encode_maps(*plan, sig, *args);
 
         // Persistent grid: one CTA per SM at most, no more CTAs (clusters) than tiles (tile pairs)
         const uint64_t m_blocks = (sig.m + c.block_m - 1) / c.block_m, n_blocks = (sig.n + c.block_n - 1) / c.block_n;
-        const uint64_t units = fp8_gemm_num_units(m_blocks, n_blocks, c.num_multicast, c.is_multicast_on_a) * c.num_splits *
+        const uint64_t units = gemm_num_units(m_blocks, n_blocks, c.num_multicast, c.is_multicast_on_a) * c.num_splits *
                                (k_grouped ? sig.num_groups : 1);
         plan->launch.num_threads = c.num_threads();
         plan->launch.smem_bytes = c.smem_bytes;
@@ -369,11 +429,11 @@ private:
             // #SMs / 2 clusters would run its last clusters in a second, serial wave.
             plan->launch.grid = {static_cast<unsigned>(slots * c.num_multicast), 1, 1};
             slots = std::min<uint64_t>(slots, plan->kernel->max_active_clusters(sig.device, plan->launch));
-            DG_CHECK(slots > 0, "no 2-CTA cluster of the FP8 GEMM fits on device {}", sig.device);
+            DG_CHECK(slots > 0, "no 2-CTA cluster of the GEMM fits on device {}", sig.device);
         }
         plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(units, slots) * c.num_multicast), 1, 1};
         if (get_env_flag("DG_PRINT_CONFIGS"))
-            fmt::print(stderr, "[deep_gemm] fp8_gemm_nt m={} n={} k={}: {} grid={}\n", sig.m, sig.n, sig.k,
+            fmt::print(stderr, "[deep_gemm] sm90_gemm m={} n={} k={}: {} grid={}\n", sig.m, sig.n, sig.k,
                        c.describe(), plan->launch.grid[0]);
         return *plans.emplace(sig, std::move(plan)).first->second;
     }

@@ -1,57 +1,69 @@
-// SM90 FP8 GEMM with fine-grained scaling ("1d2d": A scaled per 1x128, B per 128x128).
+// SM90 GEMMs on one pipeline: FP8 with fine-grained scaling ("1d2d": A scaled per 1x128, B per 128x128; or
+// both per row, recipe (1, 1, 128)) and BF16 in every layout. The operand kind (OperandKind) decides only the
+// K loop's inner step (wgmma kind, promotion) and which scales travel with a stage; the pipeline, scheduler
+// and epilogues are shared.
 //
-// Computes   D[m, n] = sum_kb  sfa[m, kb] * sfb[n / 128, kb] * sum_{k in block kb} A[m, k] * B[n, k]
-// A [M, K] and B [N, K] float8_e4m3fn, both K-major; sfa FP32 MN-major [ceil(K/128)][align(M, 4)];
-// sfb FP32 K-major [ceil(N/128)][ceil(K/128)]; D BF16 [M, N] with any row stride.
+// FP8:  D[m, n] = sum_kb  sfa[m, kb] * sfb[n / 128 (or n), kb] * sum_{k in block kb} A[m, k] * B[n, k]
+//       A [M, K] and B [N, K] float8_e4m3fn, K-major; sfa FP32 MN-major [ceil(K/128)][align(M, 4)]; sfb FP32
+//       K-major [ceil(N/128)][ceil(K/128)] (1d2d) or MN-major like sfa (per row); D BF16 (1d2d) or FP32 (+ C).
+// BF16: D[m, n] = C[m, n] + sum_k A[m, k] * B[n, k], A and B BF16, each K-major ([M, K] / [N, K] rows) or
+//       MN-major ([K, M] / [K, N] rows: wgmma reads it transposed); D BF16 or FP32, C (D's type) optional.
 //
 // Launch: persistent, grid = #SMs (even with clusters), (kNumMathWarpgroups + 1) * 128 threads, 1 CTA/SM;
 //   with kNumMulticast = 2, clusters of 2 CTAs work on tile pairs that share B (or A, kIsMulticastOnA):
-//   each CTA's producer loads half of the shared tile and multicasts it into both CTAs.
+//   each CTA's producer loads half of the shared tile and multicasts it into both CTAs (K-major only).
 // Roles:
 //   warpgroups 0 .. kNumMathWarpgroups-1  math (setmaxnreg 232; 152 with three): each owns WG_M = BLOCK_M / kNumMathWarpgroups
-//       rows of the tile. Per 128-deep K block: wait full[s]; read its sfa rows from smem; issue
-//       4 x wgmma m64nBLOCK_Nk32 per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp);
-//       promote: accum += partial * sfa[row] * sfb[col block] on the CUDA cores (two-level
-//       accumulation: FP8 tensor-core sums never run longer than 128 of K).
+//       rows of the tile.
+//       FP8, per 128-deep K block: wait full[s]; read its sfa rows from smem; issue 4 x wgmma m64nBLOCK_Nk32
+//       per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp); promote: accum += partial *
+//       sfa[row] * sfb[col block] on the CUDA cores (two-level accumulation: FP8 tensor-core sums never run
+//       longer than 128 of K).
+//       BF16, per 64-deep K block: wait full[s]; issue 4 x wgmma m64nBLOCK_Nk16 per 64 rows accumulating into
+//       `accum`; wait until one group is in flight (the previous block's); arrive empty[s - 1].
 //   last warpgroup  producer (setmaxnreg 40):
 //       warp 0, one thread: per K block, after waiting empty[s], TMA loads of the A tile, the B tile and
-//       the BLOCK_M sfa values into stage s; arms full[s] with the byte count.
-//       warp 1 (sfb loader): the two sfb values of the K block (the tile's first and last 128-column
+//       (FP8) the BLOCK_M sfa values (and per-row sfb) into stage s; arms full[s] with the byte count.
+//       warp 1 (sfb loader, 1d2d only): the two sfb values of the K block (the tile's first and last 128-column
 //       scale blocks) into stage s, then arrives on full[s]. Its lanes load 32 K blocks' worth at a
 //       time, so the global-load latency is paid once per 32 stages, not on the math warps' path.
-// Stage ring: kNumStages stages of A (BLOCK_M x 128 B) + B (BLOCK_N x 128 B) + sfa (BLOCK_M x 4 B) + sfb (2 x 4 B),
-//   A and B 128B-swizzled as TMA writes them and as wgmma reads them; full[s] (2 arrivals + TMA bytes)
-//   and empty[s] (4 * kNumMathWarpgroups arrivals per CTA of the cluster: a multicast stage is free
-//   only when both CTAs consumed it). Both roles walk the same tile sequence, so the ring runs on
-//   across tiles without draining. Clusters sync after barrier init and before exit.
-// sfb: a tile of BLOCK_N columns spans at most two 128-column scale blocks (the host picks BLOCK_N
+// Stage ring: kNumStages stages of A (BLOCK_M x 128 B) + B (BLOCK_N x 128 B) [+ sfa (BLOCK_M x 4 B) + sfb],
+//   128B-swizzled as TMA writes them and as wgmma reads them: K-major tiles one box of rows x 128 bytes;
+//   MN-major tiles boxes of 64 elements (128 bytes) x 64 rows of K, one after another (the descriptor's
+//   leading byte offset steps between them). full[s] (TMA bytes + 1, or 2 with the sfb loader) and empty[s]
+//   (4 * kNumMathWarpgroups arrivals per CTA of the cluster: a multicast stage is free only when both CTAs
+//   consumed it). Both roles walk the same tile sequence, so the ring runs on across tiles without
+//   draining. Clusters sync after barrier init and before exit.
+// sfb (1d2d): a tile of BLOCK_N columns spans at most two 128-column scale blocks (the host picks BLOCK_N
 //   so); columns left of `boundary` take the first, the others the second (TileSfb). `boundary` takes
 //   one of 128 / gcd(BLOCK_N, 128) values, and the promotion is compiled once per value (selected per
 //   K block by a warp-uniform branch), so it holds no per-column selection.
 // Shared memory: [D staging (TMA store), BLOCK_M x BLOCK_N BF16] [A x stages] [B x stages]
 //   [sfa x stages] [sfb x stages] [full, empty barriers], 1024-byte aligned.
-// Epilogue (kUseTmaStore): each math warpgroup converts its accumulators to BF16, writes them with
-//   stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
+// Epilogue (kUseTmaStore, BF16 D without C): each math warpgroup converts its accumulators to BF16, writes them
+//   with stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
 //   read shared memory before overwriting it, so the store of tile i overlaps the K loop of tile i+1.
-//   Without TMA store (D's row stride not 16-byte aligned), threads store BF16 directly with bounds checks.
+//   Otherwise (D's row stride not 16-byte aligned, FP32 D, a C to add) threads store directly with bounds
+//   checks, after reading all of their C.
 // Split-K (kNumSplits > 1, small M): each unit covers one tile over a range of K blocks and stores its
 //   FP32 partial sums straight from registers into workspace[split][M][N]; a second kernel
 //   (smxx_splitk_reduce) adds the kNumSplits partials in a fixed order into D (deterministic).
 // Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
-// M-grouped (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] and sfb as
-//   [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous: skipping
-//   padding blocks; masked: A and D [groups * max_m, ...], walking each group's masked_m rows), the
+// M-grouped (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] (MN-major: [groups][K][N], a 3-D
+//   map) and sfb as [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous:
+//   skipping padding blocks; masked: A and D [groups * max_m, ...], walking each group's masked_m rows), the
 //   producer offsets B's rows and the sfb loader its scales by the group; tiles with rows that must not
 //   be written are stored directly with a per-row check, whole ones through TMA.
-// K-grouped (kKGroupedContiguous, MoE weight gradients; recipe (1, 1, 128)): per group g,
-//   D[g] = C[g] + A_g @ B_g^T with A_g [M, K_g] and B_g [N, K_g] K-major, back to back in flat buffers. Their
-//   row strides differ per group, so the host passes one TMA map per group and operand in the kernel
-//   parameter `k_groups` (with each group's K block count and first scale row); scales sfa [sum_g K blocks, M]
-//   and sfb [sum_g K blocks, N] are one map each. D and C [groups, M, N] FP32, stored directly.
-// Limits: BLOCK_M in {64, 128, 192 (three math warpgroups, BLOCK_N <= 128), 256}; BLOCK_N a multiple of 16 (TMA store) or 8, at most 256;
-//   K a multiple of 16 (TMA strides); the tails of M, N, K are zero-filled by TMA loads and clipped
-//   by the TMA store.
+// K-grouped (kKGroupedContiguous, MoE weight gradients; FP8 recipe (1, 1, 128) or BF16): per group g,
+//   D[g] = C[g] + A_g @ B_g^T with A_g [M, K_g] and B_g [N, K_g] (FP8: K-major; BF16 tn: MN-major [K_g, M] and
+//   [K_g, N]), back to back in flat buffers. Their row strides or extents differ per group, so the host passes
+//   one TMA map per group and operand in the kernel parameter `k_groups` (with each group's K block count and
+//   first scale row); FP8 scales sfa [sum_g K blocks, M] and sfb [sum_g K blocks, N] are one map each. D and
+//   C [groups, M, N] FP32, stored directly.
+// Limits: BLOCK_M in {64, 128, 192 (three math warpgroups, BLOCK_N <= 128), 256}; BLOCK_N a multiple of 16 (TMA
+//   store) or 8, at most 256 (MN-major B: a multiple of 64); K a multiple of 16 bytes (TMA strides); the tails
+//   of M, N, K are zero-filled by TMA loads and clipped by the TMA store.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -68,17 +80,33 @@
 
 namespace deep_gemm {
 
+// What the operands are and how their products are scaled (the host's OperandKind mirrors it).
+enum class OperandKind : uint32_t {
+    kFp8BlockScaled = 0,  // e4m3, recipe (1, 128, 128): sfa per row and 128 of K, sfb per 128 x 128 block; BF16 D
+    kFp8RowScaled = 1,    // e4m3, recipe (1, 1, 128): sfa and sfb per row and 128 of K; FP32 D (+ C)
+    kBf16 = 2,            // BF16, unscaled: the wgmmas accumulate straight into the FP32 accumulators
+};
+
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb,
-          GemmType kGemmType, uint32_t kMaxKGroups>
-struct Sm90Fp8Gemm1d2d {
-    static constexpr uint32_t BLOCK_K = 128;
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, OperandKind kOperands,
+          bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups>
+struct Sm90Gemm {
+    static constexpr bool kIsFp8 = kOperands != OperandKind::kBf16;
+    static constexpr bool kBlockSfb = kOperands == OperandKind::kFp8BlockScaled;
+    static constexpr bool kPerRowSfb = kOperands == OperandKind::kFp8RowScaled;
+    // A stage holds 128 bytes of K per row: 128 FP8 or 64 BF16 elements
+    static constexpr uint32_t kElemBytes = kIsFp8 ? 1 : 2;
+    static constexpr uint32_t BLOCK_K = 128 / kElemBytes;
+    static constexpr uint32_t kMmaK = 32 / kElemBytes;  // K of one wgmma instruction
+    // MN-major tiles come in boxes of 64 elements (128 bytes) x BLOCK_K rows of K
+    static constexpr uint32_t kMnChunkBytes = 64 * BLOCK_K * kElemBytes;
     static constexpr uint32_t WG_M = BLOCK_M / kNumMathWarpgroups;
     static constexpr uint32_t kNumWgmmaM = WG_M / 64;
     static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
-    using Wgmma = ptx::WgmmaFp8E4m3<BLOCK_N>;
+    using Wgmma = cuda::std::conditional_t<kIsFp8, ptx::WgmmaFp8E4m3<BLOCK_N>, ptx::WgmmaBf16<BLOCK_N>>;
+    using Out = cuda::std::conditional_t<kFp32Out, float, __nv_bfloat16>;
     using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits, kGemmType>;
     static constexpr bool kIsKGrouped = kGemmType == GemmType::kKGroupedContiguous;
     static constexpr bool kIsMGrouped = kGemmType != GemmType::kNormal && !kIsKGrouped;
@@ -86,11 +114,11 @@ struct Sm90Fp8Gemm1d2d {
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
 
     static constexpr uint32_t SMEM_D_SIZE = kUseTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
-    static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K;
-    static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K;
-    static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = align_up(BLOCK_M * 4u, 128u);
-    // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats
-    static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kPerRowSfb ? align_up(BLOCK_N * 4u, 128u) : 8;
+    static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K * kElemBytes;
+    static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K * kElemBytes;
+    static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kIsFp8 ? align_up(BLOCK_M * 4u, 128u) : 0;
+    // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats; BF16: none
+    static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kPerRowSfb ? align_up(BLOCK_N * 4u, 128u) : kBlockSfb ? 8 : 0;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_D_SIZE +
                                           kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
                                                         SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE + 2 * 8);
@@ -113,13 +141,16 @@ struct Sm90Fp8Gemm1d2d {
                   "TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
     static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores FP32 partials directly, not through TMA");
-    static_assert(!kPerRowSfb || (!kUseTmaStore && kNumSplits == 1),
-                  "per-row sfb (recipe (1, 1, 128)) writes FP32 directly, without split-K");
-    static_assert(!kIsMGrouped || !kPerRowSfb, "m-grouped GEMMs take recipe (1, 128, 128)");
-    static_assert(kIsKGrouped == (kMaxKGroups > 0) && (!kIsKGrouped || kPerRowSfb),
-                  "k-grouped GEMMs (and only they) take per-group TMA maps, with recipe (1, 1, 128)");
-    static_assert(kNumMulticast == 1 || (kIsMulticastOnA ? BLOCK_M % 16 == 0 : BLOCK_N % 16 == 0),
-                  "each CTA of a pair loads half of the shared tile: 8-row (1024-byte) aligned halves");
+    static_assert(kPerRowSfb ? kFp32Out : kBlockSfb ? !kFp32Out : true,
+                  "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) BF16; BF16 GEMMs either");
+    static_assert(!kFp32Out || (!kUseTmaStore && kNumSplits == 1), "FP32 D is written directly, without split-K");
+    static_assert(kIsFp8 ? !kMnMajorA && !kMnMajorB : true, "FP8 wgmma reads K-major operands only");
+    static_assert(!kMnMajorB || BLOCK_N % 64 == 0, "an MN-major B tile is loaded in boxes of 64 columns");
+    static_assert(!kIsMGrouped || !kFp32Out, "m-grouped GEMMs write BF16");
+    static_assert(kIsKGrouped == (kMaxKGroups > 0) && (!kIsKGrouped || (kFp32Out && !kBlockSfb)),
+                  "k-grouped GEMMs (and only they) take per-group TMA maps, with FP32 D: recipe (1, 1, 128) or BF16");
+    static_assert(kNumMulticast == 1 || (kIsMulticastOnA ? BLOCK_M % 16 == 0 && !kMnMajorA : BLOCK_N % 16 == 0 && !kMnMajorB),
+                  "each CTA of a pair loads half of the shared K-major tile: 8-row (1024-byte) aligned halves");
     static_assert(SMEM_A_SIZE_PER_STAGE % 1024 == 0 && SMEM_B_SIZE_PER_STAGE % 1024 == 0,
                   "stage buffers must keep 1024-byte alignment for the 128B swizzle");
 
@@ -201,7 +232,7 @@ struct Sm90Fp8Gemm1d2d {
                                                     const TmaDescriptor* tma_sfb, const KGroups& k_groups,
                                                     GroupedLayout layout, uint32_t rank) {
         // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer)
-        constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + BLOCK_M * 4 +
+        constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + (kIsFp8 ? BLOCK_M * 4 : 0) +
                                          (kPerRowSfb ? BLOCK_N * 4 : 0);
         constexpr uint16_t kBothCtas = 0b11;
         Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout);
@@ -209,13 +240,13 @@ struct Sm90Fp8Gemm1d2d {
         GemmTile tile;
         while (scheduler.next(tile)) {
             const uint32_t m_block = tile.m_block, n_block = tile.n_block;
-            // m-grouped: B is [groups * N, K]; k-grouped: the group's own maps of A and B, and its first row
-            // in the scale tensors [sum of K blocks, M or N]
-            uint32_t b_row = tile.group * shape_n + n_block * BLOCK_N, sf_row = 0;
+            // m-grouped: B is [groups * N, K] (K-major) or [groups][K][N] (MN-major, a 3-D map); k-grouped: the
+            // group's own maps of A and B, and its first row in the scale tensors [sum of K blocks, M or N]
+            uint32_t b_row = (kMnMajorB ? 0 : tile.group * shape_n) + n_block * BLOCK_N, b_group = tile.group, sf_row = 0;
             if constexpr (kIsKGrouped) {
                 tma_a = &k_groups.a[tile.group];
                 tma_b = &k_groups.b[tile.group];
-                b_row = n_block * BLOCK_N;
+                b_row = n_block * BLOCK_N, b_group = 0;
                 sf_row = k_groups.sf_row[tile.group];
             }
             // (not unrolled: the producer runs in 40 registers)
@@ -227,23 +258,39 @@ struct Sm90Fp8Gemm1d2d {
                 if constexpr (kNumMulticast > 1 && kIsMulticastOnA) {
                     // Same m_block in both CTAs: each loads half of A's rows into both
                     constexpr uint32_t kHalf = BLOCK_M / 2;
-                    ptx::tma_load_2d_multicast(s.a(pipe.stage) + rank * kHalf * BLOCK_K, tma_a, full, k_block * BLOCK_K,
+                    ptx::tma_load_2d_multicast(s.a(pipe.stage) + rank * kHalf * 128, tma_a, full, k_block * BLOCK_K,
                                                m_block * BLOCK_M + rank * kHalf, kBothCtas);
                 } else {
-                    ptx::tma_load_2d(s.a(pipe.stage), tma_a, full, k_block * BLOCK_K, m_block * BLOCK_M);
+                    load_tile<BLOCK_M, kMnMajorA>(s.a(pipe.stage), tma_a, full, k_block, m_block * BLOCK_M, 0);
                 }
                 if constexpr (kNumMulticast > 1 && !kIsMulticastOnA) {
                     // Same n_block in both CTAs: each loads half of B's rows into both
                     constexpr uint32_t kHalf = BLOCK_N / 2;
-                    ptx::tma_load_2d_multicast(s.b(pipe.stage) + rank * kHalf * BLOCK_K, tma_b, full, k_block * BLOCK_K,
+                    ptx::tma_load_2d_multicast(s.b(pipe.stage) + rank * kHalf * 128, tma_b, full, k_block * BLOCK_K,
                                                b_row + rank * kHalf, kBothCtas);
                 } else {
-                    ptx::tma_load_2d(s.b(pipe.stage), tma_b, full, k_block * BLOCK_K, b_row);
+                    load_tile<BLOCK_N, kMnMajorB>(s.b(pipe.stage), tma_b, full, k_block, b_row, b_group);
                 }
-                ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, sf_row + k_block);
+                if constexpr (kIsFp8)
+                    ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, sf_row + k_block);
                 if constexpr (kPerRowSfb)
                     ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, full, n_block * BLOCK_N, sf_row + k_block);
             }
+        }
+    }
+
+    // One operand tile of kRows (M or N) x BLOCK_K into `dst`. K-major: one box of kRows rows x 128 bytes at
+    // (K, row). MN-major: kRows / 64 boxes of 64 elements x BLOCK_K rows of K at (row + 64 i, K, group), one
+    // after another, as the MN-major descriptor's leading byte offset expects.
+    template <uint32_t kRows, bool kMnMajor>
+    __device__ __forceinline__ static void load_tile(uint8_t* dst, const TmaDescriptor* map, uint64_t* full,
+                                                     uint32_t k_block, uint32_t row, uint32_t group) {
+        if constexpr (kMnMajor) {
+            #pragma unroll
+            for (uint32_t i = 0; i < kRows / 64; ++i)
+                ptx::tma_load_3d(dst + i * kMnChunkBytes, map, full, row + i * 64, k_block * BLOCK_K, group);
+        } else {
+            ptx::tma_load_2d(dst, map, full, k_block * BLOCK_K, row);
         }
     }
 
@@ -280,25 +327,41 @@ struct Sm90Fp8Gemm1d2d {
         return out;
     }
 
-    // partial = A_slice (64 x 128) * B_tile^T (128 x BLOCK_N) per 64-row slice, in four k32 steps: one
-    // committed wgmma group, not waited for. `desc_a` / `desc_b`: descriptors of this warpgroup's rows of A
-    // and of B in stage 0.
-    template <typename Registers>
-    __device__ __forceinline__ static void issue_mma(uint64_t desc_a, uint64_t desc_b, uint32_t stage,
-                                                     Registers& partial) {
-        fence_registers(partial);
+    // Descriptors of tiles as the producer loads them (see load_tile), and the byte step of one wgmma's K
+    // inside them: along a 128-byte row (K-major) or 16 rows of K further (MN-major).
+    template <bool kMnMajor>
+    __device__ __forceinline__ static uint64_t make_desc(const void* smem) {
+        if constexpr (kMnMajor)
+            return ptx::make_smem_desc_mn_major_sw128<kMnChunkBytes>(smem);
+        else
+            return ptx::make_smem_desc_k_major_sw128(smem);
+    }
+    template <bool kMnMajor>
+    static constexpr uint32_t kMmaKStepBytes = kMnMajor ? kMmaK * 128 : kMmaK * kElemBytes;
+
+    // regs (+)= A_slice (64 x BLOCK_K) * B_tile^T (BLOCK_K x BLOCK_N) per 64-row slice, in BLOCK_K / kMmaK
+    // steps: one committed wgmma group, not waited for. kAccumulate: add to regs (else overwrite them, FP8's
+    // per-K-block partial sums). `desc_a` / `desc_b`: descriptors of this warpgroup's rows of A and of B in
+    // stage 0 (a 64-row slice is 64 x 128 bytes further in either layout).
+    template <bool kAccumulate, typename Registers>
+    __device__ __forceinline__ static void issue_mma(uint64_t desc_a, uint64_t desc_b, uint32_t stage, Registers& regs) {
+        fence_registers(regs);
         ptx::wgmma_fence();
         #pragma unroll
         for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
             #pragma unroll
-            for (uint32_t kk = 0; kk < BLOCK_K / 32; ++kk) {
-                const uint64_t a = ptx::advance_smem_desc(desc_a, stage * SMEM_A_SIZE_PER_STAGE + im * 64 * BLOCK_K + kk * 32);
-                const uint64_t b = ptx::advance_smem_desc(desc_b, stage * SMEM_B_SIZE_PER_STAGE + kk * 32);
-                Wgmma::mma(a, b, partial[im], kk > 0);
+            for (uint32_t kk = 0; kk < BLOCK_K / kMmaK; ++kk) {
+                const uint64_t a = ptx::advance_smem_desc(
+                    desc_a, stage * SMEM_A_SIZE_PER_STAGE + im * 64 * 128 + kk * kMmaKStepBytes<kMnMajorA>);
+                const uint64_t b = ptx::advance_smem_desc(desc_b, stage * SMEM_B_SIZE_PER_STAGE + kk * kMmaKStepBytes<kMnMajorB>);
+                if constexpr (kIsFp8)
+                    Wgmma::mma(a, b, regs[im], kAccumulate || kk > 0);
+                else
+                    Wgmma::template mma<kMnMajorA, kMnMajorB>(a, b, regs[im], kAccumulate || kk > 0);
             }
         }
         ptx::wgmma_commit();
-        fence_registers(partial);
+        fence_registers(regs);
     }
 
     // The stage's operands are consumed: hand it back to the producers (the peer's too, whose multicast
@@ -378,7 +441,7 @@ struct Sm90Fp8Gemm1d2d {
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, void* __restrict__ d, uint32_t ldd,
-                                                const float* c, uint32_t ldc, float* __restrict__ workspace,
+                                                const Out* c, uint32_t ldc, float* __restrict__ workspace,
                                                 const TmaDescriptor* tma_d, GroupedLayout layout, uint32_t rank) {
         // (through a shuffle, so that the compiler knows it is warp-uniform: the A descriptors built from it
         // then live in uniform registers, as wgmma needs them)
@@ -390,8 +453,8 @@ struct Sm90Fp8Gemm1d2d {
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
-        const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(s.a(0) + wg_idx * WG_M * BLOCK_K);
-        const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(s.b(0));
+        const uint64_t desc_a = make_desc<kMnMajorA>(s.a(0) + wg_idx * WG_M * 128);
+        const uint64_t desc_b = make_desc<kMnMajorB>(s.b(0));
         GemmTile tile;
         while (scheduler.next(tile)) {
             const uint32_t n0 = tile.n_block * BLOCK_N;
@@ -403,34 +466,56 @@ struct Sm90Fp8Gemm1d2d {
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     accum[im][i] = 0.0f;
 
-            for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
-                const StageScales scales = wait_and_read_scales(s, pipe, wg_idx, warp_in_wg, lane);
-                issue_mma(desc_a, desc_b, pipe.stage, partial);
-                ptx::wgmma_wait<0>();
-                fence_registers(partial);
-                if constexpr (kPerRowSfb) {
-                    promote_per_row(accum, partial, scales, s.sfb(pipe.stage), lane);
-                    release_stage(s, pipe.stage, lane, rank);
-                } else {
-                    release_stage(s, pipe.stage, lane, rank);
-                    promote(accum, partial, scales, boundary);
+            if constexpr (kIsFp8) {
+                for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
+                    const StageScales scales = wait_and_read_scales(s, pipe, wg_idx, warp_in_wg, lane);
+                    issue_mma<false>(desc_a, desc_b, pipe.stage, partial);
+                    ptx::wgmma_wait<0>();
+                    fence_registers(partial);
+                    if constexpr (kPerRowSfb) {
+                        promote_per_row(accum, partial, scales, s.sfb(pipe.stage), lane);
+                        release_stage(s, pipe.stage, lane, rank);
+                    } else {
+                        release_stage(s, pipe.stage, lane, rank);
+                        promote(accum, partial, scales, boundary);
+                    }
                 }
+            } else {
+                // BF16: the wgmmas accumulate into `accum` directly. A stage is released once its wgmmas are
+                // done, which wgmma.wait_group 1 tells one K block later: the next block is queued meanwhile.
+                uint32_t pending = kNumStages;  // (none)
+                for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
+                    ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
+                    issue_mma<true>(desc_a, desc_b, pipe.stage, accum);
+                    ptx::wgmma_wait<1>();
+                    if (pending != kNumStages)
+                        release_stage(s, pending, lane, rank);
+                    pending = pipe.stage;
+                }
+                ptx::wgmma_wait<0>();
+                fence_registers(accum);
+                if (pending != kNumStages)
+                    release_stage(s, pending, lane, rank);
             }
 
             const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
-            if constexpr (kNumSplits > 1)
+            if constexpr (kNumSplits > 1) {
                 store_tile_direct(accum, m0, n0, shape_m, shape_n,
                                   workspace + static_cast<uint64_t>(tile.split) * shape_m * shape_n, shape_n,
-                                  nullptr, 0, warp_in_wg, lane);
-            else if constexpr (kPerRowSfb) {
-                // (k-grouped: D and C are [groups, M, N], each group's rows dense)
+                                  static_cast<const float*>(nullptr), 0, warp_in_wg, lane);
+            } else if constexpr (kFp32Out) {
+                // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
                 const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
                 store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<float*>(d) + group_offset * ldd, ldd,
                                   c != nullptr ? c + group_offset * ldc : nullptr, ldc, warp_in_wg, lane);
-            }
-            else
+            } else if (c != nullptr) {
+                // BF16 D = C + A @ B^T (dense BF16 GEMMs only)
+                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, c, ldc,
+                                  warp_in_wg, lane);
+            } else {
                 store_tile_bf16(s, accum, tile, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, tma_d,
                                 layout, wg_idx, warp_in_wg, lane);
+            }
         }
         if constexpr (kUseTmaStore) {
             if (threadIdx.x % 128 == 0)
@@ -464,7 +549,8 @@ struct Sm90Fp8Gemm1d2d {
                 return;
             }
         }
-        store_tile_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, nullptr, 0, warp_in_wg, lane,
+        store_tile_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, static_cast<const __nv_bfloat16*>(nullptr), 0,
+                          warp_in_wg, lane,
                           kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr);
     }
 
@@ -509,23 +595,25 @@ struct Sm90Fp8Gemm1d2d {
         }
     }
 
-    template <typename Out>
-    __device__ __forceinline__ static Out convert(float value) {
-        if constexpr (cuda::std::is_same_v<Out, float>)
+    template <typename T>
+    __device__ __forceinline__ static T convert(float value) {
+        if constexpr (cuda::std::is_same_v<T, float>)
             return value;
         else
             return __float2bfloat16_rn(value);
     }
+    __device__ __forceinline__ static float to_float(float value) { return value; }
+    __device__ __forceinline__ static float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
 
     // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned, or a grouped
-    // tile with padding rows), the FP32 partial sums of a split-K unit into its workspace slice, or FP32
-    // D = C + accum (recipe (1, 1, 128); `c` may be D itself: each element is read, then written, by the
-    // same thread; null: no C). Rows at or past `row_end` are skipped, and with `row_groups` (the per-row
-    // grouped layout) rows whose group id is negative (padding).
-    template <typename Out>
+    // tile with padding rows), the FP32 partial sums of a split-K unit into its workspace slice, or
+    // D = C + accum (FP32 D, or BF16 D with a C; C of D's type; `c` may be D itself: each element is read,
+    // then written, by the same thread; null: no C). Rows at or past `row_end` are skipped, and with
+    // `row_groups` (the per-row grouped layout) rows whose group id is negative (padding).
+    template <typename T>
     __device__ __forceinline__ static void store_tile_direct(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0,
                                                              uint32_t n0, uint32_t row_end, uint32_t shape_n,
-                                                             Out* d, uint32_t ldd, const float* c, uint32_t ldc,
+                                                             T* d, uint32_t ldd, const T* c, uint32_t ldc,
                                                              uint32_t warp_in_wg, uint32_t lane,
                                                              const int32_t* row_groups = nullptr) {
         // This thread's element pairs: (row, col) and (row, col + 1) for each accumulator pair
@@ -549,36 +637,36 @@ struct Sm90Fp8Gemm1d2d {
         // move past an earlier store: interleaved, every pair would wait out a global-load latency.
         if (c != nullptr) {
             for_each_pair([&](uint32_t row, uint32_t col, float& v0, float& v1) {
-                const float* in = c + static_cast<uint64_t>(row) * ldc + col;
-                v0 += col < shape_n ? in[0] : 0.0f;
-                v1 += col + 1 < shape_n ? in[1] : 0.0f;
+                const T* in = c + static_cast<uint64_t>(row) * ldc + col;
+                v0 += col < shape_n ? to_float(in[0]) : 0.0f;
+                v1 += col + 1 < shape_n ? to_float(in[1]) : 0.0f;
             });
         }
         for_each_pair([&](uint32_t row, uint32_t col, float& v0, float& v1) {
-            Out* out = d + static_cast<uint64_t>(row) * ldd + col;
+            T* out = d + static_cast<uint64_t>(row) * ldd + col;
             if (col < shape_n)
-                out[0] = convert<Out>(v0);
+                out[0] = convert<T>(v0);
             if (col + 1 < shape_n)
-                out[1] = convert<Out>(v1);
+                out[1] = convert<T>(v1);
         });
     }
 };
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, bool kPerRowSfb,
-          GemmType kGemmType, uint32_t kMaxKGroups>
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, OperandKind kOperands,
+          bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
-sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
-                          void* __restrict__ d, uint32_t ldd, const float* c, uint32_t ldc,
-                          float* __restrict__ workspace, GroupedLayout grouped_layout,
-                          const __grid_constant__ TmaDescriptor tma_a,
-                          const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
-                          const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d,
-                          const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
-    using Gemm = Sm90Fp8Gemm1d2d<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups,
-                                 kNumGroupN, kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits,
-                                 kPerRowSfb, kGemmType, kMaxKGroups>;
+sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
+                 void* __restrict__ d, uint32_t ldd, const void* c, uint32_t ldc,
+                 float* __restrict__ workspace, GroupedLayout grouped_layout,
+                 const __grid_constant__ TmaDescriptor tma_a,
+                 const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
+                 const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d,
+                 const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
+    using Gemm = Sm90Gemm<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups, kNumGroupN,
+                          kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits, kOperands, kMnMajorA,
+                          kMnMajorB, kFp32Out, kGemmType, kMaxKGroups>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
@@ -597,14 +685,15 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
     if (threadIdx.x == Gemm::kNumMathThreads) {
         ptx::prefetch_tma_descriptor(&tma_a);
         ptx::prefetch_tma_descriptor(&tma_b);
-        ptx::prefetch_tma_descriptor(&tma_sfa);
-        if constexpr (kPerRowSfb)
+        if constexpr (Gemm::kIsFp8)
+            ptx::prefetch_tma_descriptor(&tma_sfa);
+        if constexpr (Gemm::kPerRowSfb)
             ptx::prefetch_tma_descriptor(&tma_sfb);
         if constexpr (kUseTmaStore)
             ptx::prefetch_tma_descriptor(&tma_d);
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
-            ptx::mbarrier_init(storage.full(i), kPerRowSfb ? 1 : 2);  // the TMA producer (and the sfb loader)
+            ptx::mbarrier_init(storage.full(i), Gemm::kBlockSfb ? 2 : 1);  // the TMA producer (and the sfb loader)
             ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4 * kNumMulticast);
         }
         ptx::fence_barrier_init();
@@ -626,11 +715,12 @@ sm90_fp8_gemm_1d2d_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, 
         if (threadIdx.x == Gemm::kNumMathThreads)
             Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, k_groups,
                            grouped_layout, rank);
-        else if (!kPerRowSfb && producer_warp == 1)
+        else if (Gemm::kBlockSfb && producer_warp == 1)
             Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, grouped_layout, rank, threadIdx.x % 32);
     } else {
         ptx::warpgroup_reg_alloc<Gemm::kMathRegs>();
-        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, c, ldc, workspace, &tma_d, grouped_layout, rank);
+        Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, static_cast<const typename Gemm::Out*>(c), ldc,
+                   workspace, &tma_d, grouped_layout, rank);
     }
     // No CTA may leave while its peer can still arrive on its barriers
     if constexpr (kNumMulticast > 1)
