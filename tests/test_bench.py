@@ -92,3 +92,44 @@ def test_grouped_suite_without_gpu_reports_error(capsys) -> None:
         pytest.skip("checks the CPU-only behaviour")
     assert main(["--suite", "masked", "--shapes", "2x64x256x512"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_bf16_suites_are_registered() -> None:
+    from deep_gemm.bench.bf16_gemm import BF16_SHAPES, VARIANTS, parse_bf16_mnk
+    from deep_gemm.bench.bf16_grouped import BF16_CONTIGUOUS_SHAPES, BF16_MASKED_SHAPES
+
+    assert {"bf16", "bf16_grouped", "bf16_masked"} <= set(suite_names())
+    assert get_suite("bf16").parse_shape("4096x7168x2048") == (4096, 7168, 2048)
+    assert get_suite("bf16_grouped").parse_shape("8x4096x7168x2048") == (8, 4096, 7168, 2048)
+    assert get_suite("bf16_masked").parse_shape("32x192x4096x7168") == (32, 192, 4096, 7168)
+    # The shapes: M in {128, 4096} x the DeepSeek (N, K) pairs; every layout plus FP32 D with C
+    assert len(BF16_SHAPES) == len(set(BF16_SHAPES)) == 10
+    assert {(n, k) for _, n, k in BF16_SHAPES} == {
+        (2112, 7168),
+        (24576, 1536),
+        (7168, 16384),
+        (4096, 7168),
+        (7168, 2048),
+    }
+    assert {m for m, _, _ in BF16_SHAPES} == {128, 4096}
+    assert set(VARIANTS) == {"nt", "nn", "tn", "tt", "nt+c"}
+    assert (256, 64, 7168, 3072) in BF16_CONTIGUOUS_SHAPES and (32, 20, 4096, 7168) in BF16_MASKED_SHAPES
+    with pytest.raises(ValueError, match="MxNxK"):
+        parse_bf16_mnk("4096x7168")
+
+
+@pytest.mark.parametrize("suite", ["bf16", "bf16_grouped", "bf16_masked"])
+def test_bf16_suites_report_missing_function_or_gpu(suite: str, monkeypatch, tmp_path, capsys) -> None:
+    required = {"bf16": "bf16_gemm_nt", "bf16_grouped": "m_grouped_bf16_gemm_nt_contiguous"}
+    required["bf16_masked"] = "m_grouped_bf16_gemm_nt_masked"
+    shape = "128x256x512" if suite == "bf16" else "2x64x256x512"
+    out = tmp_path / "out.json"
+    monkeypatch.delattr(deep_gemm, required[suite], raising=False)
+    assert main(["--suite", suite, "--shapes", shape, "--json", str(out)]) == 2
+    assert f"{required[suite]} is missing" in capsys.readouterr().out
+    assert "error" in json.loads(out.read_text())
+    if __import__("torch").cuda.is_available():
+        return
+    monkeypatch.setattr(deep_gemm, required[suite], lambda *args, **kwargs: None, raising=False)
+    assert main(["--suite", suite, "--shapes", shape]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().out

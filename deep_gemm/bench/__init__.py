@@ -5,13 +5,15 @@ one (e.g. grouped GEMMs), write ``deep_gemm/bench/<name>.py`` that calls
 :func:`register_suite`, and import it below.
 """
 
-from deep_gemm.bench import fp8_gemm, grouped, k_grouped, mqa
+from deep_gemm.bench import bf16_gemm, bf16_grouped, fp8_gemm, grouped, k_grouped, mqa
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, get_suite, register_suite, suite_names
 
 __all__ = [
     "BenchOptions",
     "Suite",
     "SuiteReport",
+    "bf16_gemm",
+    "bf16_grouped",
     "fp8_gemm",
     "get_suite",
     "grouped",
