@@ -39,11 +39,20 @@ def b_shape_text(layout: str) -> str:
     return "[N, K]" if layout[1] == "t" else "[K, N]"
 
 
+def transposed_copy(x: torch.Tensor) -> torch.Tensor:
+    """x.t() stored row-major with its row stride padded to 16 bytes (TMA), as an MN-major operand must be held
+    when M or N is not a multiple of 8."""
+    rows, cols = x.shape[1], x.shape[0]
+    padded = torch.empty(rows, (cols + 7) // 8 * 8, device=x.device, dtype=x.dtype)[:, :cols]
+    padded.copy_(x.t())
+    return padded
+
+
 def to_layout(layout: str, a_mk: torch.Tensor, b_nk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A [M, K] and B [N, K] stored as `layout` reads them: A [M, K] (n) or [K, M] (t), B [N, K] (t) or [K, N] (n),
-    each contiguous."""
-    a = a_mk if layout[0] == "n" else a_mk.t().contiguous()
-    b = b_nk if layout[1] == "t" else b_nk.t().contiguous()
+    row-major (transposed copies with 16-byte row strides)."""
+    a = a_mk if layout[0] == "n" else transposed_copy(a_mk)
+    b = b_nk if layout[1] == "t" else transposed_copy(b_nk)
     return a, b
 
 
@@ -522,3 +531,14 @@ def test_k_grouped_tn_all_empty() -> None:
     assert torch.equal(d, c), "all groups empty: D must equal C"
     deep_gemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, layout)
     assert torch.equal(d, torch.zeros_like(d)), "all groups empty, no C: D must be zero"
+
+
+@gpu
+def test_mn_major_operand_needs_aligned_row_stride() -> None:
+    """An MN-major A [K, M] with M = 4097 stored densely has a row stride of 8194 bytes: TMA cannot read it, and
+    the error names the operand and the 16-byte rule (pad the row stride, as transposed_copy does)."""
+    a = torch.zeros(256, 4097, device="cuda", dtype=torch.bfloat16)
+    b = torch.zeros(256, 128, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(4097, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"a: stride 4097 of dim 0 must be a multiple of 16 bytes"):
+        deep_gemm.bf16_gemm_tn(a, b, d)

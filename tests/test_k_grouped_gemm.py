@@ -105,8 +105,11 @@ def test_heuristic_k_grouped() -> None:
     config = deep_gemm._C.get_gemm_config
     for groups, m, n in ((4, 4096, 7168), (8, 7168, 2048), (16, 4096, 7168), (2, 128, 256)):
         cfg = config(groups * m, n, 4096, gemm_type=4, per_row_sfb=True, allow_multicast=True)
-        assert cfg["num_splits"] == 1 and cfg["num_multicast"] == 1 and not cfg["use_tma_store"], cfg
-        assert cfg["gemm_type"] == 4 and cfg["per_row_sfb"], cfg
+        # (FP32 D through TMA in 32-column chunks; in place by TMA reduce-add)
+        assert cfg["num_splits"] == 1 and cfg["num_multicast"] == 1 and cfg["use_tma_store"], cfg
+        assert cfg["gemm_type"] == 4 and cfg["per_row_sfb"] and cfg["block_n"] % 32 == 0, cfg
+        direct = config(groups * m, n, 4096, gemm_type=4, per_row_sfb=True, use_tma_store=False)
+        assert not direct["use_tma_store"], direct
 
 
 # ----------------------------------------------------------------------------- GPU tier

@@ -72,8 +72,10 @@ struct GemmOperands {
     bool is_fp8() const { return kind != OperandKind::kBf16; }
     bool per_row_sfb() const { return kind == OperandKind::kFp8RowScaled; }
     bool block_sfb() const { return kind == OperandKind::kFp8BlockScaled; }
-    // FP32 D or a C to add: stored straight from registers (no TMA store, no split-K)
-    bool direct_store() const { return fp32_out || has_c; }
+    // BF16 D with a C to add: stored straight from registers (FP32 D goes through TMA, adding C in place)
+    bool direct_store() const { return has_c && !fp32_out; }
+    // Split-K partials are reduced into BF16 D only
+    bool allows_split_k() const { return !fp32_out && !has_c; }
     // K per stage: 128 bytes of each row
     uint32_t block_k() const { return is_fp8() ? 128 : 64; }
     uint32_t element_bytes() const { return is_fp8() ? 1 : 2; }
@@ -145,7 +147,8 @@ inline bool multicast_enabled() {
 // FP8 scales.
 inline uint32_t gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,
                                 const GemmOperands& operands = {}) {
-    const uint32_t d = use_tma_store ? block_m * block_n * 2 : 0;
+    // (FP32: two 32-column chunks of 128-byte rows per row of the tile)
+    const uint32_t d = !use_tma_store ? 0 : operands.fp32_out ? block_m * 2 * 128 : block_m * block_n * 2;
     const uint32_t sfa = operands.is_fp8() ? (block_m * 4 + 127) / 128 * 128 : 0;
     // a column's scales, the tile's pair, or none
     const uint32_t sfb = operands.per_row_sfb() ? (block_n * 4 + 127) / 128 * 128 : operands.block_sfb() ? 8 : 0;
@@ -297,17 +300,17 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 continue;
             if ((operands.block_sfb() && !fp8_gemm_block_n_fits_sfb(block_n)) ||
                 !gemm_fits_registers(block_m, block_n, wgs, operands.is_fp8()) ||
-                (operands.mn_major_b && block_n % 64 != 0))
+                (operands.mn_major_b && block_n % 64 != 0) || (operands.fp32_out && use_tma_store && block_n % 32 != 0))
                 continue;
             const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
             for (uint32_t splits = 1; splits <= kMaxSplits; ++splits) {
                 // Split-K only when the tiles alone leave SMs idle, and with a few K blocks per split
-                // (never with direct stores or groups, nor more splits than K blocks)
+                // (never with FP32 D, a C or groups, nor more splits than K blocks)
                 if (forced.num_splits ? splits != forced.num_splits
                                       : splits > 1 && (m_blocks * n_blocks >= num_sms ||
                                                        splits * kMinKBlocksPerSplit > num_k_blocks))
                     continue;
-                if (splits > num_k_blocks || (splits > 1 && (operands.direct_store() || grouped)))
+                if (splits > num_k_blocks || (splits > 1 && (!operands.allows_split_k() || grouped)))
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
                 if (gemm_smem_bytes(block_m, block_n, 2, tma_store, operands) > kSm90MaxSmemBytes)

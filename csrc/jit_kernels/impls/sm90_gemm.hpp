@@ -71,7 +71,8 @@ inline GemmConfig config_from_params(const std::map<std::string, int64_t>& param
     DG_CHECK_INPUT((c.max_k_groups > 0) == (c.gemm_type == GemmType::kKGroupedContiguous) &&
                    c.max_k_groups <= kMaxKGroups, "max_k_groups must be 1..{} for k-grouped GEMMs (gemm_type 4), 0 "
                    "otherwise", kMaxKGroups);
-    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.operands.direct_store()) != 0;
+    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.operands.direct_store() &&
+                                           !(c.operands.fp32_out && c.block_n % 32 != 0)) != 0;
     c.store_chunk_n = get("store_chunk_n", gemm_store_chunk(c.block_n));
     c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands);
     return c;
@@ -231,8 +232,9 @@ public:
         operands.has_c = args.c != nullptr;
         const bool fp8 = operands.is_fp8();
         const int64_t sfa_stride = fp8 ? args.sfa->stride(0) : 0, sfb_stride = fp8 ? args.sfb->stride(0) : 0;
+        const bool use_tma_store = n % 4 == 0 && reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
         const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), sfa_stride, sfb_stride, num_sms,
-                            false, operands, args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
+                            use_tma_store, operands, args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
                             num_groups, 0, 0, num_groups * m};
         const Plan& plan = get_plan(sig, nullptr);
         const auto& c = plan.config;
@@ -258,7 +260,9 @@ public:
             params.set(c.max_k_groups, g, map_a, map_b, k_blocks, sf_rows);
             sf_rows += fp8 ? k_blocks : 0;
         }
-        jit::CUtensorMap tma_sfa{}, tma_sfb{}, unused{};
+        jit::CUtensorMap tma_sfa{}, tma_sfb{}, tma_d{}, unused{};
+        if (c.use_tma_store)
+            tma_d = fp32_d_map(args.d.data_ptr(), m, n, n, num_groups, c);
         if (sf_rows > 0) {
             tma_sfa = scale_map(args.sfa->data_ptr(), m, sf_rows, sfa_stride, c.block_m);
             tma_sfb = scale_map(args.sfb->data_ptr(), n, sf_rows, sfb_stride, c.block_n);
@@ -274,7 +278,7 @@ public:
         float* workspace = nullptr;
         GroupedLayoutParam grouped_layout{nullptr, num_groups, 0, 0, nullptr};
         plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, workspace, grouped_layout,
-                            unused, unused, tma_sfa, tma_sfb, unused, params);
+                            unused, unused, tma_sfa, tma_sfb, tma_d, params);
     }
 
 private:
@@ -349,6 +353,14 @@ private:
                         : k_major_map(base, operands, k, rows * groups, ld, box_rows);
     }
 
+    // FP32 D [groups][M][N] (rows `ldd` elements apart, groups M x ldd): boxes of 32 columns (128-byte rows,
+    // swizzled) x a math warpgroup's rows x 1, as the FP32 TMA epilogue stages them.
+    static jit::CUtensorMap fp32_d_map(void* base, uint64_t m, uint64_t n, uint64_t ldd, uint64_t groups,
+                                       const GemmConfig& c) {
+        return jit::make_tma_3d(base, driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, {n, m, groups}, {ldd * 4, m * ldd * 4},
+                                {32, c.block_m / c.num_math_warpgroups, 1}, driver::CU_TENSOR_MAP_SWIZZLE_128B);
+    }
+
     // MN-major FP32 scales, one row of `mn` per K block, rows `row_floats` apart: boxes of `box_mn` x 1.
     static jit::CUtensorMap scale_map(const void* base, uint64_t mn, uint64_t rows, uint64_t row_floats, uint32_t box_mn) {
         return jit::make_tma_2d(base, driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, mn, rows, row_floats * 4, box_mn, 1,
@@ -378,9 +390,11 @@ private:
             plan.tma_bases[3] = args.sfb->data_ptr();
         }
         if (c.use_tma_store) {
-            plan.tma[4] = jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sig.n, sig.m,
-                                           sig.ldd * 2, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
-                                           jit::swizzle_for_bytes(c.store_chunk_n * 2));
+            plan.tma[4] = operands.fp32_out ? fp32_d_map(args.d.data_ptr(), sig.m, sig.n, sig.ldd, 1, c)
+                                            : jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                                               sig.n, sig.m, sig.ldd * 2, c.store_chunk_n,
+                                                               c.block_m / c.num_math_warpgroups,
+                                                               jit::swizzle_for_bytes(c.store_chunk_n * 2));
             plan.tma_bases[4] = args.d.data_ptr();
         }
     }

@@ -38,13 +38,16 @@
 //   so); columns left of `boundary` take the first, the others the second (TileSfb). `boundary` takes
 //   one of 128 / gcd(BLOCK_N, 128) values, and the promotion is compiled once per value (selected per
 //   K block by a warp-uniform branch), so it holds no per-column selection.
-// Shared memory: [D staging (TMA store), BLOCK_M x BLOCK_N BF16] [A x stages] [B x stages]
+// Shared memory: [D staging (TMA store): BLOCK_M x BLOCK_N BF16, or FP32 2 x BLOCK_M x 32] [A x stages] [B x stages]
 //   [sfa x stages] [sfb x stages] [full, empty barriers], 1024-byte aligned.
 // Epilogue (kUseTmaStore, BF16 D without C): each math warpgroup converts its accumulators to BF16, writes them
 //   with stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
 //   read shared memory before overwriting it, so the store of tile i overlaps the K loop of tile i+1.
-//   Otherwise (D's row stride not 16-byte aligned, FP32 D, a C to add) threads store directly with bounds
+//   FP32 D (kUseTmaStore): per 32-column chunk, each math warpgroup writes its rows into one of two 128B-swizzled
+//   staging buffers and one thread stores the chunk by TMA; in place (C is D) TMA adds the chunk into D instead
+//   (cp.reduce.async.bulk .add: no C read by the threads), another C is first read and added in registers.
+//   Otherwise (D's row stride not 16-byte aligned, BF16 D with a C) threads store directly with bounds
 //   checks, after reading all of their C.
 // Split-K (kNumSplits > 1, small M): each unit covers one tile over a range of K blocks and stores its
 //   FP32 partial sums straight from registers into workspace[split][M][N]; a second kernel
@@ -113,7 +116,9 @@ struct Sm90Gemm {
     using KGroups = KGroupedParams<kMaxKGroups>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
 
-    static constexpr uint32_t SMEM_D_SIZE = kUseTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
+    // TMA store staging: the BF16 tile, or for FP32 D a ring of two 32-column chunks per math warpgroup
+    static constexpr uint32_t kFp32ChunkCols = 32;  // 128-byte rows
+    static constexpr uint32_t SMEM_D_SIZE = !kUseTmaStore ? 0 : kFp32Out ? BLOCK_M * 2 * 128 : BLOCK_M * BLOCK_N * 2;
     static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K * kElemBytes;
     static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K * kElemBytes;
     static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kIsFp8 ? align_up(BLOCK_M * 4u, 128u) : 0;
@@ -136,14 +141,16 @@ struct Sm90Gemm {
     static constexpr uint32_t kMathRegs = kNumMathWarpgroups == 3 ? 152 : 232;
     static_assert(WG_M % 64 == 0 && kNumWgmmaM >= 1 && kNumWgmmaM <= 2, "each math warpgroup owns 64 or 128 rows");
     static_assert(BLOCK_N % 8 == 0 && BLOCK_N <= 256, "BLOCK_N must be a multiple of 8, at most 256");
-    static_assert(!kUseTmaStore || (BLOCK_N % 16 == 0 && BLOCK_N % kStoreChunkN == 0 &&
-                                    (kStoreChunkN == 16 || kStoreChunkN == 32 || kStoreChunkN == 64)),
-                  "TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
+    static_assert(!kUseTmaStore || kFp32Out || (BLOCK_N % 16 == 0 && BLOCK_N % kStoreChunkN == 0 &&
+                                                (kStoreChunkN == 16 || kStoreChunkN == 32 || kStoreChunkN == 64)),
+                  "BF16 TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
     static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores FP32 partials directly, not through TMA");
     static_assert(kPerRowSfb ? kFp32Out : kBlockSfb ? !kFp32Out : true,
                   "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) BF16; BF16 GEMMs either");
-    static_assert(!kFp32Out || (!kUseTmaStore && kNumSplits == 1), "FP32 D is written directly, without split-K");
+    static_assert(!kFp32Out || kNumSplits == 1, "FP32 D is written without split-K");
+    static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % kFp32ChunkCols == 0,
+                  "FP32 TMA stores go in 32-column chunks: BLOCK_N must be a multiple of 32");
     static_assert(kIsFp8 ? !kMnMajorA && !kMnMajorB : true, "FP8 wgmma reads K-major operands only");
     static_assert(!kMnMajorB || BLOCK_N % 64 == 0, "an MN-major B tile is loaded in boxes of 64 columns");
     static_assert(!kIsMGrouped || !kFp32Out, "m-grouped GEMMs write BF16");
@@ -506,8 +513,17 @@ struct Sm90Gemm {
             } else if constexpr (kFp32Out) {
                 // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
                 const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
-                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<float*>(d) + group_offset * ldd, ldd,
-                                  c != nullptr ? c + group_offset * ldc : nullptr, ldc, warp_in_wg, lane);
+                float* d_group = static_cast<float*>(d) + group_offset * ldd;
+                const float* c_group = c != nullptr ? c + group_offset * ldc : nullptr;
+                if constexpr (kUseTmaStore) {
+                    // In place (C is D): TMA adds the tile into D; another C is added here first
+                    const bool in_place = c != nullptr && c == static_cast<const float*>(d) && ldc == ldd;
+                    if (c != nullptr && !in_place)
+                        add_c(accum, m0, n0, shape_m, shape_n, c_group, ldc, warp_in_wg, lane);
+                    store_tile_tma_fp32(s, accum, m0, n0, tile.group, tma_d, in_place, wg_idx, warp_in_wg, lane);
+                } else {
+                    store_tile_direct(accum, m0, n0, shape_m, shape_n, d_group, ldd, c_group, ldc, warp_in_wg, lane);
+                }
             } else if (c != nullptr) {
                 // BF16 D = C + A @ B^T (dense BF16 GEMMs only)
                 store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, c, ldc,
@@ -595,6 +611,86 @@ struct Sm90Gemm {
         }
     }
 
+    // FP32 D through TMA, per 32-column chunk (128-byte rows) of this warpgroup's WG_M rows, in a ring of two
+    // staging buffers: wait until the store issued from the buffer two chunks ago has read it, write the chunk
+    // (128B-swizzled, as the box expects), fence, and one thread stores it into D, or with `reduce` adds it
+    // into D (C is D: TMA reads, adds and writes each element once). The 3-D box (N, M, group) clips at N and M.
+    __device__ __forceinline__ static void store_tile_tma_fp32(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
+                                                               uint32_t m0, uint32_t n0, uint32_t group,
+                                                               const TmaDescriptor* tma_d, bool reduce, uint32_t wg_idx,
+                                                               uint32_t warp_in_wg, uint32_t lane) {
+        constexpr uint32_t kChunkBytes = WG_M * 128;
+        uint8_t* ring = reinterpret_cast<uint8_t*>(s.d()) + wg_idx * 2 * kChunkBytes;
+        const bool is_leader = threadIdx.x % 128 == 0;
+        #pragma unroll
+        for (uint32_t chunk = 0; chunk < BLOCK_N / kFp32ChunkCols; ++chunk) {
+            uint8_t* buffer = ring + (chunk % 2) * kChunkBytes;
+            if (is_leader)
+                ptx::tma_store_wait_read<1>();
+            ptx::named_barrier_sync(1 + wg_idx, 128);
+            #pragma unroll
+            for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+                #pragma unroll
+                for (uint32_t jj = 0; jj < kFp32ChunkCols / 8; ++jj) {
+                    const uint32_t j = chunk * (kFp32ChunkCols / 8) + jj;
+                    #pragma unroll
+                    for (uint32_t half = 0; half < 2; ++half) {
+                        const uint32_t row = im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
+                        uint32_t offset = row * 128 + jj * 32 + (lane % 4) * 8;
+                        offset ^= ((offset >> 7) & 7) << 4;
+                        *reinterpret_cast<float2*>(buffer + offset) =
+                            float2{accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]};
+                    }
+                }
+            }
+            ptx::fence_proxy_async_smem();
+            ptx::named_barrier_sync(1 + wg_idx, 128);
+            if (is_leader) {
+                if (reduce)
+                    ptx::tma_reduce_add_3d(tma_d, buffer, n0 + chunk * kFp32ChunkCols, m0, group);
+                else
+                    ptx::tma_store_3d(tma_d, buffer, n0 + chunk * kFp32ChunkCols, m0, group);
+                ptx::tma_store_commit();
+            }
+        }
+    }
+
+    // accum += C for this thread's elements inside rows [.., row_end) (and not padding, with `row_groups`) and
+    // columns [.., shape_n).
+    template <typename T>
+    __device__ __forceinline__ static void add_c(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0, uint32_t n0,
+                                                 uint32_t row_end, uint32_t shape_n, const T* c, uint32_t ldc,
+                                                 uint32_t warp_in_wg, uint32_t lane, const int32_t* row_groups = nullptr) {
+        for_each_pair(accum, m0, n0, row_end, row_groups, warp_in_wg, lane,
+                      [&](uint32_t row, uint32_t col, float& v0, float& v1) {
+                          const T* in = c + static_cast<uint64_t>(row) * ldc + col;
+                          v0 += col < shape_n ? to_float(in[0]) : 0.0f;
+                          v1 += col + 1 < shape_n ? to_float(in[1]) : 0.0f;
+                      });
+    }
+
+    // body(row, col, v0, v1) for this thread's element pairs (row, col), (row, col + 1) of each accumulator pair,
+    // skipping rows at or past `row_end` and, with `row_groups` (the per-row grouped layout), padding rows.
+    template <typename Body>
+    __device__ __forceinline__ static void for_each_pair(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0, uint32_t n0,
+                                                         uint32_t row_end, const int32_t* row_groups,
+                                                         uint32_t warp_in_wg, uint32_t lane, Body&& body) {
+        #pragma unroll
+        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
+            #pragma unroll
+            for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
+                #pragma unroll
+                for (uint32_t half = 0; half < 2; ++half) {
+                    const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
+                    const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
+                    if (row >= row_end || (row_groups != nullptr && __ldg(row_groups + row) < 0))
+                        continue;
+                    body(row, col, accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]);
+                }
+            }
+        }
+    }
+
     template <typename T>
     __device__ __forceinline__ static T convert(float value) {
         if constexpr (cuda::std::is_same_v<T, float>)
@@ -616,39 +712,18 @@ struct Sm90Gemm {
                                                              T* d, uint32_t ldd, const T* c, uint32_t ldc,
                                                              uint32_t warp_in_wg, uint32_t lane,
                                                              const int32_t* row_groups = nullptr) {
-        // This thread's element pairs: (row, col) and (row, col + 1) for each accumulator pair
-        const auto for_each_pair = [&](auto&& body) {
-            #pragma unroll
-            for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-                #pragma unroll
-                for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
-                    #pragma unroll
-                    for (uint32_t half = 0; half < 2; ++half) {
-                        const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
-                        const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
-                        if (row >= row_end || (row_groups != nullptr && __ldg(row_groups + row) < 0))
-                            continue;
-                        body(row, col, accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]);
-                    }
-                }
-            }
-        };
         // NOTES: C is read in full before D is written. C may be D itself (or alias it), so a load may not
         // move past an earlier store: interleaved, every pair would wait out a global-load latency.
-        if (c != nullptr) {
-            for_each_pair([&](uint32_t row, uint32_t col, float& v0, float& v1) {
-                const T* in = c + static_cast<uint64_t>(row) * ldc + col;
-                v0 += col < shape_n ? to_float(in[0]) : 0.0f;
-                v1 += col + 1 < shape_n ? to_float(in[1]) : 0.0f;
-            });
-        }
-        for_each_pair([&](uint32_t row, uint32_t col, float& v0, float& v1) {
-            T* out = d + static_cast<uint64_t>(row) * ldd + col;
-            if (col < shape_n)
-                out[0] = convert<T>(v0);
-            if (col + 1 < shape_n)
-                out[1] = convert<T>(v1);
-        });
+        if (c != nullptr)
+            add_c(accum, m0, n0, row_end, shape_n, c, ldc, warp_in_wg, lane, row_groups);
+        for_each_pair(accum, m0, n0, row_end, row_groups, warp_in_wg, lane,
+                      [&](uint32_t row, uint32_t col, float& v0, float& v1) {
+                          T* out = d + static_cast<uint64_t>(row) * ldd + col;
+                          if (col < shape_n)
+                              out[0] = convert<T>(v0);
+                          if (col + 1 < shape_n)
+                              out[1] = convert<T>(v1);
+                      });
     }
 };
 

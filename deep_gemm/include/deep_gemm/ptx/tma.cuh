@@ -1,5 +1,5 @@
-// TMA (cp.async.bulk.tensor) wrappers: 2-D and 3-D tile loads completing on an mbarrier, 2-D tile stores
-// from shared memory with bulk-group completion, and the proxy fence that orders them.
+// TMA (cp.async.bulk.tensor) wrappers: 2-D and 3-D tile loads completing on an mbarrier, 2-D and 3-D tile
+// stores (and reduce-adds) from shared memory with bulk-group completion, and the proxy fence that orders them.
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
@@ -46,13 +46,29 @@ __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* desc, const vo
                  ::"l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(src)), "r"(x), "r"(y) : "memory");
 }
 
+// Store the 3-D box at (x, y, z) from `src`; out-of-bounds parts are not written.
+__device__ __forceinline__ void tma_store_3d(const TmaDescriptor* desc, const void* src, int32_t x, int32_t y, int32_t z) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+                 ::"l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(src)), "r"(x), "r"(y), "r"(z) : "memory");
+}
+
+// Add the 3-D box at (x, y, z) from `src` into global memory (element type from the map; each element one
+// read-add-write done by TMA); out-of-bounds parts are left alone.
+__device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* desc, const void* src, int32_t x, int32_t y,
+                                                  int32_t z) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
+                 ::"l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(src)), "r"(x), "r"(y), "r"(z) : "memory");
+}
+
 __device__ __forceinline__ void tma_store_commit() {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-// Wait until the committed stores have finished reading shared memory (it may be rewritten).
+// Wait until all but the newest kPending committed store groups have finished reading shared memory (it
+// may be rewritten).
+template <int kPending = 0>
 __device__ __forceinline__ void tma_store_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
 }
 
 // Order this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads.
