@@ -40,14 +40,15 @@ inline void check_bf16_operand(const at::Tensor& t, const char* name, int64_t di
 }
 
 // A dense operand stored as [rows, K] (K-major) or [K, rows] (`transposed`): its logical [rows, K] view, and
-// whether the kernel reads it MN-major. A single row (M or N = 1) is read K-major either way: its [K, 1]
-// storage is a K-contiguous [1, K] view.
+// whether the kernel reads it MN-major. A single row (M or N = 1) stored as a K-contiguous column is read as
+// the K-major [1, K] row; any other [K, rows] storage MN-major (rows past `rows` in a padded row stride are
+// never read: TMA clips at `rows`).
 inline std::pair<at::Tensor, bool> dense_bf16_operand(const at::Tensor& t, const char* name, bool transposed,
                                                       const char* shape) {
     check_bf16_operand(t, name, 2, shape, transposed);
     const at::Tensor view = transposed ? t.t() : t;
-    const bool mn_major = transposed && view.size(0) > 1;
-    return {view, mn_major};
+    const bool k_contiguous_row = view.size(0) == 1 && (view.stride(1) == 1 || view.size(1) <= 1);
+    return {view, transposed && !k_contiguous_row};
 }
 
 }  // namespace detail
