@@ -62,16 +62,7 @@ inline void bf16_gemm(const char* fn, bool a_transposed, bool b_transposed, cons
     const int64_t m = a_mk.size(0), k = a_mk.size(1), n = b_nk.size(0);
     DG_CHECK_INPUT(b_nk.size(1) == k, "b must be {} with K = {} (a's K), got a {}", b_transposed ? "[K, N]" : "[N, K]",
                    k, describe(b));
-    check_defined(d, "d");
-    check_dim(d, 2, "d");
-    DG_CHECK_INPUT(d.scalar_type() == at::kBFloat16 || d.scalar_type() == at::kFloat,
-                   "d must have dtype torch.bfloat16 or torch.float32, got a {}", describe(d));
-    DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
-    DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
-    if (c.has_value()) {
-        check_accumuland(*c, d, "[M, N]");
-        DG_CHECK_INPUT(c->stride(1) == 1 || n <= 1, "c must be row-major (stride 1 along N), got a {}", describe(*c));
-    }
+    check_dense_output(d, c, m, n);
     DG_CHECK_INPUT(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "M, N and K must each be below 2^31");
     const auto cdims = parse_compiled_dims(compiled_dims);
 
@@ -84,13 +75,8 @@ inline void bf16_gemm(const char* fn, bool a_transposed, bool b_transposed, cons
 
     if (m == 0 || n == 0)
         return;
-    if (k == 0) {
-        if (c.has_value() && !c->is_same(d))
-            d.copy_(*c);
-        else if (!c.has_value())
-            d.zero_();
-        return;
-    }
+    if (k == 0)
+        return write_empty_k(d, c);
     const kernels::GemmOperands operands{kernels::OperandKind::kBf16, mn_major_a, mn_major_b,
                                          d.scalar_type() == at::kFloat};
     kernels::Sm90GemmRunner::run({a_mk, b_nk, d, c.has_value() ? &*c : nullptr, nullptr, nullptr, operands, cdims.m,

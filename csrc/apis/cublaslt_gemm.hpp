@@ -41,16 +41,7 @@ inline void cublaslt_gemm(bool a_k_major, bool b_k_major, const at::Tensor& a, c
     const int64_t n = b.size(b_k_major ? 0 : 1), b_k = b.size(b_k_major ? 1 : 0);
     DG_CHECK_INPUT(b_k == k, "b must be {} with K = {} (a's K), got a {}", b_k_major ? "[N, K]" : "[K, N]", k, describe(b));
 
-    check_defined(d, "d");
-    check_dim(d, 2, "d");
-    DG_CHECK_INPUT(d.scalar_type() == at::kBFloat16 || d.scalar_type() == at::kFloat,
-                   "d must have dtype torch.bfloat16 or torch.float32, got a {}", describe(d));
-    DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
-    DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
-    if (c.has_value()) {
-        check_accumuland(*c, d, "[M, N]");
-        DG_CHECK_INPUT(c->stride(1) == 1 || n <= 1, "c must be row-major (stride 1 along N), got a {}", describe(*c));
-    }
+    check_dense_output(d, c, m, n);
 
     // Devices last
     check_same_cuda_device(a, "a", {{&b, "b"}, {&d, "d"}});
@@ -59,15 +50,10 @@ inline void cublaslt_gemm(bool a_k_major, bool b_k_major, const at::Tensor& a, c
 
     if (m == 0 || n == 0)
         return;
+    if (k == 0)
+        return write_empty_k(d, c);
     at::Tensor out = d;  // (the out= overloads take a mutable reference; `out` shares d's storage)
     const bool accumulate = c.has_value();
-    if (k == 0) {
-        if (!accumulate)
-            out.zero_();
-        else if (!c->is_same(d))
-            out.copy_(*c);
-        return;
-    }
     const at::Tensor a_mk = a_k_major ? a : a.t();  // [M, K]
     const at::Tensor b_kn = b_k_major ? b.t() : b;  // [K, N]
     if (d.scalar_type() == at::kFloat) {

@@ -113,6 +113,29 @@ inline void check_accumuland(const at::Tensor& c, const at::Tensor& d, const cha
                    describe(c), describe(d));
 }
 
+// D [M, N] of a dense GEMM with BF16 operands: BF16 or FP32, row-major (any row stride); C None or of D's dtype
+// and shape, row-major, D itself or not overlapping it.
+inline void check_dense_output(const at::Tensor& d, const std::optional<at::Tensor>& c, int64_t m, int64_t n) {
+    check_defined(d, "d");
+    check_dim(d, 2, "d");
+    DG_CHECK_INPUT(d.scalar_type() == at::kBFloat16 || d.scalar_type() == at::kFloat,
+                   "d must have dtype torch.bfloat16 or torch.float32, got a {}", describe(d));
+    DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
+    DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
+    if (c.has_value()) {
+        check_accumuland(*c, d, "[M, N]");
+        DG_CHECK_INPUT(c->stride(1) == 1 || n <= 1, "c must be row-major (stride 1 along N), got a {}", describe(*c));
+    }
+}
+
+// D = C + A @ B.T with K = 0: D = C (nothing to do in place), or zeros without C.
+inline void write_empty_k(const at::Tensor& d, const std::optional<at::Tensor>& c) {
+    if (c.has_value() && !c->is_same(d))
+        d.copy_(*c);
+    else if (!c.has_value())
+        d.zero_();
+}
+
 inline void check_sm90(const at::Tensor& t, const char* fn) {
     const int major = jit::DeviceRuntime::instance().properties(t.device().index()).major;
     if (major != 9)
@@ -168,13 +191,8 @@ inline void fp8_gemm_nt(const TensorPair& a_pair, const TensorPair& b_pair, cons
 
     if (m == 0 || n == 0)
         return;
-    if (k == 0) {
-        if (c.has_value() && !c->is_same(d))
-            d.copy_(*c);
-        else if (!c.has_value())
-            d.zero_();
-        return;
-    }
+    if (k == 0)
+        return write_empty_k(d, c);
     const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in);
     const at::Tensor sfb = per_row_sfb ? get_mn_major_tma_aligned_tensor(sfb_in)
                                        : sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();

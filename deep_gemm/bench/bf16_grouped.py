@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from deep_gemm.bench.bf16_gemm import MAX_DIFF, measure, run_rows_suite
-from deep_gemm.bench.grouped import parse_gmnk
+from deep_gemm.bench.grouped import GROUPED_COLUMNS, parse_gmnk
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt
 from deep_gemm.testing import calc_diff
@@ -41,15 +41,7 @@ _BASELINES = ("loop", "grouped_mm")
 
 _TABLE = Table(
     [
-        Column("G", 4),
-        Column("M", 5),
-        Column("N", 5),
-        Column("K", 5),
-        Column("rows", 7),
-        Column("ours us", 9),
-        Column("TFLOPS", 7),
-        Column("GB/s", 6),
-        Column("%copy", 5),
+        *GROUPED_COLUMNS,
         Column("loop us", 9),
         Column("speedup", 7),
         Column("grouped_mm us", 9),

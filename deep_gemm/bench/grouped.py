@@ -30,6 +30,7 @@ from deep_gemm.utils import align, ceil_div, per_block_cast_to_fp8, per_token_ca
 
 __all__ = [
     "CONTIGUOUS_SHAPES",
+    "GROUPED_COLUMNS",
     "MASKED_SHAPES",
     "measure_baselines",
     "measure_ours",
@@ -49,17 +50,22 @@ MASKED_SHAPES = tuple(
     for n, k in _NKS[:2]
 )
 
+# The leading columns every grouped suite's table shares (this module's and the BF16 ones)
+GROUPED_COLUMNS = [
+    Column("G", 4),
+    Column("M", 5),
+    Column("N", 5),
+    Column("K", 5),
+    Column("rows", 7),
+    Column("ours us", 9),
+    Column("TFLOPS", 7),
+    Column("GB/s", 6),
+    Column("%copy", 5),
+]
+
 _TABLE = Table(
     [
-        Column("G", 4),
-        Column("M", 5),
-        Column("N", 5),
-        Column("K", 5),
-        Column("rows", 7),
-        Column("ours us", 9),
-        Column("TFLOPS", 7),
-        Column("GB/s", 6),
-        Column("%copy", 5),
+        *GROUPED_COLUMNS,
         Column("blockwise us", 9),
         Column("speedup", 7),
         Column("fast us", 9),
