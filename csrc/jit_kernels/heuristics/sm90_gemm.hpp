@@ -67,11 +67,13 @@ struct GemmOperands {
     OperandKind kind = OperandKind::kFp8BlockScaled;
     bool mn_major_a = false, mn_major_b = false;  // BF16 only: A stored [K, M], B stored [K, N]
     bool fp32_out = false;                        // FP32 D (always so with kFp8RowScaled)
-    bool has_c = false;                           // a C accumulated (loaded into the accumulators, or TMA-added)
+    bool has_c = false;                           // a C added by the epilogue
 
     bool is_fp8() const { return kind != OperandKind::kBf16; }
     bool per_row_sfb() const { return kind == OperandKind::kFp8RowScaled; }
     bool block_sfb() const { return kind == OperandKind::kFp8BlockScaled; }
+    // BF16 D with a C to add: stored straight from registers (FP32 D goes through TMA, adding C in place)
+    bool direct_store() const { return has_c && !fp32_out; }
     // Split-K partials are reduced into BF16 D only
     bool allows_split_k() const { return !fp32_out && !has_c; }
     // K per stage: 128 bytes of each row
@@ -254,8 +256,8 @@ inline GemmOverrides forced_config() {
 constexpr uint32_t kMaxSplits = 16;
 constexpr uint32_t kMinKBlocksPerSplit = 2;
 
-// operands: FP8 (recipe (1, 128, 128) or (1, 1, 128)) or BF16; FP32 D or a C: no split-K; FP32 D through TMA
-// in 32-column chunks (BLOCK_N a multiple of 32). BF16: no three-warpgroup tiles (they hide FP8's promotion), an MN-major B takes BLOCK_N in
+// operands: FP8 (recipe (1, 128, 128) or (1, 1, 128)) or BF16; FP32 D or a C: written directly (no TMA store,
+// no split-K). BF16: no three-warpgroup tiles (they hide FP8's promotion), an MN-major B takes BLOCK_N in
 // multiples of 64, and its multicast is not offered.
 // gemm_type: m-grouped layouts take BLOCK_M dividing `grouped_alignment` (a row block never spans two
 // groups: the contiguous segments' alignment, or the masked layout's rows per group) and neither split-K
@@ -267,6 +269,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                                   bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
                                   const GemmOverrides& forced = {}, const GemmOperands& operands = {},
                                   GemmType gemm_type = GemmType::kNormal, uint32_t grouped_alignment = 128) {
+    use_tma_store = use_tma_store && !operands.direct_store();
     const bool grouped = gemm_type != GemmType::kNormal, m_grouped = is_m_grouped(gemm_type);
     allow_multicast = allow_multicast && !grouped && !operands.mn_major_b;
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");

@@ -71,7 +71,8 @@ inline GemmConfig config_from_params(const std::map<std::string, int64_t>& param
     DG_CHECK_INPUT((c.max_k_groups > 0) == (c.gemm_type == GemmType::kKGroupedContiguous) &&
                    c.max_k_groups <= kMaxKGroups, "max_k_groups must be 1..{} for k-grouped GEMMs (gemm_type 4), 0 "
                    "otherwise", kMaxKGroups);
-    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !(c.operands.fp32_out && c.block_n % 32 != 0)) != 0;
+    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.operands.direct_store() &&
+                                           !(c.operands.fp32_out && c.block_n % 32 != 0)) != 0;
     c.store_chunk_n = get("store_chunk_n", gemm_store_chunk(c.block_n));
     c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands);
     return c;
@@ -158,7 +159,8 @@ public:
         const int64_t ldd_bytes = args.d.stride(0) * args.d.element_size();
         const bool enable_pdl = jit::DeviceRuntime::instance().pdl();
         // (TMA stores whole 16-byte units: a row length that ends inside one would spill past N)
-        const bool use_tma_store = ldd_bytes % 16 == 0 && (int64_t(n) * args.d.element_size()) % 16 == 0 &&
+        const bool use_tma_store = !operands.direct_store() && ldd_bytes % 16 == 0 &&
+                                   (int64_t(n) * args.d.element_size()) % 16 == 0 &&
                                    reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
         const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
 

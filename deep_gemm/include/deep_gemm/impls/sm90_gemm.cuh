@@ -46,10 +46,9 @@
 //   read shared memory before overwriting it, so the store of tile i overlaps the K loop of tile i+1.
 //   FP32 D (kUseTmaStore): per 32-column chunk, each math warpgroup writes its rows into one of two 128B-swizzled
 //   staging buffers and one thread stores the chunk by TMA; in place (C is D) TMA adds the chunk into D instead
-//   (cp.reduce.async.bulk .add: no thread reads C).
-//   Otherwise (D's rows not 16-byte aligned) threads store directly with bounds checks.
-// C (dense and k-grouped GEMMs): loaded into the accumulators at the tile's start (the loads fly while the
-//   first stages land; the wgmmas or promotions add onto it), unless TMA adds in place.
+//   (cp.reduce.async.bulk .add: no C read by the threads), another C is first read and added in registers.
+//   Otherwise (D's row stride not 16-byte aligned, BF16 D with a C) threads store directly with bounds
+//   checks, after reading all of their C.
 // Split-K (kNumSplits > 1, small M): each unit covers one tile over a range of K blocks and stores its
 //   FP32 partial sums straight from registers into workspace[split][M][N]; a second kernel
 //   (smxx_splitk_reduce) adds the kNumSplits partials in a fixed order into D (deterministic).
@@ -463,27 +462,16 @@ struct Sm90Gemm {
         float partial[kNumWgmmaM][kNumAccum];
         const uint64_t desc_a = make_desc<kMnMajorA>(s.a(0) + wg_idx * WG_M * 128);
         const uint64_t desc_b = make_desc<kMnMajorB>(s.b(0));
-        // C (dense and k-grouped GEMMs) enters the accumulators at each tile's start, read while the first stages
-        // land, so that the epilogue only stores; except in place with FP32 D through TMA, where TMA adds the tile
-        // into D (C is D) and no thread reads C
-        const bool c_in_place = c != nullptr && c == static_cast<const Out*>(d) && ldc == ldd;
-        const bool tma_reduce = kFp32Out && kUseTmaStore && c_in_place;
-        const Out* c_init = tma_reduce ? nullptr : c;
         GemmTile tile;
         while (scheduler.next(tile)) {
             const uint32_t n0 = tile.n_block * BLOCK_N;
             const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
-            const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
-            // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
-            const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
 
             #pragma unroll
             for (uint32_t im = 0; im < kNumWgmmaM; ++im)
                 #pragma unroll
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     accum[im][i] = 0.0f;
-            if (c_init != nullptr)
-                add_c(accum, m0, n0, shape_m, shape_n, c_init + group_offset * ldc, ldc, warp_in_wg, lane);
 
             if constexpr (kIsFp8) {
                 for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
@@ -517,16 +505,29 @@ struct Sm90Gemm {
                     release_stage(s, pending, lane, rank);
             }
 
+            const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
             if constexpr (kNumSplits > 1) {
                 store_tile_direct(accum, m0, n0, shape_m, shape_n,
                                   workspace + static_cast<uint64_t>(tile.split) * shape_m * shape_n, shape_n,
-                                  warp_in_wg, lane);
+                                  static_cast<const float*>(nullptr), 0, warp_in_wg, lane);
             } else if constexpr (kFp32Out) {
-                if constexpr (kUseTmaStore)
-                    store_tile_tma_fp32(s, accum, m0, n0, tile.group, tma_d, tma_reduce, wg_idx, warp_in_wg, lane);
-                else
-                    store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<float*>(d) + group_offset * ldd, ldd,
-                                      warp_in_wg, lane);
+                // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
+                const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
+                float* d_group = static_cast<float*>(d) + group_offset * ldd;
+                const float* c_group = c != nullptr ? c + group_offset * ldc : nullptr;
+                if constexpr (kUseTmaStore) {
+                    // In place (C is D): TMA adds the tile into D; another C is added here first
+                    const bool in_place = c != nullptr && c == static_cast<const float*>(d) && ldc == ldd;
+                    if (c != nullptr && !in_place)
+                        add_c(accum, m0, n0, shape_m, shape_n, c_group, ldc, warp_in_wg, lane);
+                    store_tile_tma_fp32(s, accum, m0, n0, tile.group, tma_d, in_place, wg_idx, warp_in_wg, lane);
+                } else {
+                    store_tile_direct(accum, m0, n0, shape_m, shape_n, d_group, ldd, c_group, ldc, warp_in_wg, lane);
+                }
+            } else if (c != nullptr) {
+                // BF16 D = C + A @ B^T (dense BF16 GEMMs only)
+                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, c, ldc,
+                                  warp_in_wg, lane);
             } else {
                 store_tile_bf16(s, accum, tile, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, tma_d,
                                 layout, wg_idx, warp_in_wg, lane);
@@ -564,7 +565,8 @@ struct Sm90Gemm {
                 return;
             }
         }
-        store_tile_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, warp_in_wg, lane,
+        store_tile_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, static_cast<const __nv_bfloat16*>(nullptr), 0,
+                          warp_in_wg, lane,
                           kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr);
     }
 
@@ -653,12 +655,13 @@ struct Sm90Gemm {
         }
     }
 
-    // accum += C (D's type) for this thread's elements inside rows [.., row_end) and columns [.., shape_n).
+    // accum += C for this thread's elements inside rows [.., row_end) (and not padding, with `row_groups`) and
+    // columns [.., shape_n).
     template <typename T>
     __device__ __forceinline__ static void add_c(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0, uint32_t n0,
                                                  uint32_t row_end, uint32_t shape_n, const T* c, uint32_t ldc,
-                                                 uint32_t warp_in_wg, uint32_t lane) {
-        for_each_pair(accum, m0, n0, row_end, nullptr, warp_in_wg, lane,
+                                                 uint32_t warp_in_wg, uint32_t lane, const int32_t* row_groups = nullptr) {
+        for_each_pair(accum, m0, n0, row_end, row_groups, warp_in_wg, lane,
                       [&](uint32_t row, uint32_t col, float& v0, float& v1) {
                           const T* in = c + static_cast<uint64_t>(row) * ldc + col;
                           v0 += col < shape_n ? to_float(in[0]) : 0.0f;
@@ -698,15 +701,21 @@ struct Sm90Gemm {
     __device__ __forceinline__ static float to_float(float value) { return value; }
     __device__ __forceinline__ static float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
 
-    // Stores straight from registers, bounds-checked: D (rows not 16-byte aligned, or a grouped tile with
-    // padding rows), or the FP32 partial sums of a split-K unit into its workspace slice. Rows at or past
-    // `row_end` are skipped, and with `row_groups` (the per-row grouped layout) rows whose group id is negative
-    // (padding).
+    // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned, or a grouped
+    // tile with padding rows), the FP32 partial sums of a split-K unit into its workspace slice, or
+    // D = C + accum (FP32 D, or BF16 D with a C; C of D's type; `c` may be D itself: each element is read,
+    // then written, by the same thread; null: no C). Rows at or past `row_end` are skipped, and with
+    // `row_groups` (the per-row grouped layout) rows whose group id is negative (padding).
     template <typename T>
     __device__ __forceinline__ static void store_tile_direct(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0,
                                                              uint32_t n0, uint32_t row_end, uint32_t shape_n,
-                                                             T* d, uint32_t ldd, uint32_t warp_in_wg, uint32_t lane,
+                                                             T* d, uint32_t ldd, const T* c, uint32_t ldc,
+                                                             uint32_t warp_in_wg, uint32_t lane,
                                                              const int32_t* row_groups = nullptr) {
+        // NOTES: C is read in full before D is written. C may be D itself (or alias it), so a load may not
+        // move past an earlier store: interleaved, every pair would wait out a global-load latency.
+        if (c != nullptr)
+            add_c(accum, m0, n0, row_end, shape_n, c, ldc, warp_in_wg, lane, row_groups);
         for_each_pair(accum, m0, n0, row_end, row_groups, warp_in_wg, lane,
                       [&](uint32_t row, uint32_t col, float& v0, float& v1) {
                           T* out = d + static_cast<uint64_t>(row) * ldd + col;
