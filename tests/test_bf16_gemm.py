@@ -1,8 +1,9 @@
 """BF16 GEMMs: bf16_gemm_{nt,nn,tn,tt} in every layout, the m-grouped (contiguous nt/nn, masked nt) and k-grouped
 (tn) BF16 GEMMs, and the cuBLASLt passthrough cublaslt_gemm_{nt,nn,tn,tt} that serves the same contract.
 
-CPU tier: the passthrough's input validation (each bad input raises ValueError naming the argument; valid inputs
-on the CPU reach the device check), the names, docstrings and signatures. GPU tier: every output against a
+CPU tier: the input validation of the BF16 GEMMs (dense, m-grouped, k-grouped) and of the passthrough (each bad
+input raises ValueError naming the argument; valid inputs on the CPU reach the device check), the names, docstrings
+and signatures, and the BF16 configs the heuristic picks. GPU tier: every output against a
 float64 reference of the same BF16 values (calc_diff, then element-wise with the worst element printed), outputs
 poisoned with NaN before each call so that unwritten elements fail and elements that must not be written (padding
 rows and columns, rows past masked_m) keep their poison exactly, BF16 and FP32 D with and without C (in place
@@ -190,6 +191,145 @@ def test_bf16_names_and_signatures() -> None:
     k_grouped = [("a", None), ("b", None), ("d", None), ("ks_cpu", None), ("grouped_layout", None), ("c", "None")]
     k_grouped += [("compiled_dims", "'mn'"), ("use_psum_layout", "False")]
     assert signature_params(deep_gemm.k_grouped_bf16_gemm_tn_contiguous) == k_grouped
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(
+    "case",
+    [
+        "on_cpu",
+        "on_cpu_in_place",
+        "a_dtype",
+        "b_3d",
+        "a_major",
+        "b_major",
+        "row_stride",
+        "k_mismatch",
+        "d_dtype",
+        "c_dtype",
+        "c_overlap",
+        "compiled_dims",
+    ],
+)
+def test_bf16_gemm_bad_inputs_raise_value_error(layout: str, case: str) -> None:
+    """The BF16 GEMMs check everything checkable on the host first (the device last): each bad input raises
+    ValueError naming the argument and what was expected."""
+    a, b, d = cpu_operands(layout)
+    c, compiled_dims = None, "mn"
+    a_shape, b_shape = re.escape(a_shape_text(layout)), re.escape(b_shape_text(layout))
+    pattern = r"a must be on a CUDA device"
+    if case == "on_cpu_in_place":
+        c = d
+    elif case == "a_dtype":
+        a, pattern = a.half(), r"a must have dtype torch\.bfloat16, got a torch\.float16 tensor"
+    elif case == "b_3d":
+        b, pattern = b.unsqueeze(0), r"b must be 2-D"
+    elif case == "a_major":
+        a, pattern = other_major(a), rf"a must be contiguous in its last dimension \(row-major {a_shape}\)"
+    elif case == "b_major":
+        b, pattern = other_major(b), rf"b must be contiguous in its last dimension \(row-major {b_shape}\)"
+    elif case == "row_stride":
+        # a row stride of 132 elements (264 bytes): TMA needs multiples of 16 bytes
+        a = torch.zeros(a.shape[0], 132, dtype=torch.bfloat16)[:, : a.shape[1]]
+        pattern = r"a: stride 132 of dim 0 must be a multiple of 16 bytes for TMA"
+    elif case == "k_mismatch":
+        _, b = to_layout(layout, torch.zeros(0, 0), torch.zeros(N, K + 16, dtype=torch.bfloat16))
+        pattern = rf"b must be {b_shape} with K = {K} \(a's K\)"
+    elif case == "d_dtype":
+        d, pattern = d.half(), r"d must have dtype torch\.bfloat16 or torch\.float32"
+    elif case == "c_dtype":
+        c, pattern = torch.empty(M, N, dtype=torch.bfloat16), r"c \(d's dtype\) must have dtype torch\.float32"
+    elif case == "c_overlap":
+        storage = torch.empty(M * N + N)
+        d, c = storage[: M * N].view(M, N), storage[N:].view(M, N)
+        pattern = r"c must be d itself or not overlap d"
+    elif case == "compiled_dims":
+        compiled_dims, pattern = "mx", r"compiled_dims must use only the letters m, n, k"
+    with pytest.raises(ValueError, match=pattern):
+        getattr(deep_gemm, f"bf16_gemm_{layout}")(a, b, d, c, compiled_dims)
+
+
+@pytest.mark.parametrize(
+    ("fn", "case", "pattern"),
+    [
+        ("nt_contiguous", "b_2d", r"b must be 3-D"),
+        ("nn_contiguous", "k_mismatch", r"b must be \[G, K, N\] with K = 256 \(a's K\)"),
+        ("nt_contiguous", "d_fp32", r"d must have dtype torch\.bfloat16"),
+        ("nt_contiguous", "layout_rows", r"grouped_layout must be int32 \[M\] = \[128\]"),
+        ("nt_contiguous", "on_cpu", r"a must be on a CUDA device"),
+        ("nt_masked", "max_m", r"max_m = 100\) must be a multiple of 64"),
+        ("nt_masked", "masked_m_dtype", r"masked_m must have dtype torch\.int32"),
+        ("nt_masked", "on_cpu", r"a must be on a CUDA device"),
+    ],
+)
+def test_m_grouped_bf16_bad_inputs_raise_value_error(fn: str, case: str, pattern: str) -> None:
+    g, n, k = 2, 64, 256
+    b = (
+        torch.zeros(g, k, n, dtype=torch.bfloat16)
+        if fn.startswith("nn")
+        else torch.zeros(g, n, k, dtype=torch.bfloat16)
+    )
+    if fn == "nt_masked":
+        max_m = 100 if case == "max_m" else 128
+        a = torch.zeros(g, max_m, k, dtype=torch.bfloat16)
+        d = torch.empty(g, max_m, n, dtype=torch.bfloat16)
+        masked_m = torch.zeros(g, dtype=torch.int64 if case == "masked_m_dtype" else torch.int32)
+        with pytest.raises(ValueError, match=pattern):
+            deep_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, 64)
+        return
+    a = torch.zeros(128, k, dtype=torch.bfloat16)
+    d = torch.empty(128, n, dtype=torch.float32 if case == "d_fp32" else torch.bfloat16)
+    layout = torch.zeros(64 if case == "layout_rows" else 128, dtype=torch.int32)
+    if case == "b_2d":
+        b = b[0]
+    elif case == "k_mismatch":
+        b = torch.zeros(g, k + 16, n, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=pattern):
+        getattr(deep_gemm, f"m_grouped_bf16_gemm_{fn}")(a, b, d, layout)
+
+
+@pytest.mark.parametrize(
+    ("case", "pattern"),
+    [
+        ("k_negative", r"ks_cpu\[0\] = -8: each group's K must be a non-negative multiple of 1"),
+        ("d_bf16", r"d \(k-grouped GEMMs write FP32\) must have dtype torch\.float32"),
+        ("a_short", r"a must be \[sum\(K\), M\] with at least 384 rows and M = 128"),
+        ("b_column_major", r"b must be contiguous in its last dimension \(row-major \[sum\(K\), N\]\)"),
+        ("on_cpu", r"a must be on a CUDA device"),
+    ],
+)
+def test_k_grouped_bf16_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
+    ks, m, n = [256, 128], 128, 64
+    a, b = torch.zeros(sum(ks), m, dtype=torch.bfloat16), torch.zeros(sum(ks), n, dtype=torch.bfloat16)
+    d = torch.empty(len(ks), m, n, dtype=torch.bfloat16 if case == "d_bf16" else torch.float32)
+    if case == "k_negative":
+        ks = [-8, 128]
+    elif case == "a_short":
+        a = a[:200]
+    elif case == "b_column_major":
+        b = other_major(b)
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32))
+
+
+def test_bf16_heuristic() -> None:
+    """BF16 configs: no three-warpgroup tiles, accumulators within the register budget, BLOCK_N a multiple of 64 for
+    an MN-major B, FP32 D through TMA in 32-column chunks, no split-K with FP32 D or a C, stages that fit."""
+    config = deep_gemm._C.get_gemm_config
+    for m, n, k in [(1, 7168, 2048), (128, 2112, 7168), (4096, 7168, 7168), (4096, 129280, 7168), (8192, 256, 7168)]:
+        for mn_a in (False, True):
+            for mn_b in (False, True):
+                for fp32, has_c in ((False, False), (True, False), (True, True), (False, True)):
+                    cfg = config(m, n, k, bf16=True, mn_major_a=mn_a, mn_major_b=mn_b, fp32_out=fp32, has_c=has_c)
+                    assert cfg["bf16"] and cfg["num_math_warpgroups"] in (1, 2), cfg
+                    slices = cfg["block_m"] // cfg["num_math_warpgroups"] // 64
+                    assert slices * cfg["block_n"] // 2 <= 128, cfg
+                    assert not mn_b or cfg["block_n"] % 64 == 0, cfg
+                    assert cfg["num_splits"] == 1 or not (fp32 or has_c), cfg
+                    assert not (fp32 and cfg["use_tma_store"]) or cfg["block_n"] % 32 == 0, cfg
+                    assert cfg["smem_bytes"] <= 232448 and cfg["num_stages"] >= 2, cfg
+    with pytest.raises(ValueError, match="mn_major_a, mn_major_b and fp32_out describe BF16 GEMMs"):
+        config(128, 128, 128, mn_major_a=True)
 
 
 # ----------------------------------------------------------------------------- GPU tier: helpers
