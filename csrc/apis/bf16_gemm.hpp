@@ -151,16 +151,7 @@ inline void m_grouped_bf16_gemm_nt_masked(const at::Tensor& a, const at::Tensor&
                                           const std::string& compiled_dims) {
     detail::check_bf16_operand(a, "a", 3, "[G, max_m, K]");
     detail::check_bf16_operand(b, "b", 3, "[G, N, K]");
-    const int64_t num_groups = a.size(0), max_m = a.size(1), k = a.size(2), n = b.size(1);
-    DG_CHECK_INPUT(b.size(0) == num_groups && b.size(2) == k, "b must be [G, N, K] with G = {} and K = {} (a's), got a {}",
-                   num_groups, k, describe(b));
-    DG_CHECK_INPUT(num_groups >= 1, "a must hold at least one group, got a {}", describe(a));
-    detail::check_masked_rows(max_m);
-    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a = a {}", describe(a));
-    check_groups_stacked(a, "a");
-    check_groups_stacked(b, "b");
-    DG_CHECK_INPUT(num_groups * max_m <= INT32_MAX && num_groups * n <= INT32_MAX && k <= INT32_MAX,
-                   "G * max_m, G * N and K must each be below 2^31");
+    const auto [num_groups, max_m, k, n] = detail::check_masked_operands(a, "a", b, "b");
     detail::check_masked(masked_m, d, num_groups, max_m, n, expected_m);
     const auto cdims = parse_compiled_dims(compiled_dims);
 

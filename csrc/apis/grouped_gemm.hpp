@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "../jit/device_runtime.hpp"
 #include "../jit_kernels/impls/sm90_gemm.hpp"
@@ -51,6 +52,24 @@ inline void check_grouped_d(const at::Tensor& d, int64_t m, int64_t n) {
 // A's rows per group of a masked GEMM: whole 64-row blocks (BLOCK_M divides them).
 inline void check_masked_rows(int64_t max_m) {
     DG_CHECK_INPUT(max_m % 64 == 0, "A's rows per group (max_m = {}) must be a multiple of 64", max_m);
+}
+
+// The operands of a masked GEMM, A [G, max_m, K] and B [G, N, K] (their dtypes and K-major layout already
+// checked): matching G and K, whole 64-row blocks per group, groups stacked densely, sizes within int32.
+// Returns (G, max_m, K, N).
+inline std::tuple<int64_t, int64_t, int64_t, int64_t> check_masked_operands(const at::Tensor& a, const char* a_name,
+                                                                            const at::Tensor& b, const char* b_name) {
+    const int64_t num_groups = a.size(0), max_m = a.size(1), k = a.size(2), n = b.size(1);
+    DG_CHECK_INPUT(b.size(0) == num_groups && b.size(2) == k, "{} must be [G, N, K] with G = {} and K = {} ({}'s), got "
+                   "a {}", b_name, num_groups, k, a_name, describe(b));
+    DG_CHECK_INPUT(num_groups >= 1, "{} must hold at least one group, got a {}", a_name, describe(a));
+    check_masked_rows(max_m);
+    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got {} = a {}", a_name, describe(a));
+    check_groups_stacked(a, a_name);
+    check_groups_stacked(b, b_name);
+    DG_CHECK_INPUT(num_groups * max_m <= INT32_MAX && num_groups * n <= INT32_MAX && k <= INT32_MAX,
+                   "G * max_m, G * N and K must each be below 2^31");
+    return {num_groups, max_m, k, n};
 }
 
 // masked_m int32 [G], contiguous, and D [G, max_m, N] BF16 with its groups stacked densely.
@@ -153,16 +172,7 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     const auto& [b, sfb_in] = b_pair;
     check_fp8_operand(a, "a[0] (A)", 3);
     check_fp8_operand(b, "b[0] (B)", 3);
-    const int64_t num_groups = a.size(0), max_m = a.size(1), k = a.size(2), n = b.size(1);
-    DG_CHECK_INPUT(b.size(0) == num_groups && b.size(2) == k, "b[0] (B) must be [G, N, K] with G = {} and K = {} "
-                   "(A's), got a {}", num_groups, k, describe(b));
-    DG_CHECK_INPUT(num_groups >= 1, "a[0] (A) must hold at least one group, got a {}", describe(a));
-    detail::check_masked_rows(max_m);
-    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
-    check_groups_stacked(a, "a[0] (A)");
-    check_groups_stacked(b, "b[0] (B)");
-    DG_CHECK_INPUT(num_groups * max_m <= INT32_MAX && num_groups * n <= INT32_MAX && k <= INT32_MAX,
-                   "G * max_m, G * N and K must each be below 2^31");
+    const auto [num_groups, max_m, k, n] = detail::check_masked_operands(a, "a[0] (A)", b, "b[0] (B)");
     detail::check_masked(masked_m, d, num_groups, max_m, n, expected_m);
     const auto cdims = parse_compiled_dims(compiled_dims);
     const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);

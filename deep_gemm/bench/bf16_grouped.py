@@ -15,17 +15,15 @@ over the valid rows packed back to back with ``offs`` their cumulative ends (the
 layout that API wants). TFLOPS and GB/s count valid rows only, and B once per active group.
 """
 
-import random
 from typing import Any
 
 import torch
 
 from deep_gemm.bench.bf16_gemm import MAX_DIFF, measure, run_rows_suite
-from deep_gemm.bench.grouped import GROUPED_COLUMNS, parse_gmnk
+from deep_gemm.bench.grouped import GROUPED_COLUMNS, contiguous_layout, parse_gmnk, row_counts
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt
 from deep_gemm.testing import calc_diff
-from deep_gemm.utils import align
 
 __all__ = ["BF16_CONTIGUOUS_SHAPES", "BF16_MASKED_SHAPES", "run_bf16_contiguous", "run_bf16_masked"]
 
@@ -49,13 +47,6 @@ _TABLE = Table(
         Column("diff", 8),
     ]
 )
-
-
-def _row_counts(g: int, m: int, exact: bool, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    if exact:
-        return [m] * g
-    return [0 if rng.random() < 0.2 else max(1, int(m * rng.uniform(0.7, 1.3))) for _ in range(g)]
 
 
 def _new_row(g: int, m: int, n: int, k: int, counts: list[int]) -> dict[str, Any]:
@@ -103,18 +94,10 @@ def _measure_all(row, d, ours, loop, grouped_mm, segments, a_of, b, options: Ben
 def _bench_contiguous(g: int, m: int, n: int, k: int, options: BenchOptions) -> list[dict[str, Any]]:
     import deep_gemm
 
-    counts = _row_counts(g, m, exact=False, seed=g * 7919 + m + n + k)
-    alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
-    starts, total = [], 0
-    for c in counts:
-        starts.append(total)
-        total = align(total + c, alignment)
-    total = max(total, alignment)
+    counts = row_counts(g, m, exact=False, seed=g * 7919 + m + n + k)
+    starts, total, layout = contiguous_layout(counts)
     a = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
-    layout = torch.full((total,), -1, device="cuda", dtype=torch.int32)
-    for i, (s, c) in enumerate(zip(starts, counts, strict=True)):
-        layout[s : s + c] = i
     d = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
     active = [(i, s, c) for i, (s, c) in enumerate(zip(starts, counts, strict=True)) if c > 0]
     row = _new_row(g, m, n, k, counts)
@@ -140,7 +123,7 @@ def _bench_masked(g: int, m: int, n: int, k: int, options: BenchOptions) -> list
     import deep_gemm
 
     max_m = MASKED_MAX_M
-    counts = [min(c, max_m) for c in _row_counts(g, m, exact=g <= 4, seed=g * 104729 + m + n + k)]
+    counts = [min(c, max_m) for c in row_counts(g, m, exact=g <= 4, seed=g * 104729 + m + n + k)]
     a = torch.randn(g, max_m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
     masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)

@@ -31,6 +31,8 @@ from deep_gemm.utils import align, ceil_div, per_block_cast_to_fp8, per_token_ca
 __all__ = [
     "CONTIGUOUS_SHAPES",
     "GROUPED_COLUMNS",
+    "contiguous_layout",
+    "row_counts",
     "MASKED_SHAPES",
     "measure_baselines",
     "measure_ours",
@@ -86,11 +88,30 @@ def parse_gmnk(text: str) -> tuple[int, int, int, int]:
     return parse_int_shape(text, 4, "GxMxNxK of positive integers", "8x4096x7168x2048")
 
 
-def _row_counts(g: int, m: int, exact: bool, seed: int) -> list[int]:
+def row_counts(g: int, m: int, exact: bool, seed: int) -> list[int]:
+    """Rows per group: exactly m each, or U(0.7, 1.3) x m with about one group in five empty (seeded)."""
     rng = random.Random(seed)
     if exact:
         return [m] * g
     return [0 if rng.random() < 0.2 else max(1, int(m * rng.uniform(0.7, 1.3))) for _ in range(g)]
+
+
+def contiguous_layout(counts: list[int]) -> tuple[list[int], int, torch.Tensor]:
+    """The contiguous layout of groups with these row counts: each segment starting at a multiple of
+    ``get_mk_alignment_for_contiguous_layout()``; returns the starts, the total (padded) row count and the per-row
+    group ids (int32, -1 for padding rows) on the GPU."""
+    import deep_gemm
+
+    alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    starts, row = [], 0
+    for c in counts:
+        starts.append(row)
+        row = align(row + c, alignment)
+    total = max(row, alignment)
+    layout = torch.full((total,), -1, device="cuda", dtype=torch.int32)
+    for i, (s, c) in enumerate(zip(starts, counts, strict=True)):
+        layout[s : s + c] = i
+    return starts, total, layout
 
 
 def _quantized_b(g: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -192,19 +213,11 @@ def _finish_row(row: dict[str, Any], copy_bandwidth: float) -> None:
 def _bench_contiguous(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict[str, Any]:
     import deep_gemm
 
-    counts = _row_counts(g, m, exact=False, seed=g * 7919 + m + n + k)
-    alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
-    starts, row = [], 0
-    for c in counts:
-        starts.append(row)
-        row = align(row + c, alignment)
-    total = max(row, alignment)
+    counts = row_counts(g, m, exact=False, seed=g * 7919 + m + n + k)
+    starts, total, layout = contiguous_layout(counts)
     a_bf16 = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
     a, sfa = per_token_cast_to_fp8(a_bf16)
     b_bf16, b, sfb = _quantized_b(g, n, k)
-    layout = torch.full((total,), -1, device="cuda", dtype=torch.int32)
-    for i, (s, c) in enumerate(zip(starts, counts, strict=False)):
-        layout[s : s + c] = i
     sfa_tma = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
     d = torch.full((total, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     row = _new_row(g, m, n, k, counts)
@@ -235,7 +248,7 @@ def _bench_masked(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict
     import deep_gemm
 
     max_m = MASKED_MAX_M
-    counts = [min(c, max_m) for c in _row_counts(g, m, exact=g <= 4, seed=g * 104729 + m + n + k)]
+    counts = [min(c, max_m) for c in row_counts(g, m, exact=g <= 4, seed=g * 104729 + m + n + k)]
     a_bf16 = torch.randn(g, max_m, k, device="cuda", dtype=torch.bfloat16)
     a, sfa = per_token_cast_to_fp8(a_bf16.view(-1, k))
     sfa_tma = deep_gemm.get_mn_major_tma_aligned_tensor(sfa).view(g, max_m, -1)
