@@ -112,7 +112,7 @@ def test_bf16_suites_are_registered() -> None:
         (7168, 2048),
     }
     assert {m for m, _, _ in BF16_SHAPES} == {128, 4096}
-    assert set(VARIANTS) == {"nt", "nn", "tn", "tt", "nt+c"}
+    assert set(VARIANTS) == {"nt", "nn", "tn", "tt", "nt+c", "nt+c=d"}
     assert (256, 64, 7168, 3072) in BF16_CONTIGUOUS_SHAPES and (32, 20, 4096, 7168) in BF16_MASKED_SHAPES
     with pytest.raises(ValueError, match="MxNxK"):
         parse_bf16_mnk("4096x7168")

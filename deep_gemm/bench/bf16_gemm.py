@@ -8,7 +8,10 @@ five rows, each timed with L2 flushed before every call (see :func:`deep_gemm.te
   ``torch.mm(a.t(), b)`` (a ``[K, M]``), tt ``torch.mm(a.t(), b.t())``;
 - ``nt+c``: FP32 D = C + A @ B.T with a distinct FP32 C, against ``torch.addmm(c, a, b.t(), out_dtype=torch.float32,
   out=d)``: cuBLAS accumulating in FP32 and adding C in its epilogue, the fastest honest cuBLAS path PyTorch offers
-  (``torch.mm(..., out_dtype=torch.float32)`` followed by ``add_`` matches or trails it).
+  (``torch.mm(..., out_dtype=torch.float32)`` followed by ``add_`` matches or trails it);
+- ``nt+c=d``: the same in place (``c is d``: ours adds each tile into D by a TMA reduce-add), against
+  ``torch.addmm(d, a, b.t(), out_dtype=torch.float32, out=d)``; D holds C before the first (checked) call, and the
+  timed calls keep accumulating into it.
 
 A speedup is ``t_cublas / t_ours`` (above 1: ours is faster). Accuracy of both (each call writes a NaN-poisoned D
 first) is ``calc_diff`` against a float64 reference of the same BF16 values; ours is flagged above 1e-5 for BF16
@@ -33,10 +36,10 @@ from deep_gemm.testing import calc_diff, count_bytes, d2d_copy_bandwidth, gpu_id
 __all__ = ["BF16_SHAPES", "MAX_DIFF", "VARIANTS", "measure", "parse_bf16_mnk", "run_bf16", "run_rows_suite"]
 
 MAX_DIFF = {"bf16": 1e-5, "fp32": 1e-8}
-VARIANTS = ("nt", "nn", "tn", "tt", "nt+c")
+VARIANTS = ("nt", "nn", "tn", "tt", "nt+c", "nt+c=d")
 _NKS = ((2112, 7168), (24576, 1536), (7168, 16384), (4096, 7168), (7168, 2048))
 BF16_SHAPES: tuple[tuple[int, int, int], ...] = tuple((m, n, k) for m in (128, 4096) for n, k in _NKS)
-_BASELINE_NAMES = {"nt+c": "addmm fp32", "nt": "mm", "nn": "mm", "tn": "mm", "tt": "mm"}
+_BASELINE_NAMES = {"nt+c": "addmm fp32", "nt+c=d": "addmm fp32=", "nt": "mm", "nn": "mm", "tn": "mm", "tt": "mm"}
 
 _TABLE = Table(
     [
@@ -44,7 +47,7 @@ _TABLE = Table(
         Column("N", 6),
         Column("K", 5),
         Column("layout", 6),
-        Column("D", 4),
+        Column("D", 9),
         Column("ours us", 9),
         Column("TFLOPS", 7),
         Column("GB/s", 6),
@@ -100,6 +103,14 @@ def _diff_cell(row: dict[str, Any], key: str) -> str:
     return text + ("!" if key == "ours" and not row["ours_accurate"] else "")
 
 
+def _reset(d: torch.Tensor, c: torch.Tensor | None) -> None:
+    """D before a checked first call: C (in place), or NaN so that unwritten elements fail the check."""
+    if c is not None:
+        d.copy_(c)
+    else:
+        d.fill_(float("nan"))
+
+
 def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> list[dict[str, Any]]:
     import deep_gemm
 
@@ -108,7 +119,7 @@ def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> list[dict[str
     product = a_mk.double() @ b_nk.double().t()
     rows = []
     for variant in VARIANTS:
-        layout, fp32_c = variant[:2], variant == "nt+c"
+        layout, fp32_c, in_place = variant[:2], variant.startswith("nt+c"), variant == "nt+c=d"
         a = a_mk if layout[0] == "n" else a_mk.t().contiguous()  # [M, K] or [K, M]
         b = b_nk if layout[1] == "t" else b_nk.t().contiguous()  # [N, K] or [K, N]
         a_op = a if layout[0] == "n" else a.t()  # [M, K] views for torch.mm
@@ -126,6 +137,7 @@ def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> list[dict[str
             "variant": variant,
             "out_dtype": "fp32" if fp32_c else "bf16",
             "with_c": fp32_c,
+            "in_place": in_place,
             "flops": 2 * m * n * k,
             "bytes": count_bytes(a, b, d, c),
             "cublas_call": _BASELINE_NAMES[variant],
@@ -134,11 +146,15 @@ def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> list[dict[str
         def check(d=d, ref=ref) -> float:
             return calc_diff(d, ref)
 
-        def ours(gemm=gemm, a=a, b=b, d=d, c=c) -> torch.Tensor:
+        def ours(gemm=gemm, a=a, b=b, d=d, c=d if in_place else c) -> torch.Tensor:
             gemm(a, b, d, c)
             return d
 
-        if fp32_c:
+        if in_place:
+
+            def cublas(a_op=a_op, b_op=b_op, d=d) -> torch.Tensor:
+                return torch.addmm(d, a_op, b_op, out_dtype=torch.float32, out=d)
+        elif fp32_c:
 
             def cublas(a_op=a_op, b_op=b_op, c=c, d=d) -> torch.Tensor:
                 return torch.addmm(c, a_op, b_op, out_dtype=torch.float32, out=d)
@@ -147,10 +163,10 @@ def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> list[dict[str
             def cublas(a_op=a_op, b_op=b_op, d=d) -> torch.Tensor:
                 return torch.mm(a_op, b_op, out=d)
 
-        d.fill_(float("nan"))
+        _reset(d, c if in_place else None)
         measure(row, "ours", ours if gemm else None, check, options, f"deep_gemm.bf16_gemm_{layout} is missing")
         row["ours_accurate"] = row["ours_diff"] is not None and row["ours_diff"] < MAX_DIFF[row["out_dtype"]]
-        d.fill_(float("nan"))
+        _reset(d, c if in_place else None)
         measure(row, "cublas", cublas, check, options)
         rows.append(row)
         del d, c, ref
@@ -164,7 +180,7 @@ def _format_row(row: dict[str, Any]) -> str:
             str(row["n"]),
             str(row["k"]),
             row["layout"],
-            row["out_dtype"] + ("+c" if row["with_c"] else ""),
+            row["out_dtype"] + ("+c" if row["with_c"] else "") + ("=d" if row["in_place"] else ""),
             _us(row["ours"]),
             fmt(row["tflops"], ".0f"),
             fmt(row["gbps"], ".0f"),
