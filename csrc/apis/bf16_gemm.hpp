@@ -109,15 +109,8 @@ inline void m_grouped_bf16_gemm_contiguous(const char* fn, bool b_transposed, co
     detail::check_bf16_operand(a, "a", 2, "[M, K]");
     detail::check_bf16_operand(b, "b", 3, b_transposed ? "[G, K, N]" : "[G, N, K]");
     const at::Tensor b_nk = b_transposed ? b.transpose(1, 2) : b;
-    const int64_t m = a.size(0), k = a.size(1), num_groups = b.size(0), n = b_nk.size(1);
-    DG_CHECK_INPUT(b_nk.size(2) == k, "b must be {} with K = {} (a's K), got a {}",
-                   b_transposed ? "[G, K, N]" : "[G, N, K]", k, describe(b));
-    DG_CHECK_INPUT(num_groups >= 1, "b must hold at least one group, got a {}", describe(b));
-    check_groups_stacked(b, "b");
-    detail::check_grouped_d(d, m, n);
-    DG_CHECK_INPUT(m <= INT32_MAX && n * num_groups <= INT32_MAX && k <= INT32_MAX,
-                   "M, G * N and K must each be below 2^31");
-    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a = a {}", describe(a));
+    const auto [m, k, num_groups, n] = detail::check_contiguous_operands(
+        a, "a", "a", b, b_nk, "b", b_transposed ? "[G, K, N]" : "[G, N, K]", d);
     const auto cdims = parse_compiled_dims(compiled_dims);
     const int64_t alignment = detail::check_contiguous_layout(grouped_layout, m, num_groups, use_psum_layout);
 

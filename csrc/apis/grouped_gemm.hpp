@@ -54,6 +54,25 @@ inline void check_masked_rows(int64_t max_m) {
     DG_CHECK_INPUT(max_m % 64 == 0, "A's rows per group (max_m = {}) must be a multiple of 64", max_m);
 }
 
+// The operands of a contiguous m-grouped GEMM (dtypes and row-major layout already checked): A [M, K], B given as
+// `b` (named `b_name`, shaped `b_shape`) and seen as the logical [G, N, K] `b_nk`, D [M, N] BF16: matching K (A's,
+// "`k_owner`'s K" in messages), at least one group stacked densely, sizes within int32, K positive. Returns
+// (M, K, G, N).
+inline std::tuple<int64_t, int64_t, int64_t, int64_t> check_contiguous_operands(
+    const at::Tensor& a, const char* a_name, const char* k_owner, const at::Tensor& b, const at::Tensor& b_nk,
+    const char* b_name, const char* b_shape, const at::Tensor& d) {
+    const int64_t m = a.size(0), k = a.size(1), num_groups = b_nk.size(0), n = b_nk.size(1);
+    DG_CHECK_INPUT(b_nk.size(2) == k, "{} must be {} with K = {} ({}'s K), got a {}", b_name, b_shape, k, k_owner,
+                   describe(b));
+    DG_CHECK_INPUT(num_groups >= 1, "{} must hold at least one group, got a {}", b_name, describe(b));
+    check_groups_stacked(b, b_name);
+    check_grouped_d(d, m, n);
+    DG_CHECK_INPUT(m <= INT32_MAX && n * num_groups <= INT32_MAX && k <= INT32_MAX,
+                   "M, G * N and K must each be below 2^31");
+    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got {} = a {}", a_name, describe(a));
+    return {m, k, num_groups, n};
+}
+
 // The operands of a masked GEMM, A [G, max_m, K] and B [G, N, K] (their dtypes and K-major layout already
 // checked): matching G and K, whole 64-row blocks per group, groups stacked densely, sizes within int32.
 // Returns (G, max_m, K, N).
@@ -128,14 +147,8 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     const auto& [b, sfb_in] = b_pair;
     check_fp8_operand(a, "a[0] (A)");
     check_fp8_operand(b, "b[0] (B)", 3);
-    const int64_t m = a.size(0), k = a.size(1), num_groups = b.size(0), n = b.size(1);
-    DG_CHECK_INPUT(b.size(2) == k, "b[0] (B) must be [G, N, K] with K = {} (A's K), got a {}", k, describe(b));
-    DG_CHECK_INPUT(num_groups >= 1, "b[0] (B) must hold at least one group, got a {}", describe(b));
-    check_groups_stacked(b, "b[0] (B)");
-    detail::check_grouped_d(d, m, n);
-    DG_CHECK_INPUT(m <= INT32_MAX && n * num_groups <= INT32_MAX && k <= INT32_MAX,
-                   "M, G * N and K must each be below 2^31");
-    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
+    const auto [m, k, num_groups, n] =
+        detail::check_contiguous_operands(a, "a[0] (A)", "A", b, b, "b[0] (B)", "[G, N, K]", d);
     const auto cdims = parse_compiled_dims(compiled_dims);
     const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);
     DG_CHECK_INPUT(gran_m == 1 && gran_n == 128 && gran_k == 128,
