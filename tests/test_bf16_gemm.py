@@ -9,8 +9,11 @@ poisoned with NaN before each call so that unwritten elements fail and elements 
 rows and columns, rows past masked_m) keep their poison exactly, BF16 and FP32 D with and without C (in place
 too), edge shapes (N = 100 with a padded D, K = 8, K = 0, M = 0, N = 0), and two runs bitwise equal."""
 
+import os
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -456,6 +459,66 @@ def test_gemm_n_unaligned_with_padded_d(family: str, out_dtype: torch.dtype) -> 
         fn(a, b, d, c)
         check_output(d, product + c.double() if with_c else product, case)
         assert wide[:, n:].isnan().all(), f"{case}: the padding columns of d were written"
+
+
+def run_fp32_c_storages(m: int, n: int, k: int, layout: str = "nt") -> None:
+    """FP32 D = C + A @ B.T with C held four ways, each into a poisoned D with padded rows: dense (the kernel
+    TMA-loads C), rows padded to a 16-byte multiple (TMA too, another row stride), rows 4 bytes off a 16-byte
+    boundary and a row stride of N + 1 (TMA cannot address them: read from global memory), and in place. Every
+    result against float64, the padding columns of D untouched, and all of them bitwise equal (each adds C to the
+    same FP32 sums once)."""
+    fn = getattr(deep_gemm, f"bf16_gemm_{layout}")
+    a_mk, b_nk = randn(m, k, seed=m), randn(n, k, seed=n)
+    a, b = to_layout(layout, a_mk, b_nk)
+    c = randn(m, n, seed=k, scale=8.0, dtype=torch.float32)
+    ref = a_mk.double() @ b_nk.double().t() + c.double()
+    storages = {
+        "dense": c,
+        "padded": torch.empty(m, n + 4, device="cuda").copy_(torch.nn.functional.pad(c, (0, 4)))[:, :n],
+        "misaligned": torch.empty(m * n + 1, device="cuda")[1:].view(m, n).copy_(c),
+        "odd-stride": torch.empty(m, n + 1, device="cuda")[:, :n].copy_(c),
+    }
+    results = {}
+    for name, c_storage in storages.items():
+        case = f"bf16_gemm_{layout}-m{m}-n{n}-k{k}-fp32-c-{name}"
+        wide = poisoned(m, n + 8, dtype=torch.float32)
+        d = wide[:, :n]
+        fn(a, b, d, c_storage)
+        check_output(d, ref, case)
+        assert wide[:, n:].isnan().all(), f"{case}: the padding columns of d were written"
+        assert torch.equal(c_storage, c), f"{case}: c was modified"
+        results[name] = d
+    d = c.clone()
+    fn(a, b, d, d)
+    results["in-place"] = d
+    for name, d in results.items():
+        assert bitwise_equal(d, results["dense"]), f"bf16_gemm_{layout}-m{m}-n{n}-k{k}: C {name} differs from dense C"
+
+
+@gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(300, 2112, 7168), (4097, 256, 1536), (1, 7168, 512), (129, 4096, 2048)])
+@pytest.mark.parametrize("layout", ["nt", "tn"])
+def test_gemm_fp32_c_storages(layout: str, m: int, n: int, k: int) -> None:
+    run_fp32_c_storages(m, n, k, layout)
+
+
+@gpu
+@pytest.mark.parametrize("block_n", [96, 160, 224])
+def test_gemm_fp32_c_odd_chunk_counts(block_n: int) -> None:
+    # BLOCK_N = 96, 160, 224: an odd number of 32-column chunks (3, 5, 7) per tile, so that C's loads alternate
+    # staging buffers across tiles differently; forced per process (DG_FP8_GEMM_BLOCK_N is read once)
+    script = "import test_bf16_gemm as t\nt.run_fp32_c_storages(1000, 1000, 1024)\nt.run_fp32_c_storages(256, 2112, 512)\n"
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=os.path.dirname(__file__),
+        env=dict(os.environ, DG_FP8_GEMM_BLOCK_N=str(block_n), DG_PRINT_CONFIGS="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    plans = [line for line in out.stderr.splitlines() if "sm90_gemm" in line and "d=fp32" in line]
+    assert plans and all(f"BLOCK_N={block_n} " in line for line in plans), out.stderr
 
 
 @gpu

@@ -11,8 +11,9 @@
 #      DG_FP8_GEMM_MULTICAST=0 and =1 (DG_GPU_RUN_MULTICAST_SETTINGS="1": only =1), to compare the
 #      two variants in one run),
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last),
-#      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of one large GEMM,
-#      DG_GPU_RUN_NCU_SHAPE="M N K", as ncu-source.csv; memcheck of DG_GPU_RUN_SANITIZE_TESTS="pytest args").
+#      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of the GEMMs
+#      DG_GPU_RUN_NCU_SHAPE="M N K [--bf16 [--fp32-c]]; ...", as ncu-<i>.txt / ncu-source-<i>.csv; memcheck of
+#      DG_GPU_RUN_SANITIZE_TESTS="pytest args").
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
 #  picks test files, default all.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
@@ -25,7 +26,7 @@ OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT 
 mkdir -p "$FINAL_OUT"
 pack() {
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
-    for f in pytest.log bench.log bench.json smoke.log ncu.txt ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
+    for f in pytest.log bench.log bench.json smoke.log ncu.txt ncu-0.txt ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
         [[ $f == *.* ]] || f=$f.log
         [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
     done
@@ -45,7 +46,8 @@ if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$O
 
 # Smoke: one call per kernel variant under a short timeout, so that a hanging or wrong kernel stops
 # the run in a minute instead of at every later step's timeout
-for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_FP8_GEMM_MULTICAST=1 1024 7168 2048"; do
+for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_FP8_GEMM_MULTICAST=1 1024 7168 2048" \
+             "300 2112 7168 --bf16" "1000 1000 1024 --bf16 --fp32-c"; do
     env_part=""; [[ $smoke == DG_* ]] && env_part=${smoke%% *} && smoke=${smoke#* }
     if ! env $env_part DG_PRINT_CONFIGS=1 timeout 90 python3 tools/profile_gemm.py $smoke --calls 2 >> "$OUT/smoke.log" 2>&1; then
         echo "smoke test failed: $env_part $smoke"; tail -20 "$OUT/smoke.log"; exit 1
@@ -60,16 +62,21 @@ if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
 fi
 pack
 if [[ "${DG_GPU_RUN_PROFILE:-}" == "source" ]]; then
-    # Per-instruction warp-stall samples of the large-M kernel (where the math warps wait), exported as the
-    # SASS source page; memcheck of the test files named in DG_GPU_RUN_SANITIZE_TESTS
-    shape=${DG_GPU_RUN_NCU_SHAPE:-4096 7168 7168}
-    timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-        --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters \
-        -k regex:sm90_fp8 -s 1 -c 1 -o "$OUT/large" python3 tools/profile_gemm.py $shape > "$OUT/ncu.txt" 2>&1
-    ncu --import "$OUT/large.ncu-rep" --print-summary none >> "$OUT/ncu.txt" 2>&1
-    ncu --import "$OUT/large.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-source.csv" 2>&1
-    rm -f "$OUT/large.ncu-rep"
-    tail -5 "$OUT/ncu.txt"
+    # Per-instruction warp-stall samples of each GEMM named in DG_GPU_RUN_NCU_SHAPE ("M N K [profile_gemm.py
+    # options]", several separated by ';'): the GEMM kernel and a split-K reduction after it, as ncu-<i>.txt and
+    # the SASS source page ncu-source-<i>.csv; memcheck of the test files named in DG_GPU_RUN_SANITIZE_TESTS
+    IFS=';' read -ra ncu_shapes <<< "${DG_GPU_RUN_NCU_SHAPE:-4096 7168 7168}"
+    for i in "${!ncu_shapes[@]}"; do
+        shape=${ncu_shapes[$i]}
+        timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters \
+            --section LaunchStats -k "regex:sm90_gemm|splitk_reduce" -s 2 -c 2 -o "$OUT/profile-$i" \
+            python3 tools/profile_gemm.py $shape > "$OUT/ncu-$i.txt" 2>&1
+        ncu --import "$OUT/profile-$i.ncu-rep" --print-summary none >> "$OUT/ncu-$i.txt" 2>&1
+        ncu --import "$OUT/profile-$i.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-source-$i.csv" 2>&1
+        rm -f "$OUT/profile-$i.ncu-rep"
+        echo "ncu $shape:"; grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|Memory Throughput|Compute \(SM\) Throughput" "$OUT/ncu-$i.txt" | head -12
+    done
     if [[ -n "${DG_GPU_RUN_SANITIZE_TESTS:-}" ]]; then
         (cd tests && timeout 240 compute-sanitizer --tool memcheck python3 -m pytest -q -x -p no:cacheprovider \
             $DG_GPU_RUN_SANITIZE_TESTS) > "$OUT/sanitizer.txt" 2>&1
@@ -83,10 +90,10 @@ elif [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
         for multicast in 0 1; do
             DG_FP8_GEMM_MULTICAST=$multicast timeout 150 ncu --clock-control none --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-                -k regex:sm90_fp8 -s 1 -c 1 python3 tools/profile_gemm.py 4096 7168 7168
+                -k regex:sm90_gemm -s 1 -c 1 python3 tools/profile_gemm.py 4096 7168 7168
         done
         timeout 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-            --section WarpStateStats --section LaunchStats -k "regex:sm90_fp8|splitk_reduce" -s 2 -c 2 \
+            --section WarpStateStats --section LaunchStats -k "regex:sm90_gemm|splitk_reduce" -s 2 -c 2 \
             python3 tools/profile_gemm.py 1 2112 7168
     } > "$OUT/ncu.txt" 2>&1
     for shape in "300 2112 7168" "129 1001 1040" "1 2112 7168"; do

@@ -1,6 +1,9 @@
-"""Run fp8_gemm_nt on one shape a few times (for ncu / compute-sanitizer) and check it once.
+"""Run one GEMM shape a few times (for ncu / compute-sanitizer) and check it once.
 
-python tools/profile_gemm.py M N K [--calls 3]
+python tools/profile_gemm.py M N K [--calls 3] [--bf16] [--fp32-c]
+
+Default: fp8_gemm_nt, recipe (1, 128, 128), BF16 D. --bf16: bf16_gemm_nt instead (BF16 D, or with --fp32-c
+FP32 D = C + A @ B.T with a distinct C).
 """
 
 import argparse
@@ -18,18 +21,32 @@ def main() -> None:
     parser.add_argument("n", type=int)
     parser.add_argument("k", type=int)
     parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--bf16", action="store_true", help="bf16_gemm_nt instead of fp8_gemm_nt")
+    parser.add_argument("--fp32-c", action="store_true", help="(with --bf16) FP32 D = C + A @ B.T")
     args = parser.parse_args()
+    if args.fp32_c and not args.bf16:
+        parser.error("--fp32-c needs --bf16")
     a_bf16 = torch.randn(args.m, args.k, device="cuda", dtype=torch.bfloat16)
     b_bf16 = torch.randn(args.n, args.k, device="cuda", dtype=torch.bfloat16)
-    a, sfa = per_token_cast_to_fp8(a_bf16)
-    b, sfb = per_block_cast_to_fp8(b_bf16)
-    sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
-    d = torch.empty(args.m, args.n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(args.calls):
-        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    ref = a_bf16.float() @ b_bf16.float().t()
+    if args.bf16:
+        c = torch.randn(args.m, args.n, device="cuda") if args.fp32_c else None
+        d = torch.empty(args.m, args.n, device="cuda", dtype=torch.float32 if args.fp32_c else torch.bfloat16)
+        ref = ref + c if c is not None else ref
+        for _ in range(args.calls):
+            deep_gemm.bf16_gemm_nt(a_bf16, b_bf16, d, c)
+        name = "bf16_gemm_nt" + (" fp32 + c" if c is not None else "")
+    else:
+        a, sfa = per_token_cast_to_fp8(a_bf16)
+        b, sfb = per_block_cast_to_fp8(b_bf16)
+        sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
+        d = torch.empty(args.m, args.n, device="cuda", dtype=torch.bfloat16)
+        for _ in range(args.calls):
+            deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+        name = "fp8_gemm_nt"
     torch.cuda.synchronize()
-    diff = calc_diff(d, a_bf16.float() @ b_bf16.float().t())
-    print(f"m={args.m} n={args.n} k={args.k} calc_diff vs BF16 product: {diff:.2e}")
+    diff = calc_diff(d, ref)
+    print(f"{name} m={args.m} n={args.n} k={args.k} calc_diff vs FP32 product of the inputs: {diff:.2e}")
     if not diff < 1e-3:
         raise SystemExit(f"calc_diff {diff} exceeds 1e-3")
 

@@ -142,7 +142,6 @@ inline bool multicast_enabled() {
     return get_env("DG_FP8_GEMM_MULTICAST").empty() ? kMulticastByDefault : get_env_flag("DG_FP8_GEMM_MULTICAST");
 }
 
-
 // Shared memory the kernel needs (mirrors Sm90Gemm::SMEM_SIZE): per stage 128 bytes of K per row of A and B,
 // FP8 scales.
 inline uint32_t gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,
@@ -152,7 +151,10 @@ inline uint32_t gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num
     const uint32_t sfa = operands.is_fp8() ? (block_m * 4 + 127) / 128 * 128 : 0;
     // a column's scales, the tile's pair, or none
     const uint32_t sfb = operands.per_row_sfb() ? (block_n * 4 + 127) / 128 * 128 : operands.block_sfb() ? 8 : 0;
-    return 1024 + d + num_stages * (block_m * 128 + block_n * 128 + sfa + sfb + 16);  // + 2 barriers
+    // (FP32 D through TMA: a barrier for C's loads into each of the (at most three) math warpgroups' two
+    // staging buffers)
+    const uint32_t c_barriers = use_tma_store && operands.fp32_out ? 3 * 2 * 8 : 0;
+    return 1024 + d + num_stages * (block_m * 128 + block_n * 128 + sfa + sfb + 16) + c_barriers;  // + 2 barriers
 }
 
 // Widest 16/32/64-column chunk dividing BLOCK_N (TMA store box with a 32/64/128-byte swizzle).

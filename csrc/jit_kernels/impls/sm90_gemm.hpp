@@ -157,6 +157,8 @@ public:
         operands.has_c = args.c != nullptr;
         const bool fp8 = operands.is_fp8(), per_row_sfb = operands.per_row_sfb();
         const int64_t ldd_bytes = args.d.stride(0) * args.d.element_size();
+        const int64_t ldc = args.c != nullptr ? args.c->stride(0) : 0;
+        const bool c_by_tma = args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), ldc);
         const bool enable_pdl = jit::DeviceRuntime::instance().pdl();
         // (TMA stores whole 16-byte units: a row length that ends inside one would spill past N)
         const bool use_tma_store = !operands.direct_store() && ldd_bytes % 16 == 0 &&
@@ -173,8 +175,8 @@ public:
         const int64_t lda = operands.mn_major_a ? row_stride(args.a, 1, k, m) : row_stride(args.a, 0, m, k);
         const int64_t ldb = operands.mn_major_b ? row_stride(args.b, args.b.dim() - 1, int64_t(k) * num_groups, n)
                                                 : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups, k);
-        const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), sfa_stride, sfb_stride, num_sms,
-                            use_tma_store, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
+        const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfb_stride, num_sms,
+                            use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
                             args.num_groups, args.grouped_alignment, args.max_m, args.config_m};
         Plan& plan = get_plan(sig, &args);
 
@@ -187,14 +189,15 @@ public:
         }
         const std::array<const void*, kNumTma> bases = {
             args.a.data_ptr(), args.b.data_ptr(), fp8 ? args.sfa->data_ptr() : nullptr,
-            per_row_sfb ? args.sfb->data_ptr() : nullptr, plan.config.use_tma_store ? args.d.data_ptr() : nullptr};
+            per_row_sfb ? args.sfb->data_ptr() : nullptr, plan.config.use_tma_store ? args.d.data_ptr() : nullptr,
+            plan.tma_bases[5] != nullptr ? args.c->data_ptr() : nullptr};
         for (size_t i = 0; i < bases.size(); ++i) {
             if (bases[i] != last.bases[i]) {
                 jit::replace_tma_address(last.maps[i], bases[i]);
                 last.bases[i] = bases[i];
             }
         }
-        auto& [tma_a, tma_b, tma_sfa, tma_sfb, tma_d] = last.maps;
+        auto& [tma_a, tma_b, tma_sfa, tma_sfb, tma_d, tma_c] = last.maps;
 
         jit::LaunchConfig launch = plan.launch;
         launch.stream = jit::current_stream(device);
@@ -204,23 +207,23 @@ public:
         void* d = args.d.data_ptr();
         uint32_t ldd = static_cast<uint32_t>(args.d.stride(0));
         const void* c = args.c != nullptr ? args.c->data_ptr() : nullptr;
-        uint32_t ldc = args.c != nullptr ? static_cast<uint32_t>(args.c->stride(0)) : 0;
+        uint32_t ldc_param = static_cast<uint32_t>(ldc);
         GroupedLayoutParam grouped_layout{
             args.grouped_layout != nullptr ? args.grouped_layout->data_ptr<int32_t>() : nullptr, args.num_groups,
             args.grouped_alignment, args.max_m};
         const uint32_t num_splits = plan.config.num_splits;
         if (num_splits == 1) {
             float* workspace = nullptr;
-            plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, grouped_layout,
-                                tma_a, tma_b, tma_sfa, tma_sfb, tma_d, kNoKGroups);
+            plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc_param, workspace,
+                                grouped_layout, tma_a, tma_b, tma_sfa, tma_sfb, tma_d, tma_c, kNoKGroups);
             return;
         }
         // Split-K: FP32 partials [splits, M, N] from PyTorch's caching allocator (ordered on the current
         // stream, so concurrent calls on other streams get their own), then the reduction into D
         const at::Tensor partials = at::empty({static_cast<int64_t>(num_splits), static_cast<int64_t>(m), static_cast<int64_t>(n)}, args.a.options().dtype(at::kFloat));
         float* workspace = partials.data_ptr<float>();
-        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc, workspace, grouped_layout,
-                            tma_a, tma_b, tma_sfa, tma_sfb, tma_d, kNoKGroups);
+        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc_param, workspace,
+                            grouped_layout, tma_a, tma_b, tma_sfa, tma_sfb, tma_d, tma_c, kNoKGroups);
         launch_splitk_reduce(device, workspace, d, m, n, ldd, num_splits, enable_pdl);
     }
 
@@ -235,8 +238,9 @@ public:
         const bool fp8 = operands.is_fp8();
         const int64_t sfa_stride = fp8 ? args.sfa->stride(0) : 0, sfb_stride = fp8 ? args.sfb->stride(0) : 0;
         const bool use_tma_store = n % 4 == 0 && reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
-        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), sfa_stride, sfb_stride, num_sms,
-                            use_tma_store, operands, args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
+        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.c != nullptr ? n : 0, sfa_stride, sfb_stride, num_sms,
+                            use_tma_store, args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), n), operands,
+                            args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
                             num_groups, 0, 0, num_groups * m};
         const Plan& plan = get_plan(sig, nullptr);
         const auto& c = plan.config;
@@ -262,9 +266,11 @@ public:
             params.set(c.max_k_groups, g, map_a, map_b, k_blocks, sf_rows);
             sf_rows += fp8 ? k_blocks : 0;
         }
-        jit::CUtensorMap tma_sfa{}, tma_sfb{}, tma_d{}, unused{};
+        jit::CUtensorMap tma_sfa{}, tma_sfb{}, tma_d{}, tma_c{}, unused{};
         if (c.use_tma_store)
             tma_d = fp32_d_map(args.d.data_ptr(), m, n, n, num_groups, c);
+        if (c.use_tma_store && args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), n))
+            tma_c = fp32_d_map(args.c->data_ptr(), m, n, n, num_groups, c);
         if (sf_rows > 0) {
             tma_sfa = scale_map(args.sfa->data_ptr(), m, sf_rows, sfa_stride, c.block_m);
             tma_sfb = scale_map(args.sfb->data_ptr(), n, sf_rows, sfb_stride, c.block_n);
@@ -280,18 +286,19 @@ public:
         float* workspace = nullptr;
         GroupedLayoutParam grouped_layout{nullptr, num_groups, 0, 0, nullptr};
         plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, workspace, grouped_layout,
-                            unused, unused, tma_sfa, tma_sfb, tma_d, params);
+                            unused, unused, tma_sfa, tma_sfb, tma_d, tma_c, params);
     }
 
 private:
-    static constexpr size_t kNumTma = 5;  // A, B, sfa, sfb (per-row recipe), D (TMA store)
+    static constexpr size_t kNumTma = 6;  // A, B, sfa, sfb (per-row recipe), D (TMA store), C (FP32 D by TMA)
     static inline uint32_t kNoKGroups = 0;  // deep_gemm::KGroupedParams<0> (not k-grouped)
     struct Signature {
         int device;
         uint32_t m, n, k;
-        int64_t lda, ldb, ldd, sfa_stride, sfb_stride;
+        int64_t lda, ldb, ldd, ldc, sfa_stride, sfb_stride;
         int num_sms;
         bool use_tma_store;
+        bool c_by_tma;  // a C whose rows TMA can address (see c_loaded_by_tma)
         GemmOperands operands;
         bool compile_m, compile_n, compile_k;
         GemmType gemm_type;
@@ -302,10 +309,10 @@ private:
         size_t operator()(const Signature& s) const {
             size_t h = 1469598103934665603ull;
             const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-            mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.sfa_stride);
+            mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.ldc), mix(s.sfa_stride);
             mix(s.sfb_stride), mix(s.num_sms), mix(static_cast<uint32_t>(s.gemm_type)), mix(s.num_groups);
             mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m);
-            mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3));
+            mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.c_by_tma << 4));
             mix(static_cast<uint32_t>(s.operands.kind) | (s.operands.mn_major_a << 4) | (s.operands.mn_major_b << 5) |
                 (s.operands.fp32_out << 6) | (s.operands.has_c << 7));
             return h;
@@ -316,7 +323,7 @@ private:
         GemmConfig config;
         const jit::Kernel* kernel;
         jit::LaunchConfig launch;                   // without the stream
-        std::array<jit::CUtensorMap, kNumTma> tma{};   // A, B, sfa, sfb, D (unused ones zero)
+        std::array<jit::CUtensorMap, kNumTma> tma{};   // A, B, sfa, sfb, D, C (unused ones zero)
         std::array<const void*, kNumTma> tma_bases{};  // the addresses they were encoded with
     };
     struct LastDescriptors {
@@ -363,6 +370,12 @@ private:
                                 {32, c.block_m / c.num_math_warpgroups, 1}, driver::CU_TENSOR_MAP_SWIZZLE_128B);
     }
 
+    // Whether the kernel TMA-loads an FP32 C (not D itself) into its staging buffers: when TMA can address its
+    // rows (mirrors Sm90Gemm::fp32_c_mode; otherwise the math threads read C from global memory).
+    static bool c_loaded_by_tma(const void* c, int64_t ldc) {
+        return reinterpret_cast<uintptr_t>(c) % 16 == 0 && ldc % 4 == 0;
+    }
+
     // MN-major FP32 scales, one row of `mn` per K block, rows `row_floats` apart: boxes of `box_mn` x 1.
     static jit::CUtensorMap scale_map(const void* base, uint64_t mn, uint64_t rows, uint64_t row_floats, uint32_t box_mn) {
         return jit::make_tma_2d(base, driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, mn, rows, row_floats * 4, box_mn, 1,
@@ -382,7 +395,7 @@ private:
         // (m-grouped: B's groups stacked densely, [G * N, K] or [G][K][N]; the API checked that they are)
         plan.tma[1] = operand_map(args.b.data_ptr(), operands, operands.mn_major_b, sig.k, sig.n, sig.num_groups,
                                   sig.ldb, halve_b ? c.block_n / 2 : c.block_n);
-        plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), nullptr, nullptr, nullptr};
+        plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), nullptr, nullptr, nullptr, nullptr};
         if (operands.is_fp8()) {
             plan.tma[2] = scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, c.block_m);
             plan.tma_bases[2] = args.sfa->data_ptr();
@@ -398,6 +411,11 @@ private:
                                                                c.block_m / c.num_math_warpgroups,
                                                                jit::swizzle_for_bytes(c.store_chunk_n * 2));
             plan.tma_bases[4] = args.d.data_ptr();
+        }
+        // (encoded also when C is D, where the kernel adds by TMA reduce instead and never reads this map)
+        if (c.use_tma_store && operands.fp32_out && sig.c_by_tma) {
+            plan.tma[5] = fp32_d_map(args.c->data_ptr(), sig.m, sig.n, sig.ldc, 1, c);
+            plan.tma_bases[5] = args.c->data_ptr();
         }
     }
 

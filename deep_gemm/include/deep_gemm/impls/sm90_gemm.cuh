@@ -39,14 +39,16 @@
 //   one of 128 / gcd(BLOCK_N, 128) values, and the promotion is compiled once per value (selected per
 //   K block by a warp-uniform branch), so it holds no per-column selection.
 // Shared memory: [D staging (TMA store): BLOCK_M x BLOCK_N BF16, or FP32 2 x BLOCK_M x 32] [A x stages] [B x stages]
-//   [sfa x stages] [sfb x stages] [full, empty barriers], 1024-byte aligned.
+//   [sfa x stages] [sfb x stages] [full, empty barriers] [FP32 D: C-load barriers], 1024-byte aligned.
 // Epilogue (kUseTmaStore, BF16 D without C): each math warpgroup converts its accumulators to BF16, writes them
 //   with stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
 //   read shared memory before overwriting it, so the store of tile i overlaps the K loop of tile i+1.
 //   FP32 D (kUseTmaStore): per 32-column chunk, each math warpgroup writes its rows into one of two 128B-swizzled
 //   staging buffers and one thread stores the chunk by TMA; in place (C is D) TMA adds the chunk into D instead
-//   (cp.reduce.async.bulk .add: no C read by the threads), another C is first read and added in registers.
+//   (cp.reduce.async.bulk .add: no C read by the threads); another C is TMA-loaded chunk by chunk into the
+//   same buffers (the first two chunks during the tile's K loop, each further one once the store two chunks
+//   back has read its buffer) and added there (a C whose rows TMA cannot address: from global memory).
 //   Otherwise (D's row stride not 16-byte aligned, BF16 D with a C) threads store directly with bounds
 //   checks, after reading all of their C.
 // Split-K (kNumSplits > 1, small M): each unit covers one tile over a range of K blocks and stores its
@@ -119,6 +121,10 @@ struct Sm90Gemm {
     // TMA store staging: the BF16 tile, or for FP32 D a ring of two 32-column chunks per math warpgroup
     static constexpr uint32_t kFp32ChunkCols = 32;  // 128-byte rows
     static constexpr uint32_t SMEM_D_SIZE = !kUseTmaStore ? 0 : kFp32Out ? BLOCK_M * 2 * 128 : BLOCK_M * BLOCK_N * 2;
+    static constexpr uint32_t kFp32ChunkBytes = WG_M * 128;  // one math warpgroup's rows of a 32-column chunk
+    // FP32 D through TMA: one barrier per staging buffer of each math warpgroup, for the TMA loads of C into it
+    static constexpr bool kFp32TmaStore = kFp32Out && kUseTmaStore;
+    static constexpr uint32_t kNumCBarriers = kFp32TmaStore ? 2 * kNumMathWarpgroups : 0;
     static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K * kElemBytes;
     static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K * kElemBytes;
     static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kIsFp8 ? align_up(BLOCK_M * 4u, 128u) : 0;
@@ -126,7 +132,8 @@ struct Sm90Gemm {
     static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kPerRowSfb ? align_up(BLOCK_N * 4u, 128u) : kBlockSfb ? 8 : 0;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_D_SIZE +
                                           kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
-                                                        SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE + 2 * 8);
+                                                        SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE + 2 * 8) +
+                                          kNumCBarriers * 8;
     static constexpr uint32_t kStoreChunkBytes = kStoreChunkN * 2;
     static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
     static constexpr uint32_t kStoreSwizzleMask = kStoreChunkBytes / 16 - 1;  // 7, 3, 1 for 128/64/32-byte rows
@@ -185,6 +192,13 @@ struct Sm90Gemm {
                                                SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE)) + stage;
         }
         __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
+        // FP32 D: staging buffer `buffer` (0 or 1) of math warpgroup `wg`, and the barrier of C's loads into it
+        __device__ __forceinline__ uint8_t* fp32_buffer(uint32_t wg, uint32_t buffer) const {
+            return base + (wg * 2 + buffer) * kFp32ChunkBytes;
+        }
+        __device__ __forceinline__ uint64_t* c_full(uint32_t wg, uint32_t buffer) const {
+            return full(2 * kNumStages + wg * 2 + buffer);
+        }
     };
 
     // The sfb rows of a tile: columns [n0, n0 + boundary) use scale block `first`, the rest `last`
@@ -449,7 +463,8 @@ struct Sm90Gemm {
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, void* __restrict__ d, uint32_t ldd,
                                                 const Out* c, uint32_t ldc, float* __restrict__ workspace,
-                                                const TmaDescriptor* tma_d, GroupedLayout layout, uint32_t rank) {
+                                                const TmaDescriptor* tma_d, const TmaDescriptor* tma_c,
+                                                GroupedLayout layout, uint32_t rank) {
         // (through a shuffle, so that the compiler knows it is warp-uniform: the A descriptors built from it
         // then live in uniform registers, as wgmma needs them)
         const uint32_t wg_idx = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
@@ -462,10 +477,21 @@ struct Sm90Gemm {
         float partial[kNumWgmmaM][kNumAccum];
         const uint64_t desc_a = make_desc<kMnMajorA>(s.a(0) + wg_idx * WG_M * 128);
         const uint64_t desc_b = make_desc<kMnMajorB>(s.b(0));
+        // FP32 D through TMA with a C: how C is added (the same for every tile), and the phases of the C-load
+        // barriers (bit b: staging buffer b)
+        const CMode c_mode = fp32_c_mode(c, ldc, d, ldd);
+        uint32_t c_phases = 0;
         GemmTile tile;
         while (scheduler.next(tile)) {
+            const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
             const uint32_t n0 = tile.n_block * BLOCK_N;
             const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
+            // C's first two chunks land during the K loop
+            if (c_mode == CMode::kLoad && threadIdx.x % 128 == 0) {
+                #pragma unroll
+                for (uint32_t chunk = 0; chunk < 2 && chunk < kNumFp32Chunks; ++chunk)
+                    load_c_chunk(s, tma_c, chunk, m0, n0, tile.group, wg_idx);
+            }
 
             #pragma unroll
             for (uint32_t im = 0; im < kNumWgmmaM; ++im)
@@ -505,7 +531,6 @@ struct Sm90Gemm {
                     release_stage(s, pending, lane, rank);
             }
 
-            const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
             if constexpr (kNumSplits > 1) {
                 store_tile_direct(accum, m0, n0, shape_m, shape_n,
                                   workspace + static_cast<uint64_t>(tile.split) * shape_m * shape_n, shape_n,
@@ -516,11 +541,10 @@ struct Sm90Gemm {
                 float* d_group = static_cast<float*>(d) + group_offset * ldd;
                 const float* c_group = c != nullptr ? c + group_offset * ldc : nullptr;
                 if constexpr (kUseTmaStore) {
-                    // In place (C is D): TMA adds the tile into D; another C is added here first
-                    const bool in_place = c != nullptr && c == static_cast<const float*>(d) && ldc == ldd;
-                    if (c != nullptr && !in_place)
+                    if (c_mode == CMode::kRegisters)
                         add_c(accum, m0, n0, shape_m, shape_n, c_group, ldc, warp_in_wg, lane);
-                    store_tile_tma_fp32(s, accum, m0, n0, tile.group, tma_d, in_place, wg_idx, warp_in_wg, lane);
+                    store_tile_tma_fp32(s, accum, m0, n0, tile.group, tma_d, tma_c, c_mode, c_phases, wg_idx,
+                                        warp_in_wg, lane);
                 } else {
                     store_tile_direct(accum, m0, n0, shape_m, shape_n, d_group, ldd, c_group, ldc, warp_in_wg, lane);
                 }
@@ -611,23 +635,58 @@ struct Sm90Gemm {
         }
     }
 
+    // How the FP32 TMA epilogue adds C: not at all (no C), by TMA loads into the staging buffers (C's rows
+    // 16-byte aligned, as TMA needs: the host encoded tma_c exactly then), in place by a TMA reduce-add into D
+    // (C is D), or from global memory into the registers (any other C; slow: serialized loads).
+    enum class CMode : uint32_t { kNone, kLoad, kReduce, kRegisters };
+    __device__ __forceinline__ static CMode fp32_c_mode(const void* c, uint32_t ldc, const void* d, uint32_t ldd) {
+        if (!kFp32TmaStore || c == nullptr)
+            return CMode::kNone;
+        if (c == d && ldc == ldd)
+            return CMode::kReduce;
+        return reinterpret_cast<uintptr_t>(c) % 16 == 0 && ldc % 4 == 0 ? CMode::kLoad : CMode::kRegisters;
+    }
+
+    // One thread of the warpgroup: TMA-load chunk `chunk` of C (this warpgroup's rows) into staging buffer
+    // chunk % 2, once the stores issued from it have read it. The box clips at M and N (zeros beyond).
+    static constexpr uint32_t kNumFp32Chunks = BLOCK_N / kFp32ChunkCols;
+    __device__ __forceinline__ static void load_c_chunk(const SharedStorage& s, const TmaDescriptor* tma_c,
+                                                        uint32_t chunk, uint32_t m0, uint32_t n0, uint32_t group,
+                                                        uint32_t wg_idx) {
+        ptx::tma_store_wait_read<0>();
+        uint64_t* bar = s.c_full(wg_idx, chunk % 2);
+        ptx::mbarrier_arrive_expect_tx(bar, kFp32ChunkBytes);
+        ptx::tma_load_3d(s.fp32_buffer(wg_idx, chunk % 2), tma_c, bar, n0 + chunk * kFp32ChunkCols, m0, group);
+    }
+
     // FP32 D through TMA, per 32-column chunk (128-byte rows) of this warpgroup's WG_M rows, in a ring of two
-    // staging buffers: wait until the store issued from the buffer two chunks ago has read it, write the chunk
-    // (128B-swizzled, as the box expects), fence, and one thread stores it into D, or with `reduce` adds it
-    // into D (C is D: TMA reads, adds and writes each element once). The 3-D box (N, M, group) clips at N and M.
+    // staging buffers (128B-swizzled, as the box expects); one thread stores each chunk. The 3-D box (N, M,
+    // group) clips at N and M. By `c_mode`:
+    //   kNone / kRegisters (C already in accum): wait until the store issued from the buffer two chunks ago has
+    //     read it, write the chunk, fence, store.
+    //   kReduce (C is D): the same, but TMA adds the chunk into D (reads, adds and writes each element once).
+    //   kLoad: chunks 0 and 1 of C were loaded into the buffers at the tile's start; per chunk, wait for its C,
+    //     add it to the chunk in place in shared memory, fence, store, then (once that store has read the
+    //     buffer) load C's chunk two further on into it. `c_phases` holds the buffers' barrier phases.
     __device__ __forceinline__ static void store_tile_tma_fp32(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
                                                                uint32_t m0, uint32_t n0, uint32_t group,
-                                                               const TmaDescriptor* tma_d, bool reduce, uint32_t wg_idx,
+                                                               const TmaDescriptor* tma_d, const TmaDescriptor* tma_c,
+                                                               CMode c_mode, uint32_t& c_phases, uint32_t wg_idx,
                                                                uint32_t warp_in_wg, uint32_t lane) {
-        constexpr uint32_t kChunkBytes = WG_M * 128;
-        uint8_t* ring = reinterpret_cast<uint8_t*>(s.d()) + wg_idx * 2 * kChunkBytes;
         const bool is_leader = threadIdx.x % 128 == 0;
         #pragma unroll
-        for (uint32_t chunk = 0; chunk < BLOCK_N / kFp32ChunkCols; ++chunk) {
-            uint8_t* buffer = ring + (chunk % 2) * kChunkBytes;
-            if (is_leader)
-                ptx::tma_store_wait_read<1>();
-            ptx::named_barrier_sync(1 + wg_idx, 128);
+        for (uint32_t chunk = 0; chunk < kNumFp32Chunks; ++chunk) {
+            constexpr uint32_t kBuffers = 2;
+            uint8_t* buffer = s.fp32_buffer(wg_idx, chunk % kBuffers);
+            const bool load_c = c_mode == CMode::kLoad;
+            if (load_c) {
+                ptx::mbarrier_wait(s.c_full(wg_idx, chunk % kBuffers), (c_phases >> (chunk % kBuffers)) & 1);
+                c_phases ^= 1u << (chunk % kBuffers);
+            } else {
+                if (is_leader)
+                    ptx::tma_store_wait_read<1>();
+                ptx::named_barrier_sync(1 + wg_idx, 128);
+            }
             #pragma unroll
             for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
                 #pragma unroll
@@ -638,19 +697,26 @@ struct Sm90Gemm {
                         const uint32_t row = im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
                         uint32_t offset = row * 128 + jj * 32 + (lane % 4) * 8;
                         offset ^= ((offset >> 7) & 7) << 4;
-                        *reinterpret_cast<float2*>(buffer + offset) =
-                            float2{accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]};
+                        float2* out = reinterpret_cast<float2*>(buffer + offset);
+                        float2 value{accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]};
+                        if (load_c) {
+                            const float2 c = *out;
+                            value.x += c.x, value.y += c.y;
+                        }
+                        *out = value;
                     }
                 }
             }
             ptx::fence_proxy_async_smem();
             ptx::named_barrier_sync(1 + wg_idx, 128);
             if (is_leader) {
-                if (reduce)
+                if (c_mode == CMode::kReduce)
                     ptx::tma_reduce_add_3d(tma_d, buffer, n0 + chunk * kFp32ChunkCols, m0, group);
                 else
                     ptx::tma_store_3d(tma_d, buffer, n0 + chunk * kFp32ChunkCols, m0, group);
                 ptx::tma_store_commit();
+                if (load_c && chunk + kBuffers < kNumFp32Chunks)
+                    load_c_chunk(s, tma_c, chunk + kBuffers, m0, n0, group, wg_idx);
             }
         }
     }
@@ -738,7 +804,7 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
                  const __grid_constant__ TmaDescriptor tma_a,
                  const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
                  const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d,
-                 const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
+                 const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
     using Gemm = Sm90Gemm<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups, kNumGroupN,
                           kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits, kOperands, kMnMajorA,
                           kMnMajorB, kFp32Out, kGemmType, kMaxKGroups>;
@@ -766,11 +832,16 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
             ptx::prefetch_tma_descriptor(&tma_sfb);
         if constexpr (kUseTmaStore)
             ptx::prefetch_tma_descriptor(&tma_d);
+        if (Gemm::fp32_c_mode(c, ldc, d, ldd) == Gemm::CMode::kLoad)
+            ptx::prefetch_tma_descriptor(&tma_c);
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
             ptx::mbarrier_init(storage.full(i), Gemm::kBlockSfb ? 2 : 1);  // the TMA producer (and the sfb loader)
             ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4 * kNumMulticast);
         }
+        #pragma unroll
+        for (uint32_t i = 0; i < Gemm::kNumCBarriers; ++i)
+            ptx::mbarrier_init(storage.c_full(i / 2, i % 2), 1);  // the warpgroup's leader, with the C bytes
         ptx::fence_barrier_init();
     }
     // The peer's barriers must be initialized before any multicast or remote arrival
@@ -795,7 +866,7 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
     } else {
         ptx::warpgroup_reg_alloc<Gemm::kMathRegs>();
         Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, static_cast<const typename Gemm::Out*>(c), ldc,
-                   workspace, &tma_d, grouped_layout, rank);
+                   workspace, &tma_d, &tma_c, grouped_layout, rank);
     }
     // No CTA may leave while its peer can still arrive on its barriers
     if constexpr (kNumMulticast > 1)
