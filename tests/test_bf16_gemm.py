@@ -507,7 +507,9 @@ def test_gemm_fp32_c_storages(layout: str, m: int, n: int, k: int) -> None:
 def test_gemm_fp32_c_odd_chunk_counts(block_n: int) -> None:
     # BLOCK_N = 96, 160, 224: an odd number of 32-column chunks (3, 5, 7) per tile, so that C's loads alternate
     # staging buffers across tiles differently; forced per process (DG_FP8_GEMM_BLOCK_N is read once)
-    script = "import test_bf16_gemm as t\nt.run_fp32_c_storages(1000, 1000, 1024)\nt.run_fp32_c_storages(256, 2112, 512)\n"
+    script = (
+        "import test_bf16_gemm as t\nt.run_fp32_c_storages(1000, 1000, 1024)\nt.run_fp32_c_storages(256, 2112, 512)\n"
+    )
     out = subprocess.run(
         [sys.executable, "-c", script],
         cwd=os.path.dirname(__file__),
