@@ -317,7 +317,8 @@ def test_k_grouped_bf16_bad_inputs_raise_value_error(case: str, pattern: str) ->
 
 def test_bf16_heuristic() -> None:
     """BF16 configs: no three-warpgroup tiles, accumulators within the register budget, BLOCK_N a multiple of 64 for
-    an MN-major B, FP32 D through TMA in 32-column chunks, no split-K with FP32 D or a C, stages that fit."""
+    an MN-major B, FP32 D through TMA in 32-column chunks, split-K (never with a TMA store) for decode shapes with
+    any D and C (the reduction adds C), stages that fit."""
     config = deep_gemm._C.get_gemm_config
     for m, n, k in [(1, 7168, 2048), (128, 2112, 7168), (4096, 7168, 7168), (4096, 129280, 7168), (8192, 256, 7168)]:
         for mn_a in (False, True):
@@ -328,9 +329,11 @@ def test_bf16_heuristic() -> None:
                     slices = cfg["block_m"] // cfg["num_math_warpgroups"] // 64
                     assert slices * cfg["block_n"] // 2 <= 128, cfg
                     assert not mn_b or cfg["block_n"] % 64 == 0, cfg
-                    assert cfg["num_splits"] == 1 or not (fp32 or has_c), cfg
+                    assert cfg["num_splits"] == 1 or not cfg["use_tma_store"], cfg
                     assert not (fp32 and cfg["use_tma_store"]) or cfg["block_n"] % 32 == 0, cfg
                     assert cfg["smem_bytes"] <= 232448 and cfg["num_stages"] >= 2, cfg
+    # A decode shape with few tiles splits K also with FP32 D and a C
+    assert config(128, 2112, 7168, bf16=True, fp32_out=True, has_c=True)["num_splits"] > 1
     with pytest.raises(ValueError, match="mn_major_a, mn_major_b and fp32_out describe BF16 GEMMs"):
         config(128, 128, 128, mn_major_a=True)
 

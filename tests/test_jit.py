@@ -16,6 +16,8 @@ HELPER_KERNELS = [
     ("smxx_pack_ue8m0", {}),
     ("smxx_splitk_reduce", {"vec": 4}),
     ("smxx_splitk_reduce", {"vec": 1}),
+    ("smxx_splitk_reduce", {"vec": 4, "fp32_out": 1, "has_c": 1}),  # FP32 D = C + partials
+    ("smxx_splitk_reduce", {"vec": 1, "has_c": 1}),  # BF16 D = C + partials
     ("sm90_fp8_mqa_logits", {"num_heads": 64, "head_dim": 128}),  # SASS checks: tests/test_mqa_logits.py
     ("sm90_fp8_paged_mqa_logits", {"next_n": 2, "num_heads": 64, "head_dim": 128}),  # SASS: test_mqa_logits.py
 ]
@@ -56,6 +58,7 @@ BF16_GEMM_CONFIGS = [
     dict(bf16=1, fp32_out=1, has_c=1, shape_n=129280, shape_k=7168, block_m=128, block_n=256, num_stages=4),
     dict(bf16=1, has_c=1, shape_n=2112, shape_k=7168, block_m=128, block_n=112, num_stages=6),  # BF16 D + C
     dict(bf16=1, shape_n=2112, shape_k=7168, block_m=64, block_n=64, num_stages=8, num_splits=4),  # split-K
+    dict(bf16=1, fp32_out=1, has_c=1, shape_n=2112, shape_k=7168, block_m=128, block_n=64, num_stages=8, num_splits=3),
     dict(bf16=1, shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, num_multicast=2),
     dict(bf16=1, mn_major_b=1, shape_n=4096, shape_k=7168, block_m=128, block_n=192, num_stages=4, gemm_type=1),
     dict(bf16=1, shape_n=7168, shape_k=2048, block_m=64, block_n=256, num_stages=6, gemm_type=3),  # masked

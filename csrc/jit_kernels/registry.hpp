@@ -28,8 +28,12 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
         {"sm90_fp8_paged_mqa_logits",
          [](const KernelParams& p) { return render_sm90_fp8_paged_mqa_logits(paged_mqa_logits_config_from_params(p)); }},
         {"smxx_splitk_reduce", [](const KernelParams& p) {
-             const auto it = p.find("vec");
-             return render_splitk_reduce(it == p.end() ? 4 : static_cast<uint32_t>(it->second));
+             const auto get = [&](const char* key, int64_t fallback) {
+                 const auto it = p.find(key);
+                 return it == p.end() ? fallback : it->second;
+             };
+             return render_splitk_reduce(static_cast<uint32_t>(get("vec", 4)), get("fp32_out", 0) != 0,
+                                         get("has_c", 0) != 0);
          }},
     };
     return registry;

@@ -74,8 +74,6 @@ struct GemmOperands {
     bool block_sfb() const { return kind == OperandKind::kFp8BlockScaled; }
     // BF16 D with a C to add: stored straight from registers (FP32 D goes through TMA, adding C in place)
     bool direct_store() const { return has_c && !fp32_out; }
-    // Split-K partials are reduced into BF16 D only
-    bool allows_split_k() const { return !fp32_out && !has_c; }
     // K per stage: 128 bytes of each row
     uint32_t block_k() const { return is_fp8() ? 128 : 64; }
     uint32_t element_bytes() const { return is_fp8() ? 1 : 2; }
@@ -236,7 +234,7 @@ struct GemmCostModel {
         const double d_bytes = (operands.fp32_out ? 4.0 : 2.0) * (operands.has_c ? 2 : 1) * m * n;
         const double dram_time = (operands.element_bytes() * (double(m) * k + double(n) * k) + d_bytes + 2 * partials) /
                                  kDramBytesPerCycle;
-        const double reduce_time = num_splits > 1 ? kReduceLaunchCycles + (partials + 2.0 * m * n) / kDramBytesPerCycle : 0.0;
+        const double reduce_time = num_splits > 1 ? kReduceLaunchCycles + (partials + d_bytes) / kDramBytesPerCycle : 0.0;
         return std::max(sm_time, dram_time) + reduce_time;
     }
 };
@@ -258,8 +256,8 @@ inline GemmOverrides forced_config() {
 constexpr uint32_t kMaxSplits = 16;
 constexpr uint32_t kMinKBlocksPerSplit = 2;
 
-// operands: FP8 (recipe (1, 128, 128) or (1, 1, 128)) or BF16; FP32 D or a C: written directly (no TMA store,
-// no split-K). BF16: no three-warpgroup tiles (they hide FP8's promotion), an MN-major B takes BLOCK_N in
+// operands: FP8 (recipe (1, 128, 128) or (1, 1, 128)) or BF16; FP32 D through TMA in 32-column chunks; BF16 D
+// with a C written directly (no TMA store); split-K for any dense GEMM (the reduction adds C). BF16: no three-warpgroup tiles (they hide FP8's promotion), an MN-major B takes BLOCK_N in
 // multiples of 64, and its multicast is not offered.
 // gemm_type: m-grouped layouts take BLOCK_M dividing `grouped_alignment` (a row block never spans two
 // groups: the contiguous segments' alignment, or the masked layout's rows per group) and neither split-K
@@ -307,12 +305,12 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
             const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
             for (uint32_t splits = 1; splits <= kMaxSplits; ++splits) {
                 // Split-K only when the tiles alone leave SMs idle, and with a few K blocks per split
-                // (never with FP32 D, a C or groups, nor more splits than K blocks)
+                // (never with groups, nor more splits than K blocks)
                 if (forced.num_splits ? splits != forced.num_splits
                                       : splits > 1 && (m_blocks * n_blocks >= num_sms ||
                                                        splits * kMinKBlocksPerSplit > num_k_blocks))
                     continue;
-                if (splits > num_k_blocks || (splits > 1 && (!operands.allows_split_k() || grouped)))
+                if (splits > num_k_blocks || (splits > 1 && grouped))
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
                 if (gemm_smem_bytes(block_m, block_n, 2, tma_store, operands) > kSm90MaxSmemBytes)

@@ -53,7 +53,7 @@
 //   checks, after reading all of their C.
 // Split-K (kNumSplits > 1, small M): each unit covers one tile over a range of K blocks and stores its
 //   FP32 partial sums straight from registers into workspace[split][M][N]; a second kernel
-//   (smxx_splitk_reduce) adds the kNumSplits partials in a fixed order into D (deterministic).
+//   (smxx_splitk_reduce) adds the kNumSplits partials in a fixed order, then C, into D (deterministic).
 // Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
 // M-grouped (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] (MN-major: [groups][K][N], a 3-D
 //   map) and sfb as [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous:
@@ -155,7 +155,6 @@ struct Sm90Gemm {
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores FP32 partials directly, not through TMA");
     static_assert(kPerRowSfb ? kFp32Out : kBlockSfb ? !kFp32Out : true,
                   "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) BF16; BF16 GEMMs either");
-    static_assert(!kFp32Out || kNumSplits == 1, "FP32 D is written without split-K");
     static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % kFp32ChunkCols == 0,
                   "FP32 TMA stores go in 32-column chunks: BLOCK_N must be a multiple of 32");
     static_assert(kIsFp8 ? !kMnMajorA && !kMnMajorB : true, "FP8 wgmma reads K-major operands only");
