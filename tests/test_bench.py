@@ -116,6 +116,10 @@ def test_bf16_suites_are_registered() -> None:
     assert (256, 64, 7168, 3072) in BF16_CONTIGUOUS_SHAPES and (32, 20, 4096, 7168) in BF16_MASKED_SHAPES
     with pytest.raises(ValueError, match="MxNxK"):
         parse_bf16_mnk("4096x7168")
+    # One variant only (config sweeps): "@variant"
+    assert parse_bf16_mnk("128x2112x7168@nt+c") == (128, 2112, 7168, "nt+c")
+    with pytest.raises(ValueError, match="unknown variant 'nx'"):
+        parse_bf16_mnk("128x2112x7168@nx")
 
 
 @pytest.mark.parametrize("suite", ["bf16", "bf16_grouped", "bf16_masked"])

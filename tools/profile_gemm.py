@@ -1,9 +1,10 @@
 """Run one GEMM shape a few times (for ncu / compute-sanitizer) and check it once.
 
-python tools/profile_gemm.py M N K [--calls 3] [--bf16] [--fp32-c]
+python tools/profile_gemm.py M N K [--calls 3] [--bf16 | --per-row] [--fp32-c]
 
-Default: fp8_gemm_nt, recipe (1, 128, 128), BF16 D. --bf16: bf16_gemm_nt instead (BF16 D, or with --fp32-c
-FP32 D = C + A @ B.T with a distinct C).
+Default: fp8_gemm_nt, recipe (1, 128, 128), BF16 D. --per-row: fp8_gemm_nt with recipe (1, 1, 128), FP32 D.
+--bf16: bf16_gemm_nt instead (BF16 D, or FP32 D). --fp32-c (with --bf16 or --per-row): FP32 D = C + A @ B.T
+with a distinct C.
 """
 
 import argparse
@@ -22,20 +23,32 @@ def main() -> None:
     parser.add_argument("k", type=int)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--bf16", action="store_true", help="bf16_gemm_nt instead of fp8_gemm_nt")
-    parser.add_argument("--fp32-c", action="store_true", help="(with --bf16) FP32 D = C + A @ B.T")
+    parser.add_argument("--per-row", action="store_true", help="fp8_gemm_nt with recipe (1, 1, 128), FP32 D")
+    parser.add_argument("--fp32-c", action="store_true", help="(with --bf16 or --per-row) FP32 D = C + A @ B.T")
     args = parser.parse_args()
-    if args.fp32_c and not args.bf16:
-        parser.error("--fp32-c needs --bf16")
+    if args.fp32_c and not (args.bf16 or args.per_row):
+        parser.error("--fp32-c needs --bf16 or --per-row")
+    if args.bf16 and args.per_row:
+        parser.error("--bf16 and --per-row exclude each other")
     a_bf16 = torch.randn(args.m, args.k, device="cuda", dtype=torch.bfloat16)
     b_bf16 = torch.randn(args.n, args.k, device="cuda", dtype=torch.bfloat16)
     ref = a_bf16.float() @ b_bf16.float().t()
+    c = torch.randn(args.m, args.n, device="cuda") if args.fp32_c else None
     if args.bf16:
-        c = torch.randn(args.m, args.n, device="cuda") if args.fp32_c else None
         d = torch.empty(args.m, args.n, device="cuda", dtype=torch.float32 if args.fp32_c else torch.bfloat16)
         ref = ref + c if c is not None else ref
         for _ in range(args.calls):
             deep_gemm.bf16_gemm_nt(a_bf16, b_bf16, d, c)
         name = "bf16_gemm_nt" + (" fp32 + c" if c is not None else "")
+    elif args.per_row:
+        (a, sfa), (b, sfb) = per_token_cast_to_fp8(a_bf16), per_token_cast_to_fp8(b_bf16)
+        sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
+        sfb = deep_gemm.get_mn_major_tma_aligned_tensor(sfb)
+        d = torch.empty(args.m, args.n, device="cuda")
+        ref = ref + c if c is not None else ref
+        for _ in range(args.calls):
+            deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c, recipe=(1, 1, 128))
+        name = "fp8_gemm_nt (1, 1, 128)" + (" + c" if c is not None else "")
     else:
         a, sfa = per_token_cast_to_fp8(a_bf16)
         b, sfb = per_block_cast_to_fp8(b_bf16)

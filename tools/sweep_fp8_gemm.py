@@ -1,7 +1,9 @@
-"""Time fp8_gemm_nt under forced configs, to calibrate the heuristic (run on a GPU machine).
+"""Time fp8_gemm_nt (or, with --suite bf16, bf16_gemm_*) under forced configs, to calibrate the heuristic (run on
+a GPU machine).
 
     python tools/sweep_fp8_gemm.py --shapes 64x2112x7168 1x4096x7168 --configs bm64-bn64-s4 bn128-s1 auto \
         --json sweep.json
+    python tools/sweep_fp8_gemm.py --suite bf16 --shapes 128x2112x7168@nt 128x2112x7168@nt+c --configs auto bn128-s7
 
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
 (BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on). Each config runs in its own process (the
@@ -37,6 +39,11 @@ def config_env(config: str) -> dict[str, str]:
     return env
 
 
+def row_key(row: dict) -> str:
+    """The --shapes entry a bench row answers: MxNxK (and @variant for the bf16 suite)."""
+    return f"{row['m']}x{row['n']}x{row['k']}" + (f"@{row['variant']}" if "variant" in row else "")
+
+
 def run_config(config: str, shapes: list[str], extra: list[str]) -> dict[str, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "bench.json")
@@ -53,12 +60,12 @@ def run_config(config: str, shapes: list[str], extra: list[str]) -> dict[str, di
             rows = json.load(f)["rows"]
     result = {}
     for row in rows:
-        shape = f"{row['m']}x{row['n']}x{row['k']}"
+        shape = row_key(row)
         if row["ours"]:
             result[shape] = {
                 "median_us": row["ours"]["median_us"],
                 "min_us": row["ours"]["min_us"],
-                "accurate": row["ours_accurate"],
+                "accurate": row.get("ours_accurate", row.get("ours_error") is None),
                 "sm_clock_mhz": row["sm_clock_mhz"],
             }
         else:
@@ -72,16 +79,17 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", required=True)
     parser.add_argument("--json")
     parser.add_argument("--num-tests", default="20")
+    parser.add_argument("--suite", default="dense", choices=["dense", "bf16"])
     args = parser.parse_args()
-    extra = ["--num-tests", args.num_tests, "--idle", "0.1"]
+    extra = ["--num-tests", args.num_tests, "--idle", "0.1", "--suite", args.suite]
     results = {config: run_config(config, args.shapes, extra) for config in args.configs}
 
     import deep_gemm  # the heuristic's choice for each shape, to print next to the timings
 
     width = max(len(c) for c in args.configs) + 2
-    print("shape".ljust(18) + "".join(c.rjust(width) for c in args.configs) + "   heuristic")
+    print("shape".ljust(22) + "".join(c.rjust(width) for c in args.configs) + "   heuristic")
     for shape in args.shapes:
-        times = {c: results[c][shape].get("median_us") for c in args.configs}
+        times = {c: results[c].get(shape, {}).get("median_us") for c in args.configs}
         best = min((t for t in times.values() if t is not None), default=None)
         cells = []
         for c in args.configs:
@@ -92,9 +100,17 @@ def main() -> None:
                 else f"{t:.1f}" + ("*" if t == best else "") + ("" if results[c][shape]["accurate"] else "!")
             )
             cells.append(text.rjust(width))
-        m, n, k = (int(v) for v in shape.split("x"))
-        cfg = deep_gemm._C.get_gemm_config(m, n, k)
-        print(shape.ljust(18) + "".join(cells) + f"   bm{cfg['block_m']}-bn{cfg['block_n']}-s{cfg['num_splits']}")
+        mnk, _, variant = shape.partition("@")
+        m, n, k = (int(v) for v in mnk.split("x"))
+        bf16 = (
+            {}
+            if args.suite == "dense"
+            else dict(bf16=True, mn_major_a=variant[:1] == "t", mn_major_b=variant[1:2] == "n")
+        )
+        if variant.startswith("nt+c"):
+            bf16.update(fp32_out=True, has_c=True)
+        cfg = deep_gemm._C.get_gemm_config(m, n, k, **bf16)
+        print(shape.ljust(22) + "".join(cells) + f"   bm{cfg['block_m']}-bn{cfg['block_n']}-s{cfg['num_splits']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

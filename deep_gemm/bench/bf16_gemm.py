@@ -1,7 +1,7 @@
 """The ``bf16`` suite: ``deep_gemm.bf16_gemm_{nt,nn,tn,tt}`` against cuBLAS (through PyTorch) on the same layouts.
 
 Per shape ``MxNxK``: fresh ``torch.randn`` BF16 A ``[M, K]`` and B ``[N, K]``, stored as each layout reads them, and
-five rows, each timed with L2 flushed before every call (see :func:`deep_gemm.testing.bench_kernel`):
+six rows (``MxNxK@variant``: only that one), each timed with L2 flushed before every call (see :func:`deep_gemm.testing.bench_kernel`):
 
 - ``nt``, ``nn``, ``tn``, ``tt`` with BF16 D, against ``torch.mm`` on operands of the same layout, into the same
   preallocated D: nt ``torch.mm(a, b.t())`` (b ``[N, K]``), nn ``torch.mm(a, b)`` (b ``[K, N]``), tn
@@ -61,13 +61,20 @@ _TABLE = Table(
 )
 
 
-def parse_bf16_mnk(text: str) -> tuple[int, int, int]:
-    """Parse ``"MxNxK"`` (e.g. ``"4096x7168x2048"``) into positive ints.
+def parse_bf16_mnk(text: str) -> tuple[int, int, int] | tuple[int, int, int, str]:
+    """Parse ``"MxNxK"`` (e.g. ``"4096x7168x2048"``) into positive ints, or ``"MxNxK@VARIANT"`` (e.g.
+    ``"128x2112x7168@nt+c"``: only that one of :data:`VARIANTS` is timed) into the ints and the variant.
 
     Raises:
-        ValueError: not three positive integers separated by ``x``.
+        ValueError: not three positive integers separated by ``x``, or an unknown variant.
     """
-    return parse_int_shape(text, 3, "MxNxK of positive integers", "4096x7168x2048")
+    mnk, at, variant = text.partition("@")
+    shape = parse_int_shape(mnk, 3, "MxNxK of positive integers", "4096x7168x2048")
+    if not at:
+        return shape
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} in {text!r}: expected one of {', '.join(VARIANTS)}")
+    return (*shape, variant)
 
 
 def measure(
@@ -111,14 +118,17 @@ def _reset(d: torch.Tensor, c: torch.Tensor | None) -> None:
         d.fill_(float("nan"))
 
 
-def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> list[dict[str, Any]]:
+def _bench_shape(m: int, n: int, k: int, *args: Any) -> list[dict[str, Any]]:
+    """Rows of (m, n, k): every variant, or (args ``variant, options``) only the one named."""
     import deep_gemm
+
+    *only, options = args
 
     a_mk = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b_nk = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     product = a_mk.double() @ b_nk.double().t()
     rows = []
-    for variant in VARIANTS:
+    for variant in only or VARIANTS:
         layout, fp32_c, in_place = variant[:2], variant.startswith("nt+c"), variant == "nt+c=d"
         a = a_mk if layout[0] == "n" else a_mk.t().contiguous()  # [M, K] or [K, M]
         b = b_nk if layout[1] == "t" else b_nk.t().contiguous()  # [N, K] or [K, N]
