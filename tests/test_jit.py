@@ -18,6 +18,8 @@ HELPER_KERNELS = [
     ("smxx_splitk_reduce", {"vec": 1}),
     ("smxx_splitk_reduce", {"vec": 4, "fp32_out": 1, "has_c": 1}),  # FP32 D = C + partials
     ("smxx_splitk_reduce", {"vec": 1, "has_c": 1}),  # BF16 D = C + partials
+    ("smxx_transpose_fp8", {"aligned": 1}),  # the tn k-grouped FP8 GEMM's pre-pass
+    ("smxx_transpose_fp8", {"aligned": 0}),
     ("sm90_fp8_mqa_logits", {"num_heads": 64, "head_dim": 128}),  # SASS checks: tests/test_mqa_logits.py
     ("sm90_fp8_paged_mqa_logits", {"next_n": 2, "num_heads": 64, "head_dim": 128}),  # SASS: test_mqa_logits.py
 ]

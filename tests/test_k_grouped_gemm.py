@@ -203,25 +203,44 @@ def test_k_grouped_nt(num_groups: int, m: int, n: int, expected_k: int) -> None:
 
 
 @gpu
-def test_k_grouped_tn_psum_and_transposed_scales() -> None:
-    num_groups, m, n = 5, 384, 512
-    x = make_k_grouped_inputs(num_groups, m, n, 1000, seed=11, psum=True)
+@pytest.mark.parametrize(
+    ("num_groups", "m", "n", "expected_k", "psum", "row_pad"),
+    [
+        (5, 384, 512, 1000, True, 0),
+        (3, 200, 136, 300, False, 0),
+        (4, 4096, 7168, 2048, False, 16),
+        (6, 64, 48, 96, True, 3),
+    ],
+    ids=["G5-m384-n512-psum", "G3-m200-n136", "G4-m4096-n7168-padded", "G6-m64-n48-psum-odd-stride"],
+)
+def test_k_grouped_tn(num_groups: int, m: int, n: int, expected_k: int, psum: bool, row_pad: int) -> None:
+    """tn (MN-major [sum K, M] / [sum K, N] operands, transposed into the nt layout by the pre-pass kernel) gives the
+    nt call's bits: aligned and unaligned (M, N not multiples of 16, or a row stride padded by `row_pad` bytes)
+    operands, groups whose K is not a multiple of the 64-row transpose tile, scales given as [MN, K blocks] views."""
+    x = make_k_grouped_inputs(num_groups, m, n, expected_k, seed=11 + m, psum=psum)
     c = torch.randn(num_groups, m, n, device="cuda")
     d_nt = torch.full_like(c, float("nan"))
     deep_gemm.k_grouped_fp8_gemm_nt_contiguous(
-        (x["a_flat"], x["sfa"]), (x["b_flat"], x["sfb"]), d_nt, x["ks"], x["layout"], c=c, use_psum_layout=True
+        (x["a_flat"], x["sfa"]), (x["b_flat"], x["sfb"]), d_nt, x["ks"], x["layout"], c=c, use_psum_layout=psum
     )
-    check_k_grouped(d_nt, c, x["deq"], "nt-psum")
-    # tn (MN-major operands, transposed by the pre-pass) and scales given as [MN, K blocks] views: same bits
+    check_k_grouped(d_nt, c, x["deq"], "nt")
+
+    def padded(t: torch.Tensor) -> torch.Tensor:
+        if row_pad == 0:
+            return t
+        wide = torch.zeros(t.shape[0], t.shape[1] + row_pad, device="cuda", dtype=torch.uint8)
+        wide[:, : t.shape[1]] = t.view(torch.uint8)
+        return wide[:, : t.shape[1]].view(t.dtype)
+
     d_tn = torch.full_like(c, float("nan"))
     deep_gemm.k_grouped_fp8_gemm_tn_contiguous(
-        (x["a_mn"], x["sfa"].t().contiguous().t()),
-        (x["b_mn"], x["sfb"].t()),
+        (padded(x["a_mn"]), x["sfa"].t().contiguous().t()),
+        (padded(x["b_mn"]), x["sfb"].t()),
         d_tn,
         x["ks"],
         x["layout"],
         c=c,
-        use_psum_layout=True,
+        use_psum_layout=psum,
     )
     assert torch.equal(d_nt, d_tn), "tn and nt differ"
 

@@ -10,6 +10,7 @@
 
 #include "../jit/device_runtime.hpp"
 #include "../jit_kernels/impls/sm90_gemm.hpp"
+#include "../jit_kernels/impls/smxx_transpose_fp8.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
 #include "layout.hpp"
@@ -139,17 +140,16 @@ inline void k_grouped_fp8_gemm_contiguous(const char* fn, bool k_major, const Te
     if (m == 0 || n == 0)
         return;
 
-    // tn: the fused pre-pass is a transposing copy per group into the nt layout (same group starts)
+    // tn: a pre-pass transposes every group of A and of B into the nt layout (same group starts), one kernel each
     at::Tensor a_flat = a, b_flat = b;
     if (!k_major) {
         a_flat = at::empty({m * total_k}, a.options());
         b_flat = at::empty({n * total_k}, b.options());
-        for (int64_t g = 0; g < num_groups; ++g) {
-            if (ks[g] == 0)
-                continue;
-            a_flat.narrow(0, m * starts[g], m * ks[g]).view({m, ks[g]}).copy_(a.narrow(0, starts[g], ks[g]).t());
-            b_flat.narrow(0, n * starts[g], n * ks[g]).view({n, ks[g]}).copy_(b.narrow(0, starts[g], ks[g]).t());
-        }
+        const int device = a.device().index();
+        kernels::launch_transpose_fp8_groups(device, a.data_ptr(), a_flat.data_ptr(), static_cast<uint32_t>(m),
+                                             static_cast<uint64_t>(a.stride(0)), ks, starts);
+        kernels::launch_transpose_fp8_groups(device, b.data_ptr(), b_flat.data_ptr(), static_cast<uint32_t>(n),
+                                             static_cast<uint64_t>(b.stride(0)), ks, starts);
     }
     // Scales as [K blocks, MN] rows with a TMA-aligned row stride
     const at::Tensor sfa = sf_rows > 0 ? get_mn_major_tma_aligned_tensor(sfa_mn).t() : sfa_mn.t();

@@ -13,6 +13,7 @@
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/smxx_layout.hpp"
 #include "impls/smxx_splitk_reduce.hpp"
+#include "impls/smxx_transpose_fp8.hpp"
 
 namespace dg::kernels {
 
@@ -27,6 +28,10 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
          [](const KernelParams& p) { return render_sm90_fp8_mqa_logits(mqa_logits_config_from_params(p)); }},
         {"sm90_fp8_paged_mqa_logits",
          [](const KernelParams& p) { return render_sm90_fp8_paged_mqa_logits(paged_mqa_logits_config_from_params(p)); }},
+        {"smxx_transpose_fp8", [](const KernelParams& p) {
+             const auto it = p.find("aligned");
+             return render_transpose_fp8(it == p.end() || it->second != 0);
+         }},
         {"smxx_splitk_reduce", [](const KernelParams& p) {
              const auto get = [&](const char* key, int64_t fallback) {
                  const auto it = p.find(key);
