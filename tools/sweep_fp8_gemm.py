@@ -66,7 +66,7 @@ def run_config(config: str, shapes: list[str], extra: list[str]) -> dict[str, di
                 "median_us": row["ours"]["median_us"],
                 "min_us": row["ours"]["min_us"],
                 "accurate": row.get("ours_accurate", row.get("ours_error") is None),
-                "sm_clock_mhz": row["sm_clock_mhz"],
+                "sm_clock_mhz": row.get("sm_clock_mhz"),  # (the bf16 suite does not record it)
             }
         else:
             result[shape] = {"error": row["ours_error"]}
