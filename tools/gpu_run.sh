@@ -12,8 +12,8 @@
 #      two variants in one run),
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last),
 #      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of the GEMMs
-#      DG_GPU_RUN_NCU_SHAPE="M N K [--bf16 [--fp32-c]]; ...", as ncu-<i>.txt / ncu-source-<i>.csv; memcheck of
-#      DG_GPU_RUN_SANITIZE_TESTS="pytest args").
+#      DG_GPU_RUN_NCU_SHAPE="M N K [--bf16 | --per-row] [--fp32-c]; ...", as ncu-<i>.txt / ncu-source-<i>.csv),
+#      DG_GPU_RUN_SANITIZE_TESTS="pytest args" (memcheck of those tests, any profile setting).
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
 #  picks test files, default all.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
@@ -26,7 +26,7 @@ OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT 
 mkdir -p "$FINAL_OUT"
 pack() {
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
-    for f in pytest.log bench.log bench.json smoke.log ncu.txt ncu-0.txt ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
+    for f in pytest.log bench.log bench.json smoke.log ncu.txt ncu-0.txt sanitizer.txt ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
         [[ $f == *.* ]] || f=$f.log
         [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
     done
@@ -64,7 +64,7 @@ pack
 if [[ "${DG_GPU_RUN_PROFILE:-}" == "source" ]]; then
     # Per-instruction warp-stall samples of each GEMM named in DG_GPU_RUN_NCU_SHAPE ("M N K [profile_gemm.py
     # options]", several separated by ';'): the GEMM kernel and a split-K reduction after it, as ncu-<i>.txt and
-    # the SASS source page ncu-source-<i>.csv; memcheck of the test files named in DG_GPU_RUN_SANITIZE_TESTS
+    # the SASS source page ncu-source-<i>.csv
     IFS=';' read -ra ncu_shapes <<< "${DG_GPU_RUN_NCU_SHAPE:-4096 7168 7168}"
     for i in "${!ncu_shapes[@]}"; do
         shape=${ncu_shapes[$i]}
@@ -77,11 +77,6 @@ if [[ "${DG_GPU_RUN_PROFILE:-}" == "source" ]]; then
         rm -f "$OUT/profile-$i.ncu-rep"
         echo "ncu $shape:"; grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|Memory Throughput|Compute \(SM\) Throughput" "$OUT/ncu-$i.txt" | head -12
     done
-    if [[ -n "${DG_GPU_RUN_SANITIZE_TESTS:-}" ]]; then
-        (cd tests && timeout 240 compute-sanitizer --tool memcheck python3 -m pytest -q -x -p no:cacheprovider \
-            $DG_GPU_RUN_SANITIZE_TESTS) > "$OUT/sanitizer.txt" 2>&1
-        grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.txt" | tail -3
-    fi
     pack
 elif [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
     # Hardware counters (with warp stall reasons) of a large GEMM, plain and with 2-CTA multicast, and of a
@@ -100,6 +95,13 @@ elif [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
         timeout 120 compute-sanitizer --tool memcheck python3 tools/profile_gemm.py $shape --calls 1
     done > "$OUT/sanitizer.txt" 2>&1
     grep -E "ERROR SUMMARY|calc_diff" "$OUT/sanitizer.txt"
+    pack
+fi
+if [[ -n "${DG_GPU_RUN_SANITIZE_TESTS:-}" ]]; then
+    # memcheck of the tests named (pytest arguments, run from tests/)
+    (cd tests && timeout ${DG_GPU_RUN_SANITIZE_TIMEOUT:-240} compute-sanitizer --tool memcheck python3 -m pytest -q -x \
+        -p no:cacheprovider $DG_GPU_RUN_SANITIZE_TESTS) > "$OUT/sanitizer.txt" 2>&1
+    grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.txt" | tail -3
     pack
 fi
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then

@@ -1,9 +1,10 @@
-"""Time fp8_gemm_nt (or, with --suite bf16, bf16_gemm_*) under forced configs, to calibrate the heuristic (run on
-a GPU machine).
+"""Time fp8_gemm_nt (or, with --suite bf16, bf16_gemm_*; with --suite kgrouped, the k-grouped FP8 GEMMs and the
+dense recipe (1, 1, 128)) under forced configs, to calibrate the heuristic (run on a GPU machine).
 
     python tools/sweep_fp8_gemm.py --shapes 64x2112x7168 1x4096x7168 --configs bm64-bn64-s4 bn128-s1 auto \
         --json sweep.json
     python tools/sweep_fp8_gemm.py --suite bf16 --shapes 128x2112x7168@nt 128x2112x7168@nt+c --configs auto bn128-s7
+    python tools/sweep_fp8_gemm.py --suite kgrouped --shapes 0x4096x7168x7168 4x4096x7168x8192 --configs auto bm256-bn64
 
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
 (BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on). Each config runs in its own process (the
@@ -40,8 +41,9 @@ def config_env(config: str) -> dict[str, str]:
 
 
 def row_key(row: dict) -> str:
-    """The --shapes entry a bench row answers: MxNxK (and @variant for the bf16 suite)."""
-    return f"{row['m']}x{row['n']}x{row['k']}" + (f"@{row['variant']}" if "variant" in row else "")
+    """The --shapes entry a bench row answers: MxNxK (and @variant for the bf16 suite; GxMxNxK for kgrouped)."""
+    groups = f"{row['g']}x" if "g" in row else ""
+    return groups + f"{row['m']}x{row['n']}x{row['k']}" + (f"@{row['variant']}" if "variant" in row else "")
 
 
 def run_config(config: str, shapes: list[str], extra: list[str]) -> dict[str, dict]:
@@ -79,7 +81,7 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", required=True)
     parser.add_argument("--json")
     parser.add_argument("--num-tests", default="20")
-    parser.add_argument("--suite", default="dense", choices=["dense", "bf16"])
+    parser.add_argument("--suite", default="dense", choices=["dense", "bf16", "kgrouped"])
     args = parser.parse_args()
     extra = ["--num-tests", args.num_tests, "--idle", "0.1", "--suite", args.suite]
     results = {config: run_config(config, args.shapes, extra) for config in args.configs}
@@ -101,15 +103,19 @@ def main() -> None:
             )
             cells.append(text.rjust(width))
         mnk, _, variant = shape.partition("@")
-        m, n, k = (int(v) for v in mnk.split("x"))
-        bf16 = (
-            {}
-            if args.suite == "dense"
-            else dict(bf16=True, mn_major_a=variant[:1] == "t", mn_major_b=variant[1:2] == "n")
-        )
-        if variant.startswith("nt+c"):
-            bf16.update(fp32_out=True, has_c=True)
-        cfg = deep_gemm._C.get_gemm_config(m, n, k, **bf16)
+        dims = [int(v) for v in mnk.split("x")]
+        if args.suite == "kgrouped":
+            g, m, n, k = dims
+            kind = dict(per_row_sfb=True, gemm_type=4 if g else 0)
+            m *= max(g, 1)
+        else:
+            m, n, k = dims
+            kind = {}
+            if args.suite == "bf16":
+                kind = dict(bf16=True, mn_major_a=variant[:1] == "t", mn_major_b=variant[1:2] == "n")
+                if variant.startswith("nt+c"):
+                    kind.update(fp32_out=True, has_c=True)
+        cfg = deep_gemm._C.get_gemm_config(m, n, k, **kind)
         print(shape.ljust(22) + "".join(cells) + f"   bm{cfg['block_m']}-bn{cfg['block_n']}-s{cfg['num_splits']}")
     if args.json:
         with open(args.json, "w") as f:
