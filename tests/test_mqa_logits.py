@@ -168,7 +168,8 @@ def test_bench_shapes_and_torch_version_on_cpu() -> None:
 
     assert parse_mqa_shape("2048x8192") == (2048, 8192, 64, 128, "causal")
     assert parse_mqa_shape("2048x65536x32x64-cp") == (2048, 65536, 32, 64, "cp")
-    for bad in ("2048", "2048x8192x48", "2048x8192x64x96", "2048x8192-nope", "0x8192"):
+    assert parse_mqa_shape("paged:64x2x65536") == (64, 2, 65536)  # one paged-decode row
+    for bad in ("2048", "2048x8192x48", "2048x8192x64x96", "2048x8192-nope", "0x8192", "paged:64x2", "paged:0x1x8"):
         with pytest.raises(ValueError):
             parse_mqa_shape(bad)
     assert {(s, s_kv) for s, s_kv, h, d, _ in MQA_SHAPES if (h, d) == (64, 128)} == {

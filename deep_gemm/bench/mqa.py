@@ -3,11 +3,12 @@ PyTorch implementation of the same math.
 
 A shape is ``SxS_kv[xH[xD]][-pattern]`` (H = 64, D = 128 by default; pattern ``causal`` (default: the
 queries are the last S of S_kv keys) or ``cp`` (context parallel: two halves of the queries at two
-offsets, sliding starts)). Inputs: q cast to FP8 directly, kv with one FP32 scale per key, FP32 weights,
+offsets, sliding starts)), or ``paged:BxNEXT_NxCONTEXT`` for one paged-decode row. Inputs: q cast to FP8 directly, kv with one FP32 scale per key, FP32 weights,
 clean FP32 logits ``[S, S_kv]``.
 
 - ours: one ``fp8_mqa_logits`` call (with ``DG_MQA_LOGITS_SKIP_RANGE_CHECK=1``, so that the host check of
-  ks/ke, a synchronization, is not timed);
+  ks/ke, a synchronization, is not timed); also timed with ``clean_logits=False``: the difference is what
+  writing -inf outside [ks, ke) costs (column ``clean %``, of the clean call);
 - torch: :func:`torch_mqa_logits`, chunks of queries: one FP8 ``torch._scaled_mm`` per chunk with the
   kv scales as per-column scales (so that they are applied before the relu, as the semantics need; BF16
   ``matmul`` where ``_scaled_mm`` is unavailable), relu in place, the head sum as a batched matmul with
@@ -20,7 +21,9 @@ and the -inf positions must match; a shape off the bound is flagged, not aborted
 Paged decode (run after the prefill shapes when no shapes are given): ``fp8_paged_mqa_logits`` (H = 64,
 D = 128, block_kv = 64, clean_logits=False as engines call it) for batch x next_n x context in
 :data:`PAGED_SHAPES`, every request of the same context length, blocks in random cache order, the schedule
-built once outside the timing. TFLOPS count 2 * H * D per valid (token, key) pair; GB/s count the kv cache
+built once outside the timing; the schedule kernel (``get_paged_mqa_logits_metadata``) and the call with
+``clean_logits=True`` are timed too (columns ``meta %``: its time over the kernel's; ``clean %``: the extra time
+of the clean call over the kernel's). TFLOPS count 2 * H * D per valid (token, key) pair; GB/s count the kv cache
 blocks read, q, weights and the valid logits written, also as a percentage of the device-to-device copy
 bandwidth measured in the same run. Accuracy: ``calc_diff`` against a float64 reference of the first and
 last requests.
@@ -40,6 +43,8 @@ from deep_gemm.utils import per_token_cast_to_fp8
 
 __all__ = ["MQA_SHAPES", "PAGED_SHAPES", "make_key_ranges", "parse_mqa_shape", "run_mqa", "torch_mqa_logits"]
 
+_PAGED_PREFIX = "paged:"
+
 MAX_DIFF = 1e-3
 MQA_SHAPES: tuple[tuple[int, int, int, int, str], ...] = tuple(
     (s, s_kv, 64, 128, pattern) for pattern in ("causal", "cp") for s in (2048, 8192) for s_kv in (8192, 65536)
@@ -58,6 +63,8 @@ _PAGED_TABLE = Table(
         Column("TFLOPS", 7),
         Column("GB/s", 6),
         Column("% copy", 6),
+        Column("meta %", 6),
+        Column("clean %", 7),
         Column("SM MHz", 6),
         Column("diff", 8),
     ]
@@ -76,19 +83,30 @@ _TABLE = Table(
         Column("GB/s", 6),
         Column("torch us", 9),
         Column("speedup", 7),
+        Column("clean %", 7),
         Column("SM MHz", 6),
         Column("diff", 8),
     ]
 )
 
 
-def parse_mqa_shape(text: str) -> tuple[int, int, int, int, str]:
-    """Parse ``"SxS_kv[xH[xD]][-pattern]"`` (e.g. ``"2048x8192"``, ``"2048x65536x64x128-cp"``).
+def parse_mqa_shape(text: str) -> tuple[int, int, int, int, str] | tuple[int, int, int]:
+    """Parse ``"SxS_kv[xH[xD]][-pattern]"`` (e.g. ``"2048x8192"``, ``"2048x65536x64x128-cp"``) into
+    ``(S, S_kv, H, D, pattern)``, or ``"paged:BxNEXT_NxCONTEXT"`` (e.g. ``"paged:64x1x65536"``) into
+    ``(batch, next_n, context)``.
 
     Raises:
         ValueError: not 2 to 4 positive integers separated by ``x``, H not in {16, 32, 64}, D not in
-            {64, 128}, or an unknown pattern.
+            {64, 128}, or an unknown pattern; a paged shape not 3 positive integers.
     """
+    if text.lower().startswith(_PAGED_PREFIX):
+        try:
+            paged = [int(p) for p in text[len(_PAGED_PREFIX) :].split("x")]
+        except ValueError:
+            paged = []
+        if len(paged) != 3 or min(paged) <= 0:
+            raise ValueError(f"expected a paged shape paged:BxNEXT_NxCONTEXT such as paged:64x1x65536, got {text!r}")
+        return paged[0], paged[1], paged[2]
     body, _, pattern = text.lower().partition("-")
     pattern = pattern or "causal"
     try:
@@ -189,6 +207,12 @@ def _bench_shape(s: int, s_kv: int, h: int, d: int, pattern: str, mqa, options: 
     out, row["ours_error"] = try_first_call(ours)
     row["ours"] = time_call(ours, options) if out is not None else None
     row["sm_clock_mhz"] = sm_clock_mhz() if out is not None else None
+    row["ours_no_clean"] = (
+        time_call(lambda: mqa(q, (kv, scales), weights, ks, ke, clean_logits=False), options)
+        if out is not None
+        else None
+    )
+    row["clean_pct"] = _extra_pct(row["ours"], row["ours_no_clean"])
     row["torch"] = row["torch_error"] = row["ours_diff"] = None
     row["ours_accurate"] = False
 
@@ -205,6 +229,13 @@ def _bench_shape(s: int, s_kv: int, h: int, d: int, pattern: str, mqa, options: 
     if options.baselines and row["torch_error"] is None:
         row["torch"] = time_call(torch_version, options)
     return row
+
+
+def _extra_pct(longer: dict[str, Any] | None, shorter: dict[str, Any] | None) -> float | None:
+    """(longer - shorter) / longer in percent, from two timings' medians (None if either is missing)."""
+    if not longer or not shorter:
+        return None
+    return 100.0 * (longer["median_us"] - shorter["median_us"]) / longer["median_us"]
 
 
 def _format_row(row: dict[str, Any]) -> str:
@@ -225,6 +256,7 @@ def _format_row(row: dict[str, Any]) -> str:
             fmt(row["gbps"], ".0f"),
             us(row["torch"]),
             fmt(row["speedup_vs_torch"], ".2f"),
+            fmt(row["clean_pct"], ".1f"),
             fmt(row["sm_clock_mhz"]),
             diff,
         ]
@@ -266,6 +298,18 @@ def _bench_paged(batch: int, next_n: int, ctx: int, mqa_paged, options: BenchOpt
         out, row["ours_error"] = try_first_call(ours)
     row["ours"] = time_call(ours, options) if out is not None else None
     row["sm_clock_mhz"] = sm_clock_mhz() if out is not None else None
+    row["metadata"] = row["clean"] = None
+    if out is not None:
+        row["metadata"] = time_call(
+            lambda: deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms()), options
+        )
+        row["clean"] = time_call(
+            lambda: mqa_paged(q, cache, weights, lens, table, meta, ctx, clean_logits=True), options
+        )
+    row["meta_pct"] = (
+        100.0 * row["metadata"]["median_us"] / row["ours"]["median_us"] if row["metadata"] and row["ours"] else None
+    )
+    row["clean_pct"] = _extra_pct(row["clean"], row["ours"])
     row["ours_diff"], row["ours_accurate"] = None, False
     if out is not None:
         # float64 reference of the first and last requests
@@ -288,7 +332,9 @@ def _bench_paged(batch: int, next_n: int, ctx: int, mqa_paged, options: BenchOpt
     return row
 
 
-def _run_paged(options: BenchOptions, copy_bandwidth: float) -> list[dict[str, Any]]:
+def _run_paged(
+    options: BenchOptions, copy_bandwidth: float, shapes: list[tuple[int, int, int]]
+) -> list[dict[str, Any]]:
     import deep_gemm
 
     mqa_paged = getattr(deep_gemm, "fp8_paged_mqa_logits", None)
@@ -300,7 +346,7 @@ def _run_paged(options: BenchOptions, copy_bandwidth: float) -> list[dict[str, A
     )
     print(_PAGED_TABLE.header())
     rows = []
-    for shape in PAGED_SHAPES:
+    for shape in shapes:
         gpu_idle(options.idle_s)
         row = _bench_paged(*shape, mqa_paged, options)
         derive_throughput(row, copy_bandwidth, ())
@@ -308,7 +354,8 @@ def _run_paged(options: BenchOptions, copy_bandwidth: float) -> list[dict[str, A
         diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
         cells = [str(row["batch"]), str(row["next_n"]), str(row["ctx"])]
         cells += [fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"), fmt(row["tflops"], ".0f")]
-        cells += [fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".1f"), fmt(row["sm_clock_mhz"]), diff]
+        cells += [fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".1f"), fmt(row["meta_pct"], ".1f")]
+        cells += [fmt(row["clean_pct"], ".1f"), fmt(row["sm_clock_mhz"]), diff]
         print(_PAGED_TABLE.row(cells), flush=True)
         torch.cuda.empty_cache()
     return rows
@@ -327,7 +374,9 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
         message = "deep_gemm.fp8_mqa_logits is missing" if mqa is None else "no CUDA GPU"
         print(f"mqa: {message}")
         return SuiteReport(data={"suite": "mqa", "error": message}, ok=False)
-    shapes = [parse_mqa_shape(x) for x in options.shapes] if options.shapes else list(MQA_SHAPES)
+    parsed = [parse_mqa_shape(x) for x in options.shapes] if options.shapes else None
+    shapes = [p for p in parsed if len(p) == 5] if parsed is not None else list(MQA_SHAPES)
+    paged_shapes = [p for p in parsed if len(p) == 3] if parsed is not None else list(PAGED_SHAPES)
     os.environ["DG_MQA_LOGITS_SKIP_RANGE_CHECK"] = "1"
 
     copy_bandwidth = d2d_copy_bandwidth()
@@ -353,7 +402,7 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
     print(f"geomean speedup vs chunked torch: {fmt(geomeans['speedup_vs_torch'], '.2f')}")
     for note in sorted({f"{k}: {r[f'{k}_error']}" for r in rows for k in ("ours", "torch") if r[f"{k}_error"]}):
         print(f"note: {note}")
-    paged_rows = [] if options.shapes else _run_paged(options, copy_bandwidth)
+    paged_rows = _run_paged(options, copy_bandwidth, paged_shapes) if paged_shapes else []
     if paged_rows:
         geomeans["paged_tflops"] = geomean(r["tflops"] for r in paged_rows)
         geomeans["paged_pct_copy_bandwidth"] = geomean(r["pct_copy_bandwidth"] for r in paged_rows)
