@@ -353,8 +353,10 @@ PYBIND11_MODULE(_C, m) {
           "block_kv: keys per kv-cache block, 32 or 64. num_sms: SMs to balance over (> 0).\n"
           "Returns int32 [num_sms + 1, 2] on context_lens' device: row i = (first request, first kv block within\n"
           "it) of SM i's share of the sum_b ceil(context_len[b] / block_kv) kv blocks (shares differ by at most\n"
-          "one block; SM i works up to row i + 1, and row num_sms = (B, 0)). No host synchronization (CUDA-graph\n"
-          "capturable). Raises ValueError on a bad dtype, rank, block_kv or num_sms.");
+          "one block; SM i works up to row i + 1, and row num_sms = (B, 0)). On a CUDA device (SM >= 90): one JIT\n"
+          "kernel launch (one CTA); on the CPU: a few tensor ops. No host synchronization (CUDA-graph capturable;\n"
+          "the first CUDA call compiles or loads the kernel, so make one before capture). Raises ValueError on a bad\n"
+          "dtype, rank or size (B, next_n < 2^31), block_kv or num_sms.");
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",

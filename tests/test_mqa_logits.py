@@ -633,6 +633,18 @@ def test_paged_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: di
 
 def test_paged_kernel_family_is_registered() -> None:
     assert "sm90_fp8_paged_mqa_logits" in deep_gemm.kernel_families()
+    assert "smxx_paged_mqa_schedule" in deep_gemm.kernel_families()
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+def test_paged_schedule_kernel_compiles_without_local_memory(cache_dir, use_nvrtc: bool) -> None:
+    # get_paged_mqa_logits_metadata's kernel on CUDA tensors: unit counts in registers, one barrier per tile
+    result = deep_gemm.compile_kernel("smxx_paged_mqa_schedule", {}, use_nvrtc=use_nvrtc)
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    lines = dump_sass(result["cubin_path"]).splitlines()
+    assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
+    assert sum("BAR.SYNC" in line for line in lines) == 2  # pass 1's reduction, pass 2's per-tile scan
 
 
 def test_paged_bad_static_config_fails_to_compile(cache_dir) -> None:
@@ -752,6 +764,71 @@ def test_paged_any_schedule_size(num_sms: int) -> None:
     meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, num_sms)
     out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, clean_logits=True)
     check_logits(out, paged_reference(q, cache, weights, lens, table, width), True, 5e-6, f"{num_sms} CTAs")
+
+
+def random_context_lens(batch: int, layout: str, kind: str, g: torch.Generator) -> torch.Tensor:
+    """int32 context lengths on the CPU in `layout` (1-D, [B, T], or a non-contiguous view) drawn from `kind`."""
+    t = {"1d": 1, "1d_strided": 1, "t0": 0, "t1": 1, "t2": 2, "t4": 4, "t2_sliced": 4, "t2_transposed": 2}[layout]
+    numel = batch * (3 if layout == "1d_strided" else t)
+    if kind == "mixed":  # zeros, negatives, tiny, typical and a few near 2^31
+        x = torch.randint(-100, 20000, (numel,), generator=g, dtype=torch.int32)
+        x[torch.rand(numel, generator=g) < 0.1] = 0
+        tiny = torch.randint(0, 70, (numel,), generator=g, dtype=torch.int32)
+        x = torch.where(torch.rand(numel, generator=g) < 0.1, tiny, x)
+        x[torch.rand(numel, generator=g) < 0.01] = 2**31 - 1
+    elif kind == "empty":  # no unit at all: every row (B, 0)
+        x = torch.randint(-5, 1, (numel,), generator=g, dtype=torch.int32)
+    elif kind == "tiny":  # often fewer units than SMs
+        x = torch.randint(-3, 100, (numel,), generator=g, dtype=torch.int32)
+    else:  # huge: a total far past 2^32 units
+        x = torch.randint(2**30, 2**31 - 1, (numel,), generator=g, dtype=torch.int32)
+    if layout == "1d":
+        return x
+    if layout == "1d_strided":
+        return x[::3]
+    if layout == "t2_sliced":  # [B, 2] with strides (4, 2)
+        return x.view(batch, 4)[:, ::2]
+    if layout == "t2_transposed":  # [B, 2] with strides (1, B)
+        return x.view(2, batch).t()
+    return x.view(batch, t)
+
+
+PAGED_META_LAYOUTS = ["1d", "1d_strided", "t0", "t1", "t2", "t4", "t2_sliced", "t2_transposed"]
+
+
+@gpu
+@pytest.mark.parametrize("layout", PAGED_META_LAYOUTS)
+@pytest.mark.parametrize("batch", [0, 1, 3, 64, 256, 1000, 5000])
+def test_paged_metadata_cuda_kernel_matches_cpu(batch: int, layout: str) -> None:
+    # The CUDA path (one JIT kernel) against the CPU path (tensor ops, checked above), bit for bit
+    g = torch.Generator().manual_seed(batch * 31 + PAGED_META_LAYOUTS.index(layout))
+    for kind in ("mixed", "empty", "tiny", "huge"):
+        lens = random_context_lens(batch, layout, kind, g)
+        # (the same strides on the GPU: non-contiguous views stay non-contiguous)
+        lens_cuda = torch.empty_strided(lens.shape, lens.stride(), dtype=lens.dtype, device="cuda").copy_(lens)
+        for num_sms in (1, 7, 132, 133, 1000):
+            for block_kv in (32, 64):
+                expected = deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, num_sms)
+                got = deep_gemm.get_paged_mqa_logits_metadata(lens_cuda, block_kv, num_sms)
+                assert got.is_cuda and got.dtype == torch.int32 and got.shape == (num_sms + 1, 2)
+                assert got.is_contiguous()
+                what = f"B {batch}, {layout}, {kind}, {num_sms} SMs, block_kv {block_kv}"
+                assert torch.equal(got.cpu(), expected), what
+
+
+@gpu
+def test_paged_metadata_cuda_kernel_graph_replay() -> None:
+    # Captured once (after a warm-up call compiles or loads the kernel), each replay reads the lengths anew
+    lens = torch.randint(0, 5000, (100, 2), dtype=torch.int32, device="cuda")
+    deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 132)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 132)
+    for seed in range(3):
+        lens.copy_(torch.randint(-10, 50000, lens.shape, generator=torch.Generator().manual_seed(seed)))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(meta.cpu(), deep_gemm.get_paged_mqa_logits_metadata(lens.cpu(), 64, 132))
 
 
 @gpu

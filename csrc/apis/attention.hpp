@@ -11,6 +11,7 @@
 #include "../jit/kernel_runtime.hpp"
 #include "../jit_kernels/impls/sm90_fp8_mqa_logits.hpp"
 #include "../jit_kernels/impls/sm90_fp8_paged_mqa_logits.hpp"
+#include "../jit_kernels/impls/smxx_paged_mqa_schedule.hpp"
 #include "../utils/env.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
@@ -135,8 +136,9 @@ inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tenso
 // tokens' lengths when context_lens is [B, next_n], negative lengths counted as 0). SM i gets units
 // [i * q + min(i, r), (i + 1) * q + min(i + 1, r)) of the total T = q * num_sms + r, in request order, and
 // schedule_meta[i] = (first request, first kv block within it) of its range; row num_sms = (B, 0) ends
-// the last range. Built with a few tensor ops on context_lens' device: no host synchronization, so it
-// can be captured in a CUDA graph; runs on CPU tensors too.
+// the last range. No host synchronization, so it can be captured in a CUDA graph. On a CUDA device of
+// SM >= 90: one JIT kernel launch of one CTA (smxx_paged_mqa_schedule.cuh). Elsewhere (CPU tensors, older
+// GPUs): a few tensor ops (prefix sums, searchsorted), the reference the kernel is tested against.
 inline at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, int64_t block_kv, int64_t num_sms) {
     check_defined(context_lens, "context_lens");
     check_dtype(context_lens, at::kInt, "context_lens");
@@ -146,7 +148,23 @@ inline at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, 
                    block_kv);
     DG_CHECK_INPUT(num_sms > 0 && num_sms <= 65536, "num_sms must be in [1, 65536], got {}", num_sms);
 
-    const int64_t batch = context_lens.size(0);
+    const int64_t batch = context_lens.size(0), next_n = context_lens.dim() == 2 ? context_lens.size(1) : 1;
+    DG_CHECK_INPUT(batch < INT32_MAX && next_n < INT32_MAX, "context_lens: B and next_n must be below 2^31, got a {}",
+                   describe(context_lens));
+
+    if (context_lens.is_cuda() && jit::DeviceRuntime::instance().properties(context_lens.device().index()).major >= 9) {
+        const int device_index = context_lens.device().index();
+        const jit::DeviceScope device_scope(device_index);
+        at::Tensor schedule = at::empty({num_sms + 1, 2}, context_lens.options());
+        kernels::launch_paged_mqa_schedule(device_index, context_lens.data_ptr<int32_t>(), context_lens.stride(0),
+                                           context_lens.dim() == 2 ? context_lens.stride(1) : 0,
+                                           static_cast<uint32_t>(batch), static_cast<uint32_t>(next_n),
+                                           static_cast<uint32_t>(block_kv), static_cast<uint32_t>(num_sms),
+                                           schedule.data_ptr<int32_t>());
+        return schedule;
+    }
+
+    // The tensor-op reference
     const auto long_options = context_lens.options().dtype(at::kLong);
     if (batch == 0 || (context_lens.dim() == 2 && context_lens.size(1) == 0))
         return at::stack({at::full({num_sms + 1}, batch, long_options), at::zeros({num_sms + 1}, long_options)}, 1)

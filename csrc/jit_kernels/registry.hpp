@@ -12,6 +12,7 @@
 #include "impls/sm90_fp8_mqa_logits.hpp"
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/smxx_layout.hpp"
+#include "impls/smxx_paged_mqa_schedule.hpp"
 #include "impls/smxx_splitk_reduce.hpp"
 #include "impls/smxx_transpose_fp8.hpp"
 
@@ -28,6 +29,7 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
          [](const KernelParams& p) { return render_sm90_fp8_mqa_logits(mqa_logits_config_from_params(p)); }},
         {"sm90_fp8_paged_mqa_logits",
          [](const KernelParams& p) { return render_sm90_fp8_paged_mqa_logits(paged_mqa_logits_config_from_params(p)); }},
+        {"smxx_paged_mqa_schedule", [](const KernelParams&) { return render_paged_mqa_schedule(); }},
         {"smxx_transpose_fp8", [](const KernelParams& p) {
              const auto it = p.find("aligned");
              return render_transpose_fp8(it == p.end() || it->second != 0);
