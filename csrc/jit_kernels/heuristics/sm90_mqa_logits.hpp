@@ -55,8 +55,9 @@ inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_d
 }
 
 // ---------------------------------------------------------------------------------------------- paged decode
-// The paged kernel is persistent (one CTA per schedule row) and streams the kv cache: as many stages of
-// [64 keys x D] kv + [next_n H x D] Q as fit in 192 KB (2 to 16), to keep enough bytes in flight per SM.
+// The paged kernel is persistent (one CTA per schedule row) and streams the kv cache through a ring of
+// [64 keys x D] kv stages (the request's Q tile lives in two slots of its own): as many stages as fit in
+// 200 KB next to the Q slots, 2 to 32, to keep enough bytes in flight per SM (16 x 8 KB at D = 128).
 struct PagedMqaLogitsConfig {
     uint32_t next_n = 1, num_heads = 64, head_dim = 128, block_kv = 64, num_stages = 8;
     bool is_2d_context_lens = false, clean_logits = false;
@@ -68,15 +69,16 @@ struct PagedMqaLogitsConfig {
     }
 };
 
-// Mirrors Sm90Fp8PagedMqaLogits::SMEM_SIZE.
+// Mirrors Sm90Fp8PagedMqaLogits::SMEM_SIZE: alignment slack, two Q slots, the kv stages with their 64
+// FP32 scales, the full/empty barriers of the stages and of the Q slots.
 inline uint32_t paged_mqa_logits_smem_bytes(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
                                             uint32_t num_stages) {
-    return 1024 + num_stages * ((64 + next_n * num_heads) * head_dim + 64 * 4) + 2 * num_stages * 8 + num_stages * 4;
+    return 1024 + 2 * next_n * num_heads * head_dim + num_stages * (64 * head_dim + 64 * 4) + (2 * num_stages + 4) * 8;
 }
 
 inline uint32_t paged_mqa_logits_stages(uint32_t next_n, uint32_t num_heads, uint32_t head_dim) {
-    const uint32_t stage_bytes = (64 + next_n * num_heads) * head_dim;
-    return std::clamp<uint32_t>(192 * 1024 / stage_bytes, 2, 16);
+    const uint32_t budget = 200 * 1024 - 1024 - 2 * next_n * num_heads * head_dim;
+    return std::clamp<uint32_t>(budget / (64 * head_dim + 64 * 4 + 16), 2, 32);
 }
 
 inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,

@@ -71,16 +71,33 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     const int device = args.q.device().index();
     const uint32_t batch = args.q.size(0), next_n = args.q.size(1), num_heads = args.q.size(2), head_dim = args.q.size(3);
     const uint32_t block_kv = args.kv_cache.size(1), num_kv_blocks = args.kv_cache.size(0);
-    const PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
-                                                               args.context_lens.dim() == 2, args.clean_logits);
+    PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
+                                                         args.context_lens.dim() == 2, args.clean_logits);
+    // DG_PAGED_MQA_STAGES: the kv ring's depth instead of the heuristic's (for sweeps)
+    static const uint32_t forced_stages = [] {
+        const std::string v = get_env("DG_PAGED_MQA_STAGES");
+        if (v.empty())
+            return 0u;
+        char* end = nullptr;
+        const unsigned long value = std::strtoul(v.c_str(), &end, 10);
+        DG_CHECK_INPUT(end != v.c_str() && *end == 0 && value >= 2 && value <= 32,
+                       "DG_PAGED_MQA_STAGES must be an integer in [2, 32], got '{}'", v);
+        return static_cast<uint32_t>(value);
+    }();
+    if (forced_stages != 0) {
+        c.num_stages = forced_stages;
+        c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
+    }
 
     const auto stream = jit::current_stream(device);
-    static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool>, const jit::Kernel*> kernels;
+    static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool>, const jit::Kernel*>
+        kernels;
     static std::mutex mutex;
     const jit::Kernel* kernel;
     {
         std::lock_guard lock(mutex);
-        auto& slot = kernels[{device, next_n, num_heads, head_dim, block_kv, c.is_2d_context_lens, c.clean_logits}];
+        auto& slot = kernels[{device, next_n, num_heads, head_dim, block_kv, c.num_stages, c.is_2d_context_lens,
+                              c.clean_logits}];
         if (slot == nullptr) {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),

@@ -14,19 +14,25 @@
 // Launch: persistent, one CTA per row of the schedule (get_paged_mqa_logits_metadata): CTA i takes the kv
 //   blocks from schedule[i] = (request, block) up to schedule[i + 1], in tiles of 64 keys; 384 threads.
 // Roles:
-//   warpgroups 0, 1  math (setmaxnreg 232): alternate tiles (tile n goes to warpgroup n % 2). On a new
-//       request: load its weights for this thread's N / 4 columns and its query ends. Per tile: wait
+//   warpgroups 0, 1  math (setmaxnreg 232): alternate tiles (tile n goes to warpgroup n % 2). Both walk
+//       every tile of the range: entering a request, wait q_full of its Q slot; leaving it, arrive q_empty
+//       (so a slot is refilled only once both warpgroups are past its request). On the first own tile of a
+//       request: load its weights for this thread's N / 4 columns and its query ends. Per own tile: wait
 //       full[s]; D / 32 x wgmma m64nNk32; the scales of its two keys from shared memory; arrive empty[s];
 //       relu, x weight, sum over heads (scale outside the relu when the warp's scales are all >= 0); quad
 //       reduce; store the valid keys (below the query's end, in blocks of the CTA's range) from registers.
 //       No global loads per tile.
-//   warpgroup 2 (setmaxnreg 40): warp 0, one thread: per tile, after empty[s], TMA of the kv blocks' FP8
-//       values and FP32 scales (block ids clamped into the cache) and of the request's Q tile unless
-//       stage s already holds it (tag per stage). Warps 1-3 (kCleanLogits): -inf past the end of rows
+//   warpgroup 2 (setmaxnreg 40): warp 0 produces. Its lanes hold the cache block ids of 64 consecutive kv
+//       blocks of the current request (two windows of 32, the second loaded 32 blocks ahead of use, so the
+//       block-table reads never stall the issue); lane 0, per request: after q_empty, TMA of the request's
+//       Q tile into the next Q slot; per tile: after empty[s], TMA of the kv blocks' FP8 values and FP32
+//       scales (block ids clamped into the cache). Warps 1-3 (kCleanLogits): -inf past the end of rows
 //       blockIdx.x + k * gridDim.x (disjoint from the math's stores).
-// Stage ring: kNumStages x ([64 keys x D] kv + [T H x D] Q), 128B (D = 128) or 64B (D = 64) swizzle, and
-//   64 FP32 kv scales; full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps).
-// Shared memory: [kv, Q x stages] [scales x stages] [full x stages, empty x stages] [Q tag x stages].
+// kv ring: kNumStages x [64 keys x D], 128B (D = 128) or 64B (D = 64) swizzle, and 64 FP32 kv scales;
+//   full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps).
+// Q ring: 2 slots of [T H x D] (a request's queries), same swizzle; q_full: 1 arrival + bytes; q_empty: 8
+//   arrivals (every math warp, on leaving the request).
+// Shared memory: [Q x 2] [kv x stages] [scales x stages] [full x stages, empty x stages, q_full x 2, q_empty x 2].
 // Invalid device-side values never reach memory: requests and blocks of the schedule are clamped to B and
 //   the request's blocks, block-table columns to max_blocks, block ids to the cache, ends to [0, W].
 // Limits: H in {16, 32, 64}, D in {64, 128}, BLOCK_KV in {32, 64}, T in {1, 2, 4}; FP32 logits.
@@ -74,28 +80,33 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t kBlockBytes = kBlockKv * (kHeadDim + 4);
     static constexpr uint32_t kRowsPerBlock = kBlockBytes / kHeadDim;  // R: block stride in D-byte rows
 
+    static constexpr uint32_t kNumQSlots = 2;
+    static constexpr uint32_t SMEM_Q_SIZE = WG_N * kHeadDim;  // one slot
     static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = TILE_KV * kHeadDim;
-    static constexpr uint32_t SMEM_Q_SIZE_PER_STAGE = WG_N * kHeadDim;
-    static constexpr uint32_t SMEM_STAGE_SIZE = SMEM_KV_SIZE_PER_STAGE + SMEM_Q_SIZE_PER_STAGE;
+    static constexpr uint32_t SMEM_KV_OFFSET = kNumQSlots * SMEM_Q_SIZE;
     static constexpr uint32_t SMEM_SCALES_SIZE_PER_STAGE = TILE_KV * sizeof(float);
-    static constexpr uint32_t SMEM_SCALES_OFFSET = kNumStages * SMEM_STAGE_SIZE;
+    static constexpr uint32_t SMEM_SCALES_OFFSET = SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE;
     static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_SCALES_OFFSET + kNumStages * SMEM_SCALES_SIZE_PER_STAGE;
-    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + 2 * kNumStages * 8 + kNumStages * 4;
-    static constexpr uint32_t kStageBytes = SMEM_KV_SIZE_PER_STAGE + SMEM_SCALES_SIZE_PER_STAGE;  // TMA bytes w/o Q
+    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 2 * kNumQSlots) * 8;
+    static constexpr uint32_t kStageBytes = SMEM_KV_SIZE_PER_STAGE + SMEM_SCALES_SIZE_PER_STAGE;  // TMA bytes per tile
+    static constexpr uint32_t kIdWindow = 32;  // block ids per producer window (one per lane)
 
     static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
     static_assert(kHeadDim == 64 || kHeadDim == 128, "D must be 64 or 128 (one swizzled TMA row)");
     static_assert(kBlockKv == 32 || kBlockKv == 64, "BLOCK_KV must be 32 or 64");
     static_assert(kNextN == 1 || kNextN == 2 || kNextN == 4, "next_n must be 1, 2 or 4");
     static_assert(kBlockBytes % kHeadDim == 0, "a kv block must span whole D-byte rows");
-    static_assert(kNumStages >= 2 && kNumStages <= 16, "2 to 16 stages");
-    static_assert(SMEM_Q_SIZE_PER_STAGE % 1024 == 0 && (kBlockKv * kHeadDim) % 1024 == 0,
+    static_assert(kNumStages >= 2 && kNumStages <= 32, "2 to 32 stages");
+    static_assert(kIdWindow % kBlocksPerTile == 0, "a tile's blocks lie in one id window");
+    static_assert(SMEM_Q_SIZE % 1024 == 0 && (kBlockKv * kHeadDim) % 1024 == 0,
                   "tiles must keep 1024-byte alignment for the swizzle");
 
     struct SharedStorage {
         uint8_t* base;
-        __device__ __forceinline__ uint8_t* kv(uint32_t stage) const { return base + stage * SMEM_STAGE_SIZE; }
-        __device__ __forceinline__ uint8_t* q(uint32_t stage) const { return kv(stage) + SMEM_KV_SIZE_PER_STAGE; }
+        __device__ __forceinline__ uint8_t* q(uint32_t slot) const { return base + slot * SMEM_Q_SIZE; }
+        __device__ __forceinline__ uint8_t* kv(uint32_t stage) const {
+            return base + SMEM_KV_OFFSET + stage * SMEM_KV_SIZE_PER_STAGE;
+        }
         // The tile's 64 kv scales (block i's at [i * BLOCK_KV, +BLOCK_KV))
         __device__ __forceinline__ float* scales(uint32_t stage) const {
             return reinterpret_cast<float*>(base + SMEM_SCALES_OFFSET + stage * SMEM_SCALES_SIZE_PER_STAGE);
@@ -104,9 +115,9 @@ struct Sm90Fp8PagedMqaLogits {
             return reinterpret_cast<uint64_t*>(base + SMEM_BARRIER_OFFSET) + stage;
         }
         __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
-        // The request whose Q tile stage s holds (producer only)
-        __device__ __forceinline__ uint32_t* q_tag(uint32_t stage) const {
-            return reinterpret_cast<uint32_t*>(full(2 * kNumStages)) + stage;
+        __device__ __forceinline__ uint64_t* q_full(uint32_t slot) const { return full(2 * kNumStages + slot); }
+        __device__ __forceinline__ uint64_t* q_empty(uint32_t slot) const {
+            return full(2 * kNumStages + kNumQSlots + slot);
         }
     };
 
@@ -174,30 +185,65 @@ struct Sm90Fp8PagedMqaLogits {
         }
     };
 
-    // ---------------------------------------------------------------- producer (one thread)
+    // ---------------------------------------------------------------- producer (one warp)
+    // The cache block ids of kv blocks [first, first + 2 kIdWindow) of one request: lane l holds blocks first + l
+    // (now) and first + kIdWindow + l (next). Sliding loads the window after next, a window before its use.
+    struct BlockIdWindow {
+        uint32_t request, first, now, next;
+
+        __device__ __forceinline__ void reset(const PagedMqaProblem& p, uint32_t req, uint32_t block, uint32_t lane) {
+            request = req, first = block;
+            now = block_id(p, request, first + lane);
+            next = block_id(p, request, first + kIdWindow + lane);
+        }
+        // The id of kv block `block` (in [first, first + 2 kIdWindow), non-decreasing over calls); warp-collective
+        __device__ __forceinline__ uint32_t get(const PagedMqaProblem& p, uint32_t block, uint32_t lane) {
+            if (block >= first + kIdWindow) {
+                first += kIdWindow, now = next;
+                next = block_id(p, request, first + kIdWindow + lane);
+            }
+            return __shfl_sync(0xffffffff, now, block - first);
+        }
+    };
+
     __device__ __forceinline__ static void producer(const SharedStorage& s, const PagedMqaProblem& p,
                                                     const TmaDescriptor* tma_q, const TmaDescriptor* tma_kv,
-                                                    const TmaDescriptor* tma_scales) {
+                                                    const TmaDescriptor* tma_scales, uint32_t lane) {
         PipelineState<kNumStages> pipe;
+        PipelineState<kNumQSlots> q_pipe;
+        BlockIdWindow ids;
+        bool first_request = true;
         #pragma unroll 1
         for (Cursor c = Cursor::start(p); c.valid(); c.advance(p), pipe.advance()) {
-            ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
-            const bool load_q = *s.q_tag(pipe.stage) != c.request;
-            ptx::mbarrier_arrive_expect_tx(s.full(pipe.stage),
-                                           kStageBytes + (load_q ? SMEM_Q_SIZE_PER_STAGE : 0));
-            if (load_q) {
-                *s.q_tag(pipe.stage) = c.request;
-                ptx::tma_load_2d(s.q(pipe.stage), tma_q, s.full(pipe.stage), 0,
-                                 static_cast<int32_t>(c.request * WG_N));
+            // A new request (the cursor never returns to one): its block ids and its Q tile into the next slot
+            if (first_request || c.request != ids.request) {
+                if (!first_request)
+                    q_pipe.advance();
+                first_request = false;
+                ids.reset(p, c.request, c.block, lane);
+                if (lane == 0) {
+                    ptx::mbarrier_wait(s.q_empty(q_pipe.stage), q_pipe.phase ^ 1);
+                    ptx::mbarrier_arrive_expect_tx(s.q_full(q_pipe.stage), SMEM_Q_SIZE);
+                    ptx::tma_load_2d(s.q(q_pipe.stage), tma_q, s.q_full(q_pipe.stage), 0,
+                                     static_cast<int32_t>(c.request * WG_N));
+                }
             }
+            uint32_t id[kBlocksPerTile];
             #pragma unroll
-            for (uint32_t i = 0; i < kBlocksPerTile; ++i) {
-                const uint32_t id = block_id(p, c.request, c.block + i);
-                ptx::tma_load_2d(s.kv(pipe.stage) + i * kBlockKv * kHeadDim, tma_kv, s.full(pipe.stage), 0,
-                                 static_cast<int32_t>(id * kRowsPerBlock));
-                ptx::tma_load_2d(s.scales(pipe.stage) + i * kBlockKv, tma_scales, s.full(pipe.stage), 0,
-                                 static_cast<int32_t>(id));
+            for (uint32_t i = 0; i < kBlocksPerTile; ++i)
+                id[i] = ids.get(p, c.block + i, lane);
+            if (lane == 0) {
+                ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
+                ptx::mbarrier_arrive_expect_tx(s.full(pipe.stage), kStageBytes);
+                #pragma unroll
+                for (uint32_t i = 0; i < kBlocksPerTile; ++i) {
+                    ptx::tma_load_2d(s.kv(pipe.stage) + i * kBlockKv * kHeadDim, tma_kv, s.full(pipe.stage), 0,
+                                     static_cast<int32_t>(id[i] * kRowsPerBlock));
+                    ptx::tma_load_2d(s.scales(pipe.stage) + i * kBlockKv, tma_scales, s.full(pipe.stage), 0,
+                                     static_cast<int32_t>(id[i]));
+                }
             }
+            __syncwarp();
         }
     }
 
@@ -223,9 +269,21 @@ struct Sm90Fp8PagedMqaLogits {
         float accum[kNumAccum];
 
         PipelineState<kNumStages> pipe;
+        PipelineState<kNumQSlots> q_pipe;
+        uint32_t q_request = 0xffffffffu;  // the request whose Q slot (q_pipe.stage) this warpgroup is in
         uint32_t tile = 0;
         #pragma unroll 1
         for (Cursor c = Cursor::start(p); c.valid(); c.advance(p), pipe.advance(), ++tile) {
+            // Every tile, own or not: leave the previous request's Q slot, enter the next one
+            if (c.request != q_request) {
+                if (q_request != 0xffffffffu) {
+                    if (lane == 0)
+                        ptx::mbarrier_arrive(s.q_empty(q_pipe.stage));
+                    q_pipe.advance();
+                }
+                q_request = c.request;
+                ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase);
+            }
             if (tile % kNumMathWarpgroups != wg_idx)
                 continue;
             // A new request: its weights and query ends
@@ -252,7 +310,7 @@ struct Sm90Fp8PagedMqaLogits {
 
             // accum [64 keys x T H query-heads] = kv tile (64 x D) * Q tile (T H x D)^T
             const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(pipe.stage));
-            const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(pipe.stage));
+            const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(q_pipe.stage));
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
             mqa::score_tile<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
             float scale[2];
@@ -286,6 +344,7 @@ struct Sm90Fp8PagedMqaLogits {
                 }
             }
         }
+        // (no arrival for the last request's slot: nothing is loaded after it)
     }
 };
 
@@ -304,7 +363,7 @@ sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem
     uint8_t* smem = smem_raw + (1024 - ptx::smem_addr(smem_raw) % 1024) % 1024;
     const typename Kernel::SharedStorage storage{smem};
 
-    // Barriers and Q tags by the producer's thread
+    // Barriers by the producer's first thread
     if (threadIdx.x == Kernel::kNumMathThreads) {
         ptx::prefetch_tma_descriptor(&tma_q);
         ptx::prefetch_tma_descriptor(&tma_kv);
@@ -313,7 +372,11 @@ sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem
         for (uint32_t i = 0; i < kNumStages; ++i) {
             ptx::mbarrier_init(storage.full(i), 1);
             ptx::mbarrier_init(storage.empty(i), 4);
-            *storage.q_tag(i) = 0xffffffffu;
+        }
+        #pragma unroll
+        for (uint32_t i = 0; i < Kernel::kNumQSlots; ++i) {
+            ptx::mbarrier_init(storage.q_full(i), 1);
+            ptx::mbarrier_init(storage.q_empty(i), Kernel::kNumMathThreads / 32);
         }
         ptx::fence_barrier_init();
     }
@@ -325,8 +388,8 @@ sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem
     if (threadIdx.x >= Kernel::kNumMathThreads) {
         ptx::warpgroup_reg_dealloc<Kernel::kProducerRegs>();
         const uint32_t tid = threadIdx.x - Kernel::kNumMathThreads;
-        if (tid == 0)
-            Kernel::producer(storage, problem, &tma_q, &tma_kv, &tma_scales);
+        if (tid < 32)
+            Kernel::producer(storage, problem, &tma_q, &tma_kv, &tma_scales, tid);
         else if (kCleanLogits && tid >= 32)
             Kernel::clean(problem, tid - 32);
     } else {
