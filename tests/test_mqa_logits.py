@@ -126,11 +126,13 @@ COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (6
     dict(num_heads=64, head_dim=128, is_compressed=1),
     dict(num_heads=64, head_dim=128, clean_logits=0, out_bf16=1),
     dict(num_heads=32, head_dim=64, is_compressed=1, clean_logits=0, out_bf16=1),
+    dict(num_heads=64, head_dim=128, ping_pong=0),
 ]
 
 
 def case_id(cfg: dict) -> str:
-    names = dict(num_heads="h", head_dim="d", is_compressed="compressed", clean_logits="clean", out_bf16="bf16")
+    names = dict(num_heads="h", head_dim="d", is_compressed="compressed", clean_logits="clean", out_bf16="bf16",
+                 ping_pong="pingpong")
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
 
@@ -161,6 +163,10 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     # The quad reduce-scatter over the heads: 2 rounds, (256 / H) / 2 + (256 / H) / 4 shuffles per key row
     queries = 256 // cfg["num_heads"]
     assert sum("SHFL.BFLY" in line for line in lines) == 2 * (queries // 2 + queries // 4)
+    # Ping-pong (the default): the turn barriers, one wait and at least one pass per tile
+    ping_pong = cfg.get("ping_pong", 1) != 0
+    assert any("BAR.ARV" in line for line in lines) == ping_pong
+    assert sum("BAR.SYNC" in line for line in lines) == (2 if ping_pong else 1), [l for l in lines if "BAR." in l]
 
 
 def test_bench_shapes_and_torch_version_on_cpu() -> None:

@@ -17,12 +17,14 @@ namespace dg::kernels {
 struct MqaLogitsConfig {
     uint32_t num_heads = 64, head_dim = 128, num_stages = 8;
     bool is_compressed = false, clean_logits = true, out_bf16 = false;
+    bool ping_pong = true;             // the math warpgroups take turns on the tensor core
     uint32_t num_kv_per_split = 4096;  // C: keys (and output columns) per CTA, a multiple of 64
     uint32_t smem_bytes = 0;
 
     std::string describe() const {
-        return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} split={} smem={}", num_heads, head_dim,
-                           num_stages, is_compressed, clean_logits, out_bf16, num_kv_per_split, smem_bytes);
+        return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} ping_pong={} split={} smem={}",
+                           num_heads, head_dim, num_stages, is_compressed, clean_logits, out_bf16, ping_pong,
+                           num_kv_per_split, smem_bytes);
     }
 };
 

@@ -23,10 +23,10 @@ inline jit::KernelSource render_sm90_fp8_mqa_logits(const MqaLogitsConfig& c) {
             fmt::format("#include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<{}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.num_heads, c.head_dim, c.num_stages, flag(c.is_compressed), flag(c.clean_logits),
-                        flag(c.out_bf16))};
+                        flag(c.out_bf16), flag(c.ping_pong))};
 }
 
 // A config from named integer parameters (the compile-only entry point).
@@ -42,6 +42,7 @@ inline MqaLogitsConfig mqa_logits_config_from_params(const std::map<std::string,
     c.is_compressed = get("is_compressed", 0) != 0;
     c.clean_logits = get("clean_logits", 1) != 0;
     c.out_bf16 = get("out_bf16", 0) != 0;
+    c.ping_pong = get("ping_pong", 1) != 0;
     c.smem_bytes = mqa_logits_smem_bytes(c.head_dim, c.num_stages);
     return c;
 }
@@ -64,16 +65,19 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     const uint32_t seq_len_kv = args.kv.size(0), width = args.logits.size(1);
     const bool out_bf16 = args.logits.scalar_type() == at::kBFloat16;
     const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
-    const MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, args.is_compressed,
-                                                    args.clean_logits, out_bf16, num_sms);
+    MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, args.is_compressed,
+                                              args.clean_logits, out_bf16, num_sms);
+    // DG_MQA_LOGITS_PING_PONG=0: the math warpgroups issue their wgmmas independently (for A/B timing)
+    static const bool ping_pong = get_env("DG_MQA_LOGITS_PING_PONG", "1") != "0";
+    c.ping_pong = ping_pong;
 
     const auto stream = jit::current_stream(device);
-    static std::map<std::tuple<int, uint32_t, uint32_t, bool, bool, bool>, const jit::Kernel*> kernels;
+    static std::map<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool>, const jit::Kernel*> kernels;
     static std::mutex mutex;
     const jit::Kernel* kernel;
     {
         std::lock_guard lock(mutex);
-        auto& slot = kernels[{device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16}];
+        auto& slot = kernels[{device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16, c.ping_pong}];
         if (slot == nullptr) {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),

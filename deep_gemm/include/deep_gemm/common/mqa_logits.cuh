@@ -14,9 +14,9 @@
 namespace deep_gemm::mqa {
 
 // accum = kv tile (64 keys x D, descriptor desc_kv) . Q tile (N x D, desc_q)^T over the kNumKSteps k32 steps
-// of D, issued and waited for (the fences keep the compiler from touching accum while wgmma owns it).
+// of D: issued and committed (the fences keep the compiler from touching accum while wgmma owns it) ...
 template <typename Wgmma, uint32_t kNumKSteps, uint32_t kNumAccum>
-__device__ __forceinline__ void score_tile(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
+__device__ __forceinline__ void score_tile_issue(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
     #pragma unroll
     for (uint32_t i = 0; i < kNumAccum; ++i)
         ptx::wgmma_fence_operand(accum[i]);
@@ -28,10 +28,21 @@ __device__ __forceinline__ void score_tile(uint64_t desc_kv, uint64_t desc_q, fl
     #pragma unroll
     for (uint32_t i = 0; i < kNumAccum; ++i)
         ptx::wgmma_fence_operand(accum[i]);
+}
+
+// ... and waited for (accum readable after this)
+template <uint32_t kNumAccum>
+__device__ __forceinline__ void score_tile_wait(float (&accum)[kNumAccum]) {
     ptx::wgmma_wait<0>();
     #pragma unroll
     for (uint32_t i = 0; i < kNumAccum; ++i)
         ptx::wgmma_fence_operand(accum[i]);
+}
+
+template <typename Wgmma, uint32_t kNumKSteps, uint32_t kNumAccum>
+__device__ __forceinline__ void score_tile(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
+    score_tile_issue<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+    score_tile_wait(accum);
 }
 
 // sums[q][h] = sum over this thread's columns of query q of relu(x) w (kScaleInside: relu(x s) w), for its

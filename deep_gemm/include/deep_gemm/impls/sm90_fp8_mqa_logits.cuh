@@ -25,7 +25,10 @@
 //       arrive empty[s] (lane 0 of each warp); relu, x weight, sum over heads (kv_scale folded out of
 //       the relu when all 16 keys of the warp have scale >= 0, else applied inside: exact for any
 //       sign); quad reduce-scatter; x kv_scale; store the valid (i, j) straight from registers
-//       (8 consecutive keys = one 32-byte sector per query).
+//       (8 consecutive keys = one 32-byte sector per query). kPingPong: the two warpgroups take turns to
+//       issue (named barriers 1 and 2: wait for the turn, issue, pass it), so their wgmmas run one after
+//       the other on the tensor core and each one's reduction overlaps the other's wgmmas instead of
+//       both issuing together and reducing together.
 //   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles (once, on q_full), then one
 //       kv tile per stage after empty[s], arming full[s] with its bytes. Warps 1-3 (kCleanLogits):
 //       -inf into every invalid position of the CTA's rows and columns with 16-byte stores, while the
@@ -71,7 +74,7 @@ struct KeyRange {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16>
+          bool kOutBf16, bool kPingPong>
 struct Sm90Fp8MqaLogits {
     static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
     static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
@@ -85,6 +88,7 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     static constexpr uint32_t kNumCleanThreads = 96;  // warps 1-3 of the producer warpgroup
     static constexpr uint32_t kProducerRegs = 40, kMathRegs = 232;
+    static constexpr uint32_t kTurnBarrier = 1;  // kPingPong: named barriers 1 (warpgroup 0's turn) and 2 (1's)
     using Wgmma = ptx::WgmmaFp8E4m3<WG_N>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // 128 per thread
     static constexpr uint32_t kNumGroups = WG_N / 8;         // 32 column groups of 8 per thread row
@@ -235,6 +239,8 @@ struct Sm90Fp8MqaLogits {
 
         float accum[kNumAccum];
         PipelineState<kNumStages> pipe;
+        if (kPingPong && wg_idx == 1)
+            ptx::named_barrier_arrive(kTurnBarrier, kNumMathThreads);  // warpgroup 0 issues first
         #pragma unroll 1
         for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
             // This thread's keys (rows r and r + 8 of the tile) and their scales (0 past the end: not stored)
@@ -244,9 +250,16 @@ struct Sm90Fp8MqaLogits {
             const float scale_1 = key_1 < seq_len_kv ? __ldg(kv_scales + key_1) : 0.0f;
 
             // accum [64 keys x 256 query-heads] = kv tile (64 x D) * Q tile (256 x D)^T
+            // kPingPong: wait for this warpgroup's turn, issue, pass the turn: the other's wgmmas queue behind
+            // these on the tensor core, so one warpgroup's head reduction runs under the other's wgmmas
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-            mqa::score_tile<Wgmma, kNumKSteps>(ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q,
-                                                accum);
+            if constexpr (kPingPong)
+                ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
+            mqa::score_tile_issue<Wgmma, kNumKSteps>(
+                ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q, accum);
+            if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
+                ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
+            mqa::score_tile_wait(accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
@@ -283,14 +296,14 @@ struct Sm90Fp8MqaLogits {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16>
+          bool kOutBf16, bool kPingPong>
 __global__ void __launch_bounds__(384, 1)
 sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
                            const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
                            const int32_t* __restrict__ ks, const int32_t* __restrict__ ke, void* __restrict__ logits,
                            uint64_t ld_logits, const __grid_constant__ TmaDescriptor tma_q,
                            const __grid_constant__ TmaDescriptor tma_kv) {
-    using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16>;
+    using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kPingPong>;
     using OutBits = typename Kernel::OutBits;
 
     // Shared memory, 1024-byte aligned for the swizzle

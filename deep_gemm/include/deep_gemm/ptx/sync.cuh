@@ -22,6 +22,11 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_thr
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
+// Arrive at barrier `id` without waiting (the threads that bar.sync on it wait for these arrivals too).
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
 // Store four 8x8 b16 matrices; lane l gives the row address of matrix l/8, row l%8.
 __device__ __forceinline__ void stmatrix_x4(void* smem, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
     asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};"
