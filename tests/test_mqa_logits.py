@@ -166,7 +166,7 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     # Ping-pong (the default): the turn barriers, one wait and at least one pass per tile
     ping_pong = cfg.get("ping_pong", 1) != 0
     assert any("BAR.ARV" in line for line in lines) == ping_pong
-    assert sum("BAR.SYNC" in line for line in lines) == (2 if ping_pong else 1), [l for l in lines if "BAR." in l]
+    assert sum("BAR.SYNC" in line for line in lines) == (2 if ping_pong else 1), [x for x in lines if "BAR." in x]
 
 
 def test_bench_shapes_and_torch_version_on_cpu() -> None:
