@@ -131,8 +131,14 @@ COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (6
 
 
 def case_id(cfg: dict) -> str:
-    names = dict(num_heads="h", head_dim="d", is_compressed="compressed", clean_logits="clean", out_bf16="bf16",
-                 ping_pong="pingpong")
+    names = dict(
+        num_heads="h",
+        head_dim="d",
+        is_compressed="compressed",
+        clean_logits="clean",
+        out_bf16="bf16",
+        ping_pong="pingpong",
+    )
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
 
