@@ -613,12 +613,13 @@ PAGED_COMPILE_CASES = [
     dict(next_n=1, num_heads=16, head_dim=64, block_kv=32, clean_logits=1),
     dict(next_n=2, num_heads=32, head_dim=64, block_kv=64),
     dict(next_n=4, num_heads=16, head_dim=64, block_kv=32, is_2d_context_lens=1),
+    dict(next_n=2, num_heads=64, head_dim=128, block_kv=64, num_math_wgs=2),
 ]
 
 
 def paged_case_id(cfg: dict) -> str:
     names = dict(next_n="t", num_heads="h", head_dim="d", block_kv="bkv", clean_logits="clean",
-                 is_2d_context_lens="lens2d")  # fmt: skip
+                 is_2d_context_lens="lens2d", num_math_wgs="wgs")  # fmt: skip
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
 
@@ -637,6 +638,9 @@ def test_paged_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: di
     assert not any("HMMA" in line for line in lines)
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("USETMAXREG" in line for line in lines) == 2
+    # Three math warpgroups at 152 registers when next_n x H <= 128, else two at 232
+    wgs = cfg.get("num_math_wgs", 3 if n <= 128 else 2)
+    assert any("USETMAXREG.TRY_ALLOC" in line and ("0x98" if wgs == 3 else "0xe8") in line for line in lines)
     assert any("UTMALDG" in line for line in lines)
     # The quad reduction: per key row, a reduce-scatter while two or more queries remain, else an all-reduce
     t = cfg["next_n"]
@@ -662,6 +666,8 @@ def test_paged_schedule_kernel_compiles_without_local_memory(cache_dir, use_nvrt
 def test_paged_bad_static_config_fails_to_compile(cache_dir) -> None:
     with pytest.raises(RuntimeError, match="next_n must be 1, 2 or 4"):
         deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=3))
+    with pytest.raises(RuntimeError, match="3 when next_n x H <= 128"):
+        deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=4, num_heads=64, num_math_wgs=3))
 
 
 # ----------------------------------------------------------------------------- paged decode, GPU tier

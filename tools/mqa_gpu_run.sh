@@ -1,48 +1,80 @@
 #!/usr/bin/env bash
-# On a GPU machine: install, run the MQA GPU tests (paged ones also with 2 stages), sanitizers on small paged
-# cases, the mqa bench, a paged stage sweep and one ncu profile of the paged kernel. Usage: tools/mqa_gpu_run.sh OUT
+# On a GPU machine: install, then the MQA steps named in DG_MQA_STEPS (default: all, in this order):
+#   tests     the MQA GPU tests (paged ones also with a 2-stage ring)
+#   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
+#   ab        the same rows with DG_MQA_LOGITS_PING_PONG=0 (prefill) and DG_PAGED_MQA_MATH_WGS=2 (paged)
+#   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
+#   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of both kernels
+#   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 8 16)
+# Everything but summary.txt and the JSON files is packed into logs.tar.gz. Usage: tools/mqa_gpu_run.sh OUT
 set -u
 OUT=${1:?usage: tools/mqa_gpu_run.sh OUT_DIR}
-mkdir -p "$OUT"
+STEPS=" ${DG_MQA_STEPS:-tests bench ab sanitize ncu sweep} "
+mkdir -p "$OUT/logs"
+L=$OUT/logs
 export PYTHONUNBUFFERED=1 CXX=${CXX:-/usr/bin/g++} DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dgc}
-WHEELHOUSE=${WHEELHOUSE:-.whl} ./install.sh > "$OUT/install.log" 2>&1 || { echo install failed; tail -30 "$OUT/install.log"; exit 1; }
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+pack() { tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs; }
+WHEELHOUSE=${WHEELHOUSE:-.whl} ./install.sh > "$L/install.log" 2>&1 || { note install failed; tail -30 "$L/install.log"; pack; exit 1; }
 ROOT=$PWD
-cd "$ROOT/tests"
-timeout 300 python3 -m pytest -q -m gpu test_mqa_logits.py > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?" | tee -a "$OUT/summary.txt"
-DG_PAGED_MQA_STAGES=2 timeout 120 python3 -m pytest -q -m gpu -k "paged_against or paged_any or paged_unclean or paged_clean" \
-    test_mqa_logits.py > "$OUT/pytest-stages2.log" 2>&1; echo "pytest stages=2 rc=$?" | tee -a "$OUT/summary.txt"
-cd /tmp
-timeout 200 python3 -m deep_gemm.bench --suite mqa --no-baselines --num-tests 10 --json "$OUT/mqa.json" > "$OUT/mqa.log" 2>&1
-echo "bench rc=$?" | tee -a "$OUT/summary.txt"
-# prefill A/B: the math warpgroups issuing independently (DG_MQA_LOGITS_PING_PONG=0) against ping-pong (above)
-DG_MQA_LOGITS_PING_PONG=0 timeout 120 python3 -m deep_gemm.bench --suite mqa --no-baselines --num-tests 10 --shapes \
-    2048x8192 2048x65536 8192x8192 8192x65536 2048x8192-cp 2048x65536-cp 8192x8192-cp 8192x65536-cp \
-    --json "$OUT/mqa-no-pingpong.json" > "$OUT/mqa-no-pingpong.log" 2>&1
-echo "bench no ping-pong rc=$?" | tee -a "$OUT/summary.txt"
-cd "$ROOT/tests"
-for tool in memcheck racecheck synccheck; do
-    timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -x \
-        "test_mqa_logits.py::test_paged_against_float64[b16-t2-h32-d64-bkv64-ctx3000]" \
-        "test_mqa_logits.py::test_paged_against_float64[b16-t4-h32-d128-bkv64-ctx3000]" \
-        "test_mqa_logits.py::test_paged_metadata_cuda_kernel_graph_replay" \
-        "test_mqa_logits.py::test_small_shapes_against_references[causal-64-128]" \
-        "test_mqa_logits.py::test_small_shapes_against_references[random-16-64]" > "$OUT/sanitizer-$tool.txt" 2>&1
-    echo "sanitizer $tool rc=$?" | tee -a "$OUT/summary.txt"
-done
-cd /tmp
-timeout 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section SchedulerStats --section Occupancy -k regex:sm90_fp8_paged_mqa_logits_kernel -s 1 -c 1 \
-    python3 -m deep_gemm.bench --suite mqa --shapes paged:64x2x8192 --no-baselines --num-tests 1 --num-warmups 0 \
-    > "$OUT/ncu.txt" 2>&1
-echo "ncu rc=$?" | tee -a "$OUT/summary.txt"
-# prefill: where a causal 2048 x 8192 CTA spends its cycles (stall reasons per SASS line in the source page)
-timeout 150 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
-    --section ComputeWorkloadAnalysis --section SourceCounters -k regex:sm90_fp8_mqa_logits_kernel -s 1 -c 1 \
-    python3 -m deep_gemm.bench --suite mqa --shapes 2048x8192x64x128-causal --no-baselines --num-tests 1 \
-    --num-warmups 0 > "$OUT/ncu-prefill.txt" 2>&1
-echo "ncu prefill rc=$?" | tee -a "$OUT/summary.txt"
-for s in ${DG_SWEEP_STAGES:-8 32}; do
-    DG_PAGED_MQA_STAGES=$s timeout 60 python3 -m deep_gemm.bench --suite mqa --shapes paged:64x2x8192 paged:64x1x65536 \
-        paged:256x2x65536 --no-baselines --num-tests 10 > "$OUT/mqa-stages$s.log" 2>&1
-    echo "sweep stages=$s rc=$?" | tee -a "$OUT/summary.txt"
-done
+PAGED="paged:64x1x8192 paged:64x1x65536 paged:64x2x8192 paged:64x2x65536 paged:256x1x8192 paged:256x1x65536 \
+paged:256x2x8192 paged:256x2x65536"
+PREFILL="2048x8192 2048x65536 8192x8192 8192x65536 2048x8192-cp 2048x65536-cp 8192x8192-cp 8192x65536-cp"
+bench() {  # bench NAME [shapes...]: the mqa suite (or those shapes) into NAME.log / NAME.json
+    local name=$1; shift
+    local shapes=()
+    [[ $# -gt 0 ]] && shapes=(--shapes "$@")
+    (cd /tmp && timeout 200 python3 -m deep_gemm.bench --suite mqa --no-baselines --num-tests 10 "${shapes[@]}" \
+        --json "$OUT/$name.json" > "$L/$name.log" 2>&1)
+    note "bench $name rc=$?"
+}
+if [[ $STEPS == *" tests "* ]]; then
+    (cd tests && timeout 300 python3 -m pytest -q -m gpu test_mqa_logits.py > "$L/pytest.log" 2>&1)
+    note "pytest rc=$? $(tail -1 "$L/pytest.log")"
+    (cd tests && DG_PAGED_MQA_STAGES=2 timeout 120 python3 -m pytest -q -m gpu \
+        -k "paged_against or paged_any or paged_unclean or paged_clean" test_mqa_logits.py > "$L/pytest-stages2.log" 2>&1)
+    note "pytest stages=2 rc=$? $(tail -1 "$L/pytest-stages2.log")"
+fi
+[[ $STEPS == *" bench "* ]] && bench mqa
+if [[ $STEPS == *" ab "* ]]; then
+    DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
+    DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
+fi
+pack
+if [[ $STEPS == *" sanitize "* ]]; then
+    for tool in memcheck racecheck synccheck; do
+        (cd tests && timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -x \
+            "test_mqa_logits.py::test_paged_against_float64[b16-t2-h32-d64-bkv64-ctx3000]" \
+            "test_mqa_logits.py::test_paged_against_float64[b16-t4-h32-d128-bkv64-ctx3000]" \
+            "test_mqa_logits.py::test_paged_against_float64[b16-t1-h16-d64-bkv32-ctx3000]" \
+            "test_mqa_logits.py::test_paged_metadata_cuda_kernel_graph_replay" \
+            "test_mqa_logits.py::test_small_shapes_against_references[causal-64-128]" \
+            "test_mqa_logits.py::test_small_shapes_against_references[random-16-64]" > "$L/sanitizer-$tool.txt" 2>&1)
+        note "sanitizer $tool rc=$? $(grep -m1 'ERROR SUMMARY' "$L/sanitizer-$tool.txt")"
+    done
+    pack
+fi
+if [[ $STEPS == *" ncu "* ]]; then
+    # name, kernel regex, bench shape
+    for spec in "paged sm90_fp8_paged_mqa_logits_kernel paged:64x1x65536" \
+                "prefill sm90_fp8_mqa_logits_kernel 2048x8192x64x128-causal"; do
+        read -r name kernel shape <<< "$spec"
+        (cd /tmp && DG_JIT_WITH_LINEINFO=1 timeout 150 ncu --clock-control none --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
+            --section SchedulerStats --section SourceCounters -k "regex:$kernel" -s 1 -c 1 -o "$L/ncu-$name" \
+            python3 -m deep_gemm.bench --suite mqa --shapes "$shape" --no-baselines --num-tests 1 --num-warmups 0 \
+            > "$L/ncu-$name-run.txt" 2>&1)
+        note "ncu $name rc=$?"
+        ncu --import "$L/ncu-$name.ncu-rep" --print-summary none --print-details all > "$L/ncu-$name.txt" 2>&1
+        ncu --import "$L/ncu-$name.ncu-rep" --page source --csv --print-source sass > "$L/ncu-$name-source.csv" 2>&1
+        rm -f "$L/ncu-$name.ncu-rep"
+    done
+    pack
+fi
+if [[ $STEPS == *" sweep "* ]]; then
+    for s in ${DG_SWEEP_STAGES:-8 16}; do
+        DG_PAGED_MQA_STAGES=$s bench "mqa-stages$s" paged:64x2x8192 paged:64x1x65536 paged:256x2x65536
+    done
+    pack
+fi
+rm -rf "$L"

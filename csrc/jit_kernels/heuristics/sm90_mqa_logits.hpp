@@ -62,12 +62,14 @@ inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_d
 // 200 KB next to the Q slots, 2 to 32, to keep enough bytes in flight per SM (16 x 8 KB at D = 128).
 struct PagedMqaLogitsConfig {
     uint32_t next_n = 1, num_heads = 64, head_dim = 128, block_kv = 64, num_stages = 8;
+    uint32_t num_math_wgs = 2;  // math warpgroups: 3 when next_n x H <= 128, else 2
     bool is_2d_context_lens = false, clean_logits = false;
     uint32_t smem_bytes = 0;
 
     std::string describe() const {
-        return fmt::format("next_n={} H={} D={} block_kv={} stages={} 2d_lens={} clean={} smem={}", next_n, num_heads,
-                           head_dim, block_kv, num_stages, is_2d_context_lens, clean_logits, smem_bytes);
+        return fmt::format("next_n={} H={} D={} block_kv={} stages={} math_wgs={} 2d_lens={} clean={} smem={}", next_n,
+                           num_heads, head_dim, block_kv, num_stages, num_math_wgs, is_2d_context_lens, clean_logits,
+                           smem_bytes);
     }
 };
 
@@ -83,6 +85,12 @@ inline uint32_t paged_mqa_logits_stages(uint32_t next_n, uint32_t num_heads, uin
     return std::clamp<uint32_t>(budget / (64 * head_dim + 64 * 4 + 16), 2, 32);
 }
 
+// Three math warpgroups (152 registers each) hold an m64nN fragment with N = next_n x H <= 128; N = 256 needs
+// two (232 registers each)
+inline uint32_t paged_mqa_logits_max_math_wgs(uint32_t next_n, uint32_t num_heads) {
+    return next_n * num_heads <= 128 ? 3 : 2;
+}
+
 inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
                                                         uint32_t block_kv, bool is_2d_context_lens,
                                                         bool clean_logits) {
@@ -90,6 +98,7 @@ inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_
     c.next_n = next_n, c.num_heads = num_heads, c.head_dim = head_dim, c.block_kv = block_kv;
     c.is_2d_context_lens = is_2d_context_lens, c.clean_logits = clean_logits;
     c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim);
+    c.num_math_wgs = paged_mqa_logits_max_math_wgs(next_n, num_heads);
     c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
     return c;
 }

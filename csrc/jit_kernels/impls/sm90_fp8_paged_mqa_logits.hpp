@@ -23,9 +23,10 @@ inline jit::KernelSource render_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsCo
             fmt::format("#include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
-                        c.next_n, c.num_heads, c.head_dim, c.block_kv, c.num_stages, flag(c.is_2d_context_lens),
+                        c.next_n, c.num_heads, c.head_dim, c.block_kv, c.num_stages, c.num_math_wgs,
+                        flag(c.is_2d_context_lens),
                         flag(c.clean_logits))};
 }
 
@@ -39,6 +40,7 @@ inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const std::map<s
                                                          get("block_kv", 64), get("is_2d_context_lens", 0) != 0,
                                                          get("clean_logits", 0) != 0);
     c.num_stages = get("num_stages", c.num_stages);
+    c.num_math_wgs = get("num_math_wgs", c.num_math_wgs);
     c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages);
     return c;
 }
@@ -88,16 +90,21 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
         c.num_stages = forced_stages;
         c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
     }
+    // DG_PAGED_MQA_MATH_WGS=2: two math warpgroups where the heuristic takes three (A/B timing)
+    static const bool force_two_math_wgs = get_env("DG_PAGED_MQA_MATH_WGS") == "2";
+    if (force_two_math_wgs)
+        c.num_math_wgs = 2;
 
     const auto stream = jit::current_stream(device);
-    static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool>, const jit::Kernel*>
+    static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool>,
+                    const jit::Kernel*>
         kernels;
     static std::mutex mutex;
     const jit::Kernel* kernel;
     {
         std::lock_guard lock(mutex);
-        auto& slot = kernels[{device, next_n, num_heads, head_dim, block_kv, c.num_stages, c.is_2d_context_lens,
-                              c.clean_logits}];
+        auto& slot = kernels[{device, next_n, num_heads, head_dim, block_kv, c.num_stages, c.num_math_wgs,
+                              c.is_2d_context_lens, c.clean_logits}];
         if (slot == nullptr) {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
@@ -124,7 +131,7 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
 
     jit::LaunchConfig launch;
     launch.grid = {static_cast<unsigned>(args.schedule.size(0) - 1), 1, 1};
-    launch.num_threads = 384;
+    launch.num_threads = (c.num_math_wgs + 1) * 128;
     launch.smem_bytes = c.smem_bytes;
     launch.stream = stream;
     launch.enable_pdl = jit::DeviceRuntime::instance().pdl();

@@ -12,17 +12,20 @@
 //   queries of the request, q seen as [B * T * H, D]), K = D. Head reduction in registers and a quad
 //   reduction as in the prefill kernel (common/mqa_logits.cuh): lane l ends with query l % 4 of its rows.
 // Launch: persistent, one CTA per row of the schedule (get_paged_mqa_logits_metadata): CTA i takes the kv
-//   blocks from schedule[i] = (request, block) up to schedule[i + 1], in tiles of 64 keys; 384 threads.
+//   blocks from schedule[i] = (request, block) up to schedule[i + 1], in tiles of 64 keys; (M + 1) x 128
+//   threads, M = kNumMathWarpgroups math warpgroups: 3 when T H <= 128, else 2 (the head reduction of one
+//   warp is a latency-bound chain of ~2 instructions per accumulator, so more warps keep up with the
+//   memory; 3 x 152 registers hold an N <= 128 fragment, N = 256 needs 2 x 232).
 // Roles:
-//   warpgroups 0, 1  math (setmaxnreg 232): alternate tiles (tile n goes to warpgroup n % 2). Both walk
+//   warpgroups 0 .. M-1  math (setmaxnreg 232 / 152): tile n goes to warpgroup n % M. All walk
 //       every tile of the range: entering a request, wait q_full of its Q slot; leaving it, arrive q_empty
-//       (so a slot is refilled only once both warpgroups are past its request). On the first own tile of a
+//       (so a slot is refilled only once every warpgroup is past its request). On the first own tile of a
 //       request: load its weights for this thread's N / 4 columns and its query ends. Per own tile: wait
 //       full[s]; D / 32 x wgmma m64nNk32; the scales of its two keys from shared memory; arrive empty[s];
 //       relu, x weight, sum over heads (scale outside the relu when the warp's scales are all >= 0); quad
 //       reduce; store the valid keys (below the query's end, in blocks of the CTA's range) from registers.
 //       No global loads per tile.
-//   warpgroup 2 (setmaxnreg 40): warp 0 produces. Its lanes hold the cache block ids of 64 consecutive kv
+//   warpgroup M (setmaxnreg 40): warp 0 produces. Its lanes hold the cache block ids of 64 consecutive kv
 //       blocks of the current request (two windows of 32, the second loaded 32 blocks ahead of use, so the
 //       block-table reads never stall the issue); lane 0, per request: after q_empty, TMA of the request's
 //       Q tile into the next Q slot; per tile: after empty[s], TMA of the kv blocks' FP8 values and FP32
@@ -30,7 +33,7 @@
 //       blockIdx.x + k * gridDim.x (disjoint from the math's stores).
 // kv ring: kNumStages x [64 keys x D], 128B (D = 128) or 64B (D = 64) swizzle, and 64 FP32 kv scales;
 //   full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps).
-// Q ring: 2 slots of [T H x D] (a request's queries), same swizzle; q_full: 1 arrival + bytes; q_empty: 8
+// Q ring: 2 slots of [T H x D] (a request's queries), same swizzle; q_full: 1 arrival + bytes; q_empty: 4 M
 //   arrivals (every math warp, on leaving the request).
 // Shared memory: [Q x 2] [kv x stages] [scales x stages] [full x stages, empty x stages, q_full x 2, q_empty x 2].
 // Invalid device-side values never reach memory: requests and blocks of the schedule are clamped to B and
@@ -61,16 +64,17 @@ struct PagedMqaProblem {
 };
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
-          bool kIs2dContextLens, bool kCleanLogits>
+          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits>
 struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t TILE_KV = 64;  // keys per tile: one wgmma M
     static constexpr uint32_t kBlocksPerTile = TILE_KV / kBlockKv;
     static constexpr uint32_t WG_N = kNextN * kNumHeads;  // query-heads of one request: wgmma N
-    static constexpr uint32_t kNumMathWarpgroups = 2;
     static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     static constexpr uint32_t kNumCleanThreads = 96;
-    static constexpr uint32_t kProducerRegs = 40, kMathRegs = 232;
+    // Registers: 65536 per SM, the producer warpgroup at 40, the math warpgroups share the rest (multiple of 8)
+    static constexpr uint32_t kProducerRegs = 40;
+    static constexpr uint32_t kMathRegs = kNumMathWarpgroups == 2 ? 232 : 152;
     using Wgmma = ptx::WgmmaFp8E4m3<WG_N>;
     using Reduce = mqa::QuadReduce<kNextN>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;
@@ -97,6 +101,9 @@ struct Sm90Fp8PagedMqaLogits {
     static_assert(kNextN == 1 || kNextN == 2 || kNextN == 4, "next_n must be 1, 2 or 4");
     static_assert(kBlockBytes % kHeadDim == 0, "a kv block must span whole D-byte rows");
     static_assert(kNumStages >= 2 && kNumStages <= 32, "2 to 32 stages");
+    static_assert(kNumMathWarpgroups == 2 || (kNumMathWarpgroups == 3 && WG_N <= 128),
+                  "2 math warpgroups, or 3 when next_n x H <= 128 (their accumulators fit in 152 registers)");
+    static_assert(kNumMathWarpgroups * 128 * kMathRegs + 128 * kProducerRegs <= 65536, "register file");
     static_assert(kIdWindow % kBlocksPerTile == 0, "a tile's blocks lie in one id window");
     static_assert(SMEM_Q_SIZE % 1024 == 0 && (kBlockKv * kHeadDim) % 1024 == 0,
                   "tiles must keep 1024-byte alignment for the swizzle");
@@ -349,14 +356,14 @@ struct Sm90Fp8PagedMqaLogits {
 };
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
-          bool kIs2dContextLens, bool kCleanLogits>
-__global__ void __launch_bounds__(384, 1)
+          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits>
+__global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem,
                                  const __grid_constant__ TmaDescriptor tma_q,
                                  const __grid_constant__ TmaDescriptor tma_kv,
                                  const __grid_constant__ TmaDescriptor tma_scales) {
-    using Kernel = Sm90Fp8PagedMqaLogits<kNextN, kNumHeads, kHeadDim, kBlockKv, kNumStages, kIs2dContextLens,
-                                         kCleanLogits>;
+    using Kernel = Sm90Fp8PagedMqaLogits<kNextN, kNumHeads, kHeadDim, kBlockKv, kNumStages, kNumMathWarpgroups,
+                                         kIs2dContextLens, kCleanLogits>;
 
     // Shared memory, 1024-byte aligned for the swizzle
     extern __shared__ __align__(1024) uint8_t smem_raw[];
