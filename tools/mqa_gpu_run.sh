@@ -2,14 +2,15 @@
 # On a GPU machine: install, then the MQA steps named in DG_MQA_STEPS (default: all, in this order):
 #   tests     the MQA GPU tests (paged ones also with a 2-stage ring)
 #   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
-#   ab        the same rows with DG_MQA_LOGITS_PING_PONG=0 (prefill) and DG_PAGED_MQA_MATH_WGS=2 (paged)
+#   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
+#   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
 #   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of both kernels
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 8 16)
 # Everything but summary.txt and the JSON files is packed into logs.tar.gz. Usage: tools/mqa_gpu_run.sh OUT
 set -u
 OUT=${1:?usage: tools/mqa_gpu_run.sh OUT_DIR}
-STEPS=" ${DG_MQA_STEPS:-tests bench ab sanitize ncu sweep} "
+STEPS=" ${DG_MQA_STEPS:-tests bench ab-prefill ab-paged sanitize ncu sweep} "
 mkdir -p "$OUT/logs"
 L=$OUT/logs
 export PYTHONUNBUFFERED=1 CXX=${CXX:-/usr/bin/g++} DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dgc}
@@ -36,10 +37,8 @@ if [[ $STEPS == *" tests "* ]]; then
     note "pytest stages=2 rc=$? $(tail -1 "$L/pytest-stages2.log")"
 fi
 [[ $STEPS == *" bench "* ]] && bench mqa
-if [[ $STEPS == *" ab "* ]]; then
-    DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
-    DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
-fi
+[[ $STEPS == *" ab-prefill "* ]] && DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
+[[ $STEPS == *" ab-paged "* ]] && DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
 pack
 if [[ $STEPS == *" sanitize "* ]]; then
     for tool in memcheck racecheck synccheck; do
