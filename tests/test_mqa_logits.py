@@ -666,6 +666,10 @@ def test_paged_schedule_kernel_compiles_without_local_memory(cache_dir, use_nvrt
 def test_paged_bad_static_config_fails_to_compile(cache_dir) -> None:
     with pytest.raises(RuntimeError, match="next_n must be 1, 2 or 4"):
         deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=3))
+    with pytest.raises(RuntimeError, match="stage count must be a multiple of the math warpgroups"):
+        deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=1, num_heads=64, num_stages=4))
+    with pytest.raises(RuntimeError, match="and of the producer warps"):  # 9 stages: 3 math warpgroups, 2 producers
+        deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=1, num_heads=64, num_stages=9))
     with pytest.raises(RuntimeError, match="3 when next_n x H <= 128"):
         deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=4, num_heads=64, num_math_wgs=3))
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine: install, then the MQA steps named in DG_MQA_STEPS (default: all, in this order):
-#   tests     the MQA GPU tests (paged ones also with a 2-stage ring)
+#   tests     the MQA GPU tests (paged ones also with a 6-stage ring: every stage reused often)
 #   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
 #   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of both kernels
-#   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 8 16)
+#   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
 # Everything but summary.txt and the JSON files is packed into logs.tar.gz. Usage: tools/mqa_gpu_run.sh OUT
 set -u
 OUT=${1:?usage: tools/mqa_gpu_run.sh OUT_DIR}
@@ -32,9 +32,9 @@ bench() {  # bench NAME [shapes...]: the mqa suite (or those shapes) into NAME.l
 if [[ $STEPS == *" tests "* ]]; then
     (cd tests && timeout 300 python3 -m pytest -q -m gpu test_mqa_logits.py > "$L/pytest.log" 2>&1)
     note "pytest rc=$? $(tail -1 "$L/pytest.log")"
-    (cd tests && DG_PAGED_MQA_STAGES=2 timeout 120 python3 -m pytest -q -m gpu \
-        -k "paged_against or paged_any or paged_unclean or paged_clean" test_mqa_logits.py > "$L/pytest-stages2.log" 2>&1)
-    note "pytest stages=2 rc=$? $(tail -1 "$L/pytest-stages2.log")"
+    (cd tests && DG_PAGED_MQA_STAGES=6 timeout 120 python3 -m pytest -q -m gpu \
+        -k "paged_against or paged_any or paged_unclean or paged_clean" test_mqa_logits.py > "$L/pytest-stages6.log" 2>&1)
+    note "pytest stages=6 rc=$? $(tail -1 "$L/pytest-stages6.log")"
 fi
 [[ $STEPS == *" bench "* ]] && bench mqa
 [[ $STEPS == *" ab-prefill "* ]] && DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
@@ -71,7 +71,7 @@ if [[ $STEPS == *" ncu "* ]]; then
     pack
 fi
 if [[ $STEPS == *" sweep "* ]]; then
-    for s in ${DG_SWEEP_STAGES:-8 16}; do
+    for s in ${DG_SWEEP_STAGES:-6 12}; do
         DG_PAGED_MQA_STAGES=$s bench "mqa-stages$s" paged:64x2x8192 paged:64x1x65536 paged:256x2x65536
     done
     pack

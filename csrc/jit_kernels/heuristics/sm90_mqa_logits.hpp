@@ -80,9 +80,13 @@ inline uint32_t paged_mqa_logits_smem_bytes(uint32_t next_n, uint32_t num_heads,
     return 1024 + 2 * next_n * num_heads * head_dim + num_stages * (64 * head_dim + 64 * 4) + (2 * num_stages + 4) * 8;
 }
 
-inline uint32_t paged_mqa_logits_stages(uint32_t next_n, uint32_t num_heads, uint32_t head_dim) {
+// As many stages as fit, rounded down to a multiple of the math warpgroups and of the 2 producer warps (each
+// stage has one consumer and one producer)
+inline uint32_t paged_mqa_logits_stages(uint32_t next_n, uint32_t num_heads, uint32_t head_dim, uint32_t num_math_wgs) {
     const uint32_t budget = 200 * 1024 - 1024 - 2 * next_n * num_heads * head_dim;
-    return std::clamp<uint32_t>(budget / (64 * head_dim + 64 * 4 + 16), 2, 32);
+    const uint32_t fit = std::clamp<uint32_t>(budget / (64 * head_dim + 64 * 4 + 16), 2, 32);
+    const uint32_t unit = num_math_wgs % 2 == 0 ? num_math_wgs : 2 * num_math_wgs;
+    return std::max(fit / unit * unit, unit);
 }
 
 // Three math warpgroups (152 registers each) hold an m64nN fragment with N = next_n x H <= 128; N = 256 needs
@@ -97,8 +101,8 @@ inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_
     PagedMqaLogitsConfig c;
     c.next_n = next_n, c.num_heads = num_heads, c.head_dim = head_dim, c.block_kv = block_kv;
     c.is_2d_context_lens = is_2d_context_lens, c.clean_logits = clean_logits;
-    c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim);
     c.num_math_wgs = paged_mqa_logits_max_math_wgs(next_n, num_heads);
+    c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs);
     c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
     return c;
 }

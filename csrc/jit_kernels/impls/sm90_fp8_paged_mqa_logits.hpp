@@ -39,8 +39,8 @@ inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const std::map<s
     PagedMqaLogitsConfig c = get_paged_mqa_logits_config(get("next_n", 1), get("num_heads", 64), get("head_dim", 128),
                                                          get("block_kv", 64), get("is_2d_context_lens", 0) != 0,
                                                          get("clean_logits", 0) != 0);
-    c.num_stages = get("num_stages", c.num_stages);
     c.num_math_wgs = get("num_math_wgs", c.num_math_wgs);
+    c.num_stages = get("num_stages", paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs));
     c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages);
     return c;
 }
@@ -75,6 +75,12 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     const uint32_t block_kv = args.kv_cache.size(1), num_kv_blocks = args.kv_cache.size(0);
     PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
                                                          args.context_lens.dim() == 2, args.clean_logits);
+    // DG_PAGED_MQA_MATH_WGS=2: two math warpgroups where the heuristic takes three (A/B timing)
+    static const bool force_two_math_wgs = get_env("DG_PAGED_MQA_MATH_WGS") == "2";
+    if (force_two_math_wgs && c.num_math_wgs != 2) {
+        c.num_math_wgs = 2;
+        c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs);
+    }
     // DG_PAGED_MQA_STAGES: the kv ring's depth instead of the heuristic's (for sweeps)
     static const uint32_t forced_stages = [] {
         const std::string v = get_env("DG_PAGED_MQA_STAGES");
@@ -87,13 +93,12 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
         return static_cast<uint32_t>(value);
     }();
     if (forced_stages != 0) {
+        DG_CHECK_INPUT(forced_stages % c.num_math_wgs == 0 && forced_stages % 2 == 0,
+                       "DG_PAGED_MQA_STAGES={} must be a multiple of 2 (producer warps) and of the kernel's {} math "
+                       "warpgroups here (next_n {}, H {})", forced_stages, c.num_math_wgs, next_n, num_heads);
         c.num_stages = forced_stages;
-        c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
     }
-    // DG_PAGED_MQA_MATH_WGS=2: two math warpgroups where the heuristic takes three (A/B timing)
-    static const bool force_two_math_wgs = get_env("DG_PAGED_MQA_MATH_WGS") == "2";
-    if (force_two_math_wgs)
-        c.num_math_wgs = 2;
+    c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
 
     const auto stream = jit::current_stream(device);
     static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool>,

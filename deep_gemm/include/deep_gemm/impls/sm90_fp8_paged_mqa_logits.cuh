@@ -25,14 +25,18 @@
 //       relu, x weight, sum over heads (scale outside the relu when the warp's scales are all >= 0); quad
 //       reduce; store the valid keys (below the query's end, in blocks of the CTA's range) from registers.
 //       No global loads per tile.
-//   warpgroup M (setmaxnreg 40): warp 0 produces. Its lanes hold the cache block ids of 64 consecutive kv
-//       blocks of the current request (two windows of 32, the second loaded 32 blocks ahead of use, so the
-//       block-table reads never stall the issue); lane 0, per request: after q_empty, TMA of the request's
-//       Q tile into the next Q slot; per tile: after empty[s], TMA of the kv blocks' FP8 values and FP32
-//       scales (block ids clamped into the cache). Warps 1-3 (kCleanLogits): -inf past the end of rows
-//       blockIdx.x + k * gridDim.x (disjoint from the math's stores).
+//   warpgroup M (setmaxnreg 40): warps 0 and 1 produce, tile n by warp n % 2 (one warp's issue loop, a
+//       chain of ~70 dependent instructions, took ~800 cycles a tile: ncu run 25, the limit at ~65 % of
+//       the copy bandwidth). Both walk every tile; each warp's lanes hold the cache block ids of 64
+//       consecutive kv blocks of the current request (two windows of 32, the second loaded 32 blocks ahead
+//       of use, so the block-table reads never stall the issue); warp 0's lane 0, per request: after
+//       q_empty, TMA of the request's Q tile into the next Q slot; per own tile, lane 0: after empty[s], TMA
+//       of the kv blocks' FP8 values and FP32 scales (block ids clamped into the cache). Warps 2-3
+//       (kCleanLogits): -inf past the end of rows blockIdx.x + k * gridDim.x (disjoint from the math's stores).
 // kv ring: kNumStages x [64 keys x D], 128B (D = 128) or 64B (D = 64) swizzle, and 64 FP32 kv scales;
-//   full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps).
+//   full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps). S is a multiple of M
+//   and of 2, so stage s is always consumed by warpgroup s % M and filled by producer warp s % 2 (a parity
+//   wait by another warpgroup or warp, one phase behind, would pass at once).
 // Q ring: 2 slots of [T H x D] (a request's queries), same swizzle; q_full: 1 arrival + bytes; q_empty: 4 M
 //   arrivals (every math warp, on leaving the request).
 // Shared memory: [Q x 2] [kv x stages] [scales x stages] [full x stages, empty x stages, q_full x 2, q_empty x 2].
@@ -71,7 +75,8 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t WG_N = kNextN * kNumHeads;  // query-heads of one request: wgmma N
     static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
-    static constexpr uint32_t kNumCleanThreads = 96;
+    static constexpr uint32_t kNumProducerWarps = 2;  // tile n: warp n % 2 of the producer warpgroup issues it
+    static constexpr uint32_t kNumCleanThreads = 128 - 32 * kNumProducerWarps;
     // Registers: 65536 per SM, the producer warpgroup at 40, the math warpgroups share the rest (multiple of 8)
     static constexpr uint32_t kProducerRegs = 40;
     static constexpr uint32_t kMathRegs = kNumMathWarpgroups == 2 ? 232 : 152;
@@ -101,6 +106,10 @@ struct Sm90Fp8PagedMqaLogits {
     static_assert(kNextN == 1 || kNextN == 2 || kNextN == 4, "next_n must be 1, 2 or 4");
     static_assert(kBlockBytes % kHeadDim == 0, "a kv block must span whole D-byte rows");
     static_assert(kNumStages >= 2 && kNumStages <= 32, "2 to 32 stages");
+    // Tile n sits in stage n % S and goes to warpgroup n % M: with M | S every stage has one consumer, which
+    // waited for the stage's previous phase itself, so its parity wait can never match a phase one behind
+    static_assert(kNumStages % kNumMathWarpgroups == 0 && kNumStages % kNumProducerWarps == 0,
+                  "the stage count must be a multiple of the math warpgroups and of the producer warps");
     static_assert(kNumMathWarpgroups == 2 || (kNumMathWarpgroups == 3 && WG_N <= 128),
                   "2 math warpgroups, or 3 when next_n x H <= 128 (their accumulators fit in 152 registers)");
     static_assert(kNumMathWarpgroups * 128 * kMathRegs + 128 * kProducerRegs <= 65536, "register file");
@@ -215,26 +224,29 @@ struct Sm90Fp8PagedMqaLogits {
 
     __device__ __forceinline__ static void producer(const SharedStorage& s, const PagedMqaProblem& p,
                                                     const TmaDescriptor* tma_q, const TmaDescriptor* tma_kv,
-                                                    const TmaDescriptor* tma_scales, uint32_t lane) {
+                                                    const TmaDescriptor* tma_scales, uint32_t warp, uint32_t lane) {
         PipelineState<kNumStages> pipe;
         PipelineState<kNumQSlots> q_pipe;
         BlockIdWindow ids;
         bool first_request = true;
+        uint32_t tile = 0;
         #pragma unroll 1
-        for (Cursor c = Cursor::start(p); c.valid(); c.advance(p), pipe.advance()) {
-            // A new request (the cursor never returns to one): its block ids and its Q tile into the next slot
+        for (Cursor c = Cursor::start(p); c.valid(); c.advance(p), pipe.advance(), ++tile) {
+            // A new request (the cursor never returns to one): its block ids; warp 0: its Q tile into the next slot
             if (first_request || c.request != ids.request) {
                 if (!first_request)
                     q_pipe.advance();
                 first_request = false;
                 ids.reset(p, c.request, c.block, lane);
-                if (lane == 0) {
+                if (warp == 0 && lane == 0) {
                     ptx::mbarrier_wait(s.q_empty(q_pipe.stage), q_pipe.phase ^ 1);
                     ptx::mbarrier_arrive_expect_tx(s.q_full(q_pipe.stage), SMEM_Q_SIZE);
                     ptx::tma_load_2d(s.q(q_pipe.stage), tma_q, s.q_full(q_pipe.stage), 0,
                                      static_cast<int32_t>(c.request * WG_N));
                 }
             }
+            if (tile % kNumProducerWarps != warp)
+                continue;
             uint32_t id[kBlocksPerTile];
             #pragma unroll
             for (uint32_t i = 0; i < kBlocksPerTile; ++i)
@@ -254,7 +266,7 @@ struct Sm90Fp8PagedMqaLogits {
         }
     }
 
-    // ---------------------------------------------------------------- cleaner (warps 1-3 of the producer warpgroup)
+    // ---------------------------------------------------------------- cleaner (the producer warpgroup's other warps)
     __device__ __forceinline__ static void clean(const PagedMqaProblem& p, uint32_t tid) {
         #pragma unroll 1
         for (uint32_t row = blockIdx.x; row < p.batch_size * kNextN; row += gridDim.x) {
@@ -395,10 +407,10 @@ sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem
     if (threadIdx.x >= Kernel::kNumMathThreads) {
         ptx::warpgroup_reg_dealloc<Kernel::kProducerRegs>();
         const uint32_t tid = threadIdx.x - Kernel::kNumMathThreads;
-        if (tid < 32)
-            Kernel::producer(storage, problem, &tma_q, &tma_kv, &tma_scales, tid);
-        else if (kCleanLogits && tid >= 32)
-            Kernel::clean(problem, tid - 32);
+        if (tid < 32 * Kernel::kNumProducerWarps)
+            Kernel::producer(storage, problem, &tma_q, &tma_kv, &tma_scales, tid / 32, tid % 32);
+        else if (kCleanLogits)
+            Kernel::clean(problem, tid - 32 * Kernel::kNumProducerWarps);
     } else {
         ptx::warpgroup_reg_alloc<Kernel::kMathRegs>();
         Kernel::math(storage, problem, __shfl_sync(0xffffffff, threadIdx.x / 128, 0));
