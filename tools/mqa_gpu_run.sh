@@ -41,7 +41,7 @@ fi
 [[ $STEPS == *" ab-paged "* ]] && DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
 pack
 if [[ $STEPS == *" sanitize "* ]]; then
-    for tool in memcheck racecheck synccheck; do
+    for tool in ${DG_SANITIZERS:-memcheck racecheck synccheck}; do
         (cd tests && timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -x \
             "test_mqa_logits.py::test_paged_against_float64[b16-t2-h32-d64-bkv64-ctx3000]" \
             "test_mqa_logits.py::test_paged_against_float64[b16-t4-h32-d128-bkv64-ctx3000]" \
