@@ -1,8 +1,11 @@
 // Reading DG_* environment variables (documented in the README).
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+
+#include "exception.hpp"
 
 namespace dg {
 
@@ -15,6 +18,19 @@ inline std::string get_env(const char* name, const std::string& fallback = "") {
 inline bool get_env_flag(const char* name) {
     const std::string v = get_env(name);
     return !(v.empty() || v == "0" || v == "false" || v == "off" || v == "no" || v == "False");
+}
+
+// An unsigned integer in [lo, hi] (0 when unset, for overrides where 0 means "the heuristic's"); anything else
+// raises "<name> must be <expected>, got '<value>'".
+inline uint32_t get_env_uint(const char* name, uint32_t lo, uint32_t hi, const char* expected) {
+    const std::string v = get_env(name);
+    if (v.empty())
+        return 0;
+    char* end = nullptr;
+    const unsigned long value = std::strtoul(v.c_str(), &end, 10);
+    DG_CHECK_INPUT(end != v.c_str() && *end == 0 && value >= lo && value <= hi, "{} must be {}, got '{}'", name,
+                   expected, v);
+    return static_cast<uint32_t>(value);
 }
 
 }  // namespace dg

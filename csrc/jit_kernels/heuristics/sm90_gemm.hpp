@@ -240,16 +240,7 @@ struct GemmCostModel {
 };
 
 inline GemmOverrides forced_config() {
-    const auto read = [](const char* name) {
-        const std::string v = get_env(name);
-        if (v.empty())
-            return 0u;
-        char* end = nullptr;
-        const unsigned long value = std::strtoul(v.c_str(), &end, 10);
-        DG_CHECK_INPUT(end != v.c_str() && *end == 0 && value <= 4096, "{} must be a small non-negative integer, got '{}'",
-                       name, v);
-        return static_cast<uint32_t>(value);
-    };
+    const auto read = [](const char* name) { return get_env_uint(name, 0, 4096, "a small non-negative integer"); };
     return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K")};
 }
 

@@ -82,16 +82,7 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
         c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs);
     }
     // DG_PAGED_MQA_STAGES: the kv ring's depth instead of the heuristic's (for sweeps)
-    static const uint32_t forced_stages = [] {
-        const std::string v = get_env("DG_PAGED_MQA_STAGES");
-        if (v.empty())
-            return 0u;
-        char* end = nullptr;
-        const unsigned long value = std::strtoul(v.c_str(), &end, 10);
-        DG_CHECK_INPUT(end != v.c_str() && *end == 0 && value >= 2 && value <= 32,
-                       "DG_PAGED_MQA_STAGES must be an integer in [2, 32], got '{}'", v);
-        return static_cast<uint32_t>(value);
-    }();
+    static const uint32_t forced_stages = get_env_uint("DG_PAGED_MQA_STAGES", 2, 32, "an integer in [2, 32]");
     if (forced_stages != 0) {
         DG_CHECK_INPUT(forced_stages % c.num_math_wgs == 0 && forced_stages % 2 == 0,
                        "DG_PAGED_MQA_STAGES={} must be a multiple of 2 (producer warps) and of the kernel's {} math "

@@ -201,7 +201,7 @@ struct Sm90Fp8PagedMqaLogits {
         }
     };
 
-    // ---------------------------------------------------------------- producer (one warp)
+    // ---------------------------------------------------------------- producers (kNumProducerWarps warps)
     // The cache block ids of kv blocks [first, first + 2 kIdWindow) of one request: lane l holds blocks first + l
     // (now) and first + kIdWindow + l (next). Sliding loads the window after next, a window before its use.
     struct BlockIdWindow {
