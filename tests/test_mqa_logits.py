@@ -370,6 +370,32 @@ def test_negative_kv_scales(h: int) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("h", [16, 64])
+def test_one_sign_and_mostly_negative_scores(h: int) -> None:
+    # The kernel sums relu(x s) w as (s sum x w + |s| sum |x| w) / 2. Keys whose every score has one sign must
+    # come out as with relu: exactly 0 where all x s < 0; keys where most heads score negative (the two sums
+    # cancel) must stay within the float64 bounds.
+    s, s_kv, d = 203, 1500, 128
+    torch.manual_seed(7)
+    q = torch.randn(s, h, d, device="cuda").abs().to(torch.float8_e4m3fn)  # every q >= 0
+    kind = torch.randint(0, 3, (s_kv,), device="cuda")  # 0: kv >= 0, 1: kv <= 0, 2: mostly negative
+    kv = torch.randn(s_kv, d, device="cuda").abs()
+    kv = torch.where((kind == 1)[:, None], -kv, kv)
+    kv = torch.where((kind == 2)[:, None], kv - 1.2, kv).to(torch.float8_e4m3fn)
+    scales = torch.rand(s_kv, device="cuda") + 0.1
+    scales = torch.where(torch.rand(s_kv, device="cuda") < 0.3, -scales, scales)  # relu(x s) > 0 for x < 0, s < 0
+    weights = torch.randn(s, h, device="cuda")
+    ks, ke = key_ranges(s, s_kv, "random")
+    out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+    torch.cuda.synchronize()
+    ref = reference(q, kv, scales, weights, ks, ke, torch.arange(s, device="cuda"))
+    check_logits(out, ref, True, 5e-6, "vs float64 of the FP8 inputs")
+    zero = (ref == 0) & ((kind == 1) & (scales > 0) | (kind == 0) & (scales < 0))[None, :]
+    assert zero.sum() > 1000, "the test must hold exact zeros"
+    assert bool((out[zero] == 0).all()), "a key whose every score is negative must give exactly 0"
+
+
+@gpu
 @pytest.mark.parametrize("compressed", [False, True], ids=["full", "compressed"])
 @pytest.mark.parametrize("pattern", ["causal", "cp"])
 @pytest.mark.parametrize(("s", "s_kv"), [(2048, 8192), (2048, 65536), (8192, 8192), (8192, 65536)])

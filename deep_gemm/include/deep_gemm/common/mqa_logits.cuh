@@ -45,32 +45,39 @@ __device__ __forceinline__ void score_tile(uint64_t desc_kv, uint64_t desc_q, fl
     score_tile_wait(accum);
 }
 
-// sums[q][h] = sum over this thread's columns of query q of relu(x) w (kScaleInside: relu(x s) w), for its
-// two key rows h = 0 (r, scale_0) and 1 (r + 8, scale_1).
-template <uint32_t kNumQueries, uint32_t kNumHeads, bool kScaleInside, uint32_t kNumAccum>
+// sums[q][h] = sum over this thread's columns of query q of relu(x s_h) w, for its two key rows h = 0 (r, s_0 =
+// scale_0) and 1 (r + 8, s_1 = scale_1). Computed as (s_h sum x w + |s_h| sum |x| w) / 2, since relu(y) = (y + |y|) / 2
+// and |x s| = |x| |s|: exact in real arithmetic for a kv scale of any sign, and every step is an FFMA (|x| is an
+// operand modifier of FFMA), full rate on the FMA pipes, where relu as FMNMX runs on the half-rate ALU pipe (ncu
+// run 25: the ALU-bound head reduction was the prefill kernel's limit). In FP32 the two sums cancel where most x
+// are negative: the rounding error is a few ulp of sum |x w| instead of sum relu(x) |w|, far below what the FP8
+// inputs cost; a row whose x all share one sign comes out as with relu (0 for all negative, bit for bit).
+template <uint32_t kNumQueries, uint32_t kNumHeads, uint32_t kNumAccum>
 __device__ __forceinline__ void reduce_heads(const float (&accum)[kNumAccum],
                                              const float2 (&weight)[kNumQueries * kNumHeads / 8], float scale_0,
                                              float scale_1, float (&sums)[kNumQueries][2]) {
     constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
     static_assert(kNumAccum >= kNumQueries * kNumHeads / 2, "accumulator fragment too small");
+    const float half_scale[2] = {0.5f * scale_0, 0.5f * scale_1};
     #pragma unroll
     for (uint32_t q = 0; q < kNumQueries; ++q) {
-        float sum_0 = 0.0f, sum_1 = 0.0f;
+        float signed_sum[2] = {0.0f, 0.0f}, abs_sum[2] = {0.0f, 0.0f};  // sum x w, sum |x| w per key row
         #pragma unroll
         for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
             const uint32_t j = q * kGroupsPerQuery + g;
-            float a[4];
             #pragma unroll
             for (uint32_t e = 0; e < 4; ++e) {
-                const float x = kScaleInside ? accum[j * 4 + e] * (e < 2 ? scale_0 : scale_1) : accum[j * 4 + e];
-                a[e] = fmaxf(x, 0.0f);
+                const float x = accum[j * 4 + e], w = e % 2 == 0 ? weight[j].x : weight[j].y;
+                signed_sum[e / 2] = fmaf(x, w, signed_sum[e / 2]);
+                abs_sum[e / 2] = fmaf(fabsf(x), w, abs_sum[e / 2]);
             }
-            sum_0 = fmaf(a[0], weight[j].x, sum_0);
-            sum_0 = fmaf(a[1], weight[j].y, sum_0);
-            sum_1 = fmaf(a[2], weight[j].x, sum_1);
-            sum_1 = fmaf(a[3], weight[j].y, sum_1);
         }
-        sums[q][0] = sum_0, sums[q][1] = sum_1;
+        // (Both products rounded before the add: where every x of a row has one sign the two sums are exact
+        // negatives or copies of each other, so the result is exactly 0 or exactly s sum x w)
+        #pragma unroll
+        for (uint32_t h = 0; h < 2; ++h)
+            sums[q][h] = __fadd_rn(__fmul_rn(half_scale[h], signed_sum[h]),
+                                   __fmul_rn(fabsf(half_scale[h]), abs_sum[h]));
     }
 }
 

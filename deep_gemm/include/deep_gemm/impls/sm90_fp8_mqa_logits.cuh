@@ -22,9 +22,9 @@
 //   warpgroups 0, 1  math (setmaxnreg 232): warpgroup w owns queries [w * 256 / H, +256 / H) of the block
 //       (its own Q tile) and keeps their weights for its 64 columns in registers. Per kv tile: load the
 //       scales of its two keys; wait full[s]; D / 32 x wgmma m64n256k32 into 128 accumulators; wait;
-//       arrive empty[s] (lane 0 of each warp); relu, x weight, sum over heads (kv_scale folded out of
-//       the relu when all 16 keys of the warp have scale >= 0, else applied inside: exact for any
-//       sign); quad reduce-scatter; x kv_scale; store the valid (i, j) straight from registers
+//       arrive empty[s] (lane 0 of each warp); relu(x kv_scale) x weight summed over heads as
+//       (s sum x w + |s| sum |x| w) / 2 (mqa::reduce_heads: FFMAs only, exact for any sign of s); quad
+//       reduce-scatter; store the valid (i, j) straight from registers
 //       (8 consecutive keys = one 32-byte sector per query). kPingPong: the two warpgroups take turns to
 //       issue (named barriers 1 and 2: wait for the turn, issue, pass it), so their wgmmas run one after
 //       the other on the tensor core and each one's reduction overlaps the other's wgmmas instead of
@@ -37,8 +37,9 @@
 //   wgmma reads it; full[s]: 1 arrival + bytes; empty[s]: 8 arrivals (both math warpgroups read every
 //   stage: one kv tile feeds 2 x 256 / H queries, halving L2 traffic against one warpgroup per tile).
 // Shared memory: [Q: 2 x 256 x D] [kv stages] [full x stages, empty x stages, q_full] [tile range].
-// Speed limits: per 64-key tile a math thread issues ~2 ops per accumulator (FMNMX + FFMA, 256) plus
-//   ~20 for the reduction and stores, against 512 tensor-core cycles per warpgroup tile at D = 128; the
+// Speed limits: per 64-key tile a math thread issues 2 FFMAs per accumulator (256) plus ~40 for the
+//   reduction and stores, against 512 tensor-core cycles per warpgroup tile at D = 128 (with relu as FMNMX,
+//   half rate on the ALU pipe, two warps reducing on one scheduler took ~1100 cycles: ncu run 25); the
 //   two math warpgroups alternate on the tensor core, one's epilogue under the other's wgmma. D = 64
 //   halves the tensor work, not the epilogue (CUDA-core bound). Each CTA pays barrier init and pipeline
 //   fill (a few us) once per C keys. Limits: H in {16, 32, 64}, D in {64, 128}.
@@ -263,15 +264,9 @@ struct Sm90Fp8MqaLogits {
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
-            // Per query: sum_h relu(x_h) w_h (x scale later), or sum_h relu(x_h s) w_h when a scale of the
-            // warp's keys is negative (or NaN): relu(x s) = s relu(x) only for s >= 0
-            // NOTES: the branch is warp-uniform, so both forms cost nothing when unused.
+            // Per query and key: sum_h relu(x_h s) w_h (both FFMA sums of mqa::reduce_heads, any sign of s)
             float sums[kQueriesPerWg][2];
-            const bool scale_outside = __all_sync(0xffffffff, scale_0 >= 0.0f && scale_1 >= 0.0f);
-            if (scale_outside)
-                mqa::reduce_heads<kQueriesPerWg, kNumHeads, false>(accum, weight, scale_0, scale_1, sums);
-            else
-                mqa::reduce_heads<kQueriesPerWg, kNumHeads, true>(accum, weight, scale_0, scale_1, sums);
+            mqa::reduce_heads<kQueriesPerWg, kNumHeads>(accum, weight, scale_0, scale_1, sums);
 
             // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
             float reduced[kQueriesPerLane][2];
@@ -280,14 +275,12 @@ struct Sm90Fp8MqaLogits {
             for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
                 #pragma unroll
                 for (uint32_t h = 0; h < 2; ++h) {
-                    float value = reduced[m][h];
-                    if (scale_outside)
-                        value *= h == 0 ? scale_0 : scale_1;
                     // Query wg_q_first + 4m + lane % 4, key key_h: stored only where valid
                     const uint32_t key = h == 0 ? key_0 : key_1;
                     if (key >= ranges[m].begin && key < ranges[m].end) {
                         const uint32_t col = kIsCompressed ? key - ranges[m].begin : key;
-                        store(logits + static_cast<uint64_t>(wg_q_first + 4 * m + lane % 4) * ld_logits + col, value);
+                        const uint64_t row = wg_q_first + 4 * m + lane % 4;
+                        store(logits + row * ld_logits + col, reduced[m][h]);
                     }
                 }
             }

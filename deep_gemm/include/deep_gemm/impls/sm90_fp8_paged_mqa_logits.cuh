@@ -22,7 +22,7 @@
 //       (so a slot is refilled only once every warpgroup is past its request). On the first own tile of a
 //       request: load its weights for this thread's N / 4 columns and its query ends. Per own tile: wait
 //       full[s]; D / 32 x wgmma m64nNk32; the scales of its two keys from shared memory; arrive empty[s];
-//       relu, x weight, sum over heads (scale outside the relu when the warp's scales are all >= 0); quad
+//       relu(x s) x weight summed over heads as two FFMA sums (mqa::reduce_heads, any sign of s); quad
 //       reduce; store the valid keys (below the query's end, in blocks of the CTA's range) from registers.
 //       No global loads per tile.
 //   warpgroup M (setmaxnreg 40): warps 0 and 1 produce, tile n by warp n % 2 (one warp's issue loop, a
@@ -339,13 +339,9 @@ struct Sm90Fp8PagedMqaLogits {
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
-            // Per query: sum_h relu(x_h) w_h (x scale later), or relu(x_h s) w_h when a scale is negative
+            // Per query and key: sum_h relu(x_h s) w_h (both FFMA sums of mqa::reduce_heads, any sign of s)
             float sums[kNextN][2];
-            const bool scale_outside = __all_sync(0xffffffff, scale[0] >= 0.0f && scale[1] >= 0.0f);
-            if (scale_outside)
-                mqa::reduce_heads<kNextN, kNumHeads, false>(accum, weight, scale[0], scale[1], sums);
-            else
-                mqa::reduce_heads<kNextN, kNumHeads, true>(accum, weight, scale[0], scale[1], sums);
+            mqa::reduce_heads<kNextN, kNumHeads>(accum, weight, scale[0], scale[1], sums);
             float reduced[Reduce::kPerLane][2];
             Reduce::run(sums, reduced, lane);
 
@@ -358,7 +354,7 @@ struct Sm90Fp8PagedMqaLogits {
                     for (uint32_t h = 0; h < 2; ++h) {
                         const uint32_t key = c.block * kBlockKv + row_0 + h * 8;
                         if (in_range[h] && key < ends[m])
-                            p.logits[out_row * p.ld_logits + key] = scale_outside ? reduced[m][h] * scale[h] : reduced[m][h];
+                            p.logits[out_row * p.ld_logits + key] = reduced[m][h];
                     }
                 }
             }
