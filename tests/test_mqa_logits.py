@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from jit_helpers import dump_sass
+from jit_helpers import dump_sass, run_python
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
@@ -798,6 +798,40 @@ def test_paged_against_float64(batch: int, next_n: int, h: int, d: int, block_kv
 @gpu
 def test_paged_unclean_2d_lens_negative_scales() -> None:
     run_paged_case(32, 4, 64, 128, 64, 2000, clean=False, two_d=True, negative_scales=True)
+
+
+ENV_OVERRIDE_SCRIPT = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+import test_mqa_logits as t
+out = t.run_case(301, 1000, 64, 128, "causal")[-1]
+t.run_paged_case(8, 1, 64, 128, 64, 700)
+torch.save(out.cpu(), {path!r})
+"""
+
+
+@gpu
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        ({"DG_MQA_LOGITS_PING_PONG": "off", "DG_PAGED_MQA_MATH_WGS": "2"}, None),
+        ({"DG_PAGED_MQA_MATH_WGS": "4"}, "DG_PAGED_MQA_MATH_WGS must be 2 or 3, got '4'"),
+        ({"DG_PAGED_MQA_STAGES": "7"}, "DG_PAGED_MQA_STAGES=7 must be a multiple of 2"),
+    ],
+    ids=["ab-settings", "bad-math-wgs", "odd-stages"],
+)
+def test_env_overrides(tmp_path, env: dict, error: str | None) -> None:
+    # Read once per process, so each case runs in a fresh one: the A/B settings pass against float64, and
+    # ping-pong off gives the default's bits (only the order of issue changes); bad values raise naming the variable
+    path = tmp_path / "out.pt"
+    code = ENV_OVERRIDE_SCRIPT.format(tests=os.path.dirname(__file__), path=str(path))
+    result = run_python(code, env, tmp_path)
+    if error is not None:
+        assert result.returncode != 0 and error in result.stderr, result.stderr[-2000:]
+        return
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = run_case(301, 1000, 64, 128, "causal")[-1]
+    assert torch.equal(torch.load(path).cuda(), out), "ping-pong off must not change a bit"
 
 
 @gpu

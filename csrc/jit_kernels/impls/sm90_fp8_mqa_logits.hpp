@@ -67,8 +67,8 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
     MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, args.is_compressed,
                                               args.clean_logits, out_bf16, num_sms);
-    // DG_MQA_LOGITS_PING_PONG=0: the math warpgroups issue their wgmmas independently (for A/B timing)
-    static const bool ping_pong = get_env("DG_MQA_LOGITS_PING_PONG", "1") != "0";
+    // DG_MQA_LOGITS_PING_PONG off ("0", "false", ...): the math warpgroups issue their wgmmas independently (A/B)
+    static const bool ping_pong = get_env("DG_MQA_LOGITS_PING_PONG").empty() || get_env_flag("DG_MQA_LOGITS_PING_PONG");
     c.ping_pong = ping_pong;
 
     const auto stream = jit::current_stream(device);

@@ -75,10 +75,14 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     const uint32_t block_kv = args.kv_cache.size(1), num_kv_blocks = args.kv_cache.size(0);
     PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
                                                          args.context_lens.dim() == 2, args.clean_logits);
-    // DG_PAGED_MQA_MATH_WGS=2: two math warpgroups where the heuristic takes three (A/B timing)
-    static const bool force_two_math_wgs = get_env("DG_PAGED_MQA_MATH_WGS") == "2";
-    if (force_two_math_wgs && c.num_math_wgs != 2) {
-        c.num_math_wgs = 2;
+    // DG_PAGED_MQA_MATH_WGS (2 or 3): the math warpgroups instead of the heuristic's (A/B timing); three fit only
+    // next_n x H <= 128 (the register budget of a 64 x next_n H accumulator)
+    static const uint32_t forced_math_wgs = get_env_uint("DG_PAGED_MQA_MATH_WGS", 2, 3, "2 or 3");
+    if (forced_math_wgs != 0 && forced_math_wgs != c.num_math_wgs) {
+        DG_CHECK_INPUT(forced_math_wgs <= paged_mqa_logits_max_math_wgs(next_n, num_heads),
+                       "DG_PAGED_MQA_MATH_WGS={} needs next_n * H <= 128, got next_n {}, H {}", forced_math_wgs,
+                       next_n, num_heads);
+        c.num_math_wgs = forced_math_wgs;
         c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs);
     }
     // DG_PAGED_MQA_STAGES: the kv ring's depth instead of the heuristic's (for sweeps)
