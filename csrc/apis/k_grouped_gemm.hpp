@@ -91,7 +91,6 @@ inline void k_grouped_fp8_gemm_contiguous(const char* fn, bool k_major, const Te
                                           const Recipe& recipe, const std::string& compiled_dims, bool use_psum_layout) {
     const auto& [a, sfa_in] = a_pair;
     const auto& [b, sfb_in] = b_pair;
-    const int64_t num_groups = static_cast<int64_t>(ks.size());
     const std::vector<int64_t> starts = detail::check_k_grouped(ks, d, c, grouped_layout, use_psum_layout, 16);
     const int64_t m = d.size(1), n = d.size(2);
     if (recipe.has_value())
