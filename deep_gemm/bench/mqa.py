@@ -22,8 +22,9 @@ Paged decode (run after the prefill shapes when no shapes are given): ``fp8_page
 D = 128, block_kv = 64, clean_logits=False as engines call it) for batch x next_n x context in
 :data:`PAGED_SHAPES`, every request of the same context length, blocks in random cache order, the schedule
 built once outside the timing; the schedule kernel (``get_paged_mqa_logits_metadata``) and the call with
-``clean_logits=True`` are timed too (columns ``meta %``: its time over the kernel's; ``clean %``: the extra time
-of the clean call over the kernel's). TFLOPS count 2 * H * D per valid (token, key) pair; GB/s count the kv cache
+``clean_logits=True`` are timed too (columns ``meta %``: its time over the kernel's, ``meta us``: its time; ``clean
+%``: the extra time of the clean call over the kernel's); so is a 1-element fill, the floor of any launch under this
+protocol (printed as ``launch floor``). TFLOPS count 2 * H * D per valid (token, key) pair; GB/s count the kv cache
 blocks read, q, weights and the valid logits written, also as a percentage of the device-to-device copy
 bandwidth measured in the same run. Accuracy: ``calc_diff`` against a float64 reference of the first and
 last requests.
@@ -64,6 +65,7 @@ _PAGED_TABLE = Table(
         Column("GB/s", 6),
         Column("% copy", 6),
         Column("meta %", 6),
+        Column("meta us", 7),
         Column("clean %", 7),
         Column("SM MHz", 6),
         Column("diff", 8),
@@ -344,17 +346,24 @@ def _run_paged(
     print(
         "paged decode: H = 64, D = 128, block_kv = 64; TFLOPS over valid (token, key) pairs; % copy = GB/s / d2d copy"
     )
+    # The floor of any launch under this protocol (cold L2, events around the call): a 1-element fill
+    tiny = torch.empty(1, device="cuda")
+    tiny.zero_()
+    launch_floor_us = time_call(tiny.zero_, options)["median_us"]
+    print(f"launch floor (a 1-element fill timed the same way): {launch_floor_us:.1f} us")
     print(_PAGED_TABLE.header())
     rows = []
     for shape in shapes:
         gpu_idle(options.idle_s)
         row = _bench_paged(*shape, mqa_paged, options)
+        row["launch_floor_us"] = launch_floor_us
         derive_throughput(row, copy_bandwidth, ())
         rows.append(row)
         diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
         cells = [str(row["batch"]), str(row["next_n"]), str(row["ctx"])]
         cells += [fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"), fmt(row["tflops"], ".0f")]
         cells += [fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".1f"), fmt(row["meta_pct"], ".1f")]
+        cells += [fmt(row["metadata"]["median_us"] if row["metadata"] else None, ".1f")]
         cells += [fmt(row["clean_pct"], ".1f"), fmt(row["sm_clock_mhz"]), diff]
         print(_PAGED_TABLE.row(cells), flush=True)
         torch.cuda.empty_cache()
