@@ -14,8 +14,8 @@
 // Launch: persistent, one CTA per row of the schedule (get_paged_mqa_logits_metadata): CTA i takes the kv
 //   blocks from schedule[i] = (request, block) up to schedule[i + 1], in tiles of 64 keys; (M + 1) x 128
 //   threads, M = kNumMathWarpgroups math warpgroups: 3 when T H <= 128, else 2 (the head reduction of one
-//   warp is a latency-bound chain of ~2 instructions per accumulator, so more warps keep up with the
-//   memory; 3 x 152 registers hold an N <= 128 fragment, N = 256 needs 2 x 232).
+//   warp, two FFMAs per accumulator, is latency-bound, so more warps keep up with the memory; 3 x 152
+//   registers hold an N <= 128 fragment, N = 256 needs 2 x 232).
 // Roles:
 //   warpgroups 0 .. M-1  math (setmaxnreg 232 / 152): tile n goes to warpgroup n % M. All walk
 //       every tile of the range: entering a request, wait q_full of its Q slot; leaving it, arrive q_empty
