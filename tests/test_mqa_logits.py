@@ -127,6 +127,8 @@ COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (6
     dict(num_heads=64, head_dim=128, clean_logits=0, out_bf16=1),
     dict(num_heads=32, head_dim=64, is_compressed=1, clean_logits=0, out_bf16=1),
     dict(num_heads=64, head_dim=128, ping_pong=0),
+    dict(num_heads=64, head_dim=128, relu_by_abs=1),
+    dict(num_heads=16, head_dim=64, relu_by_abs=1),
 ]
 
 
@@ -138,6 +140,7 @@ def case_id(cfg: dict) -> str:
         clean_logits="clean",
         out_bf16="bf16",
         ping_pong="pingpong",
+        relu_by_abs="abs",
     )
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
@@ -173,6 +176,15 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     ping_pong = cfg.get("ping_pong", 1) != 0
     assert any("BAR.ARV" in line for line in lines) == ping_pong
     assert sum("BAR.SYNC" in line for line in lines) == (2 if ping_pong else 1), [x for x in lines if "BAR." in x]
+    check_relu_form(lines, num_accum=128, by_abs=cfg.get("relu_by_abs", 0) != 0)
+
+
+def check_relu_form(lines: list[str], num_accum: int, by_abs: bool) -> None:
+    """The head reduction's form in SASS: one |x| FFMA per accumulator, or an FMNMX per accumulator in each of
+    the two loop bodies (kv scales folded out of the relu, or applied inside)."""
+    fmnmx = sum("FMNMX" in line for line in lines)
+    abs_ffma = sum("FFMA" in line and "|R" in line for line in lines)
+    assert (fmnmx, abs_ffma) == ((0, num_accum) if by_abs else (2 * num_accum, 0)), (fmnmx, abs_ffma)
 
 
 def test_bench_shapes_and_torch_version_on_cpu() -> None:
@@ -640,12 +652,14 @@ PAGED_COMPILE_CASES = [
     dict(next_n=2, num_heads=32, head_dim=64, block_kv=64),
     dict(next_n=4, num_heads=16, head_dim=64, block_kv=32, is_2d_context_lens=1),
     dict(next_n=2, num_heads=64, head_dim=128, block_kv=64, num_math_wgs=2),
+    dict(next_n=1, num_heads=64, head_dim=128, block_kv=64, relu_by_abs=0),
+    dict(next_n=2, num_heads=32, head_dim=128, block_kv=64, relu_by_abs=1),
 ]
 
 
 def paged_case_id(cfg: dict) -> str:
     names = dict(next_n="t", num_heads="h", head_dim="d", block_kv="bkv", clean_logits="clean",
-                 is_2d_context_lens="lens2d", num_math_wgs="wgs")  # fmt: skip
+                 is_2d_context_lens="lens2d", num_math_wgs="wgs", relu_by_abs="abs")  # fmt: skip
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
 
@@ -671,6 +685,8 @@ def test_paged_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: di
     # The quad reduction: per key row, a reduce-scatter while two or more queries remain, else an all-reduce
     t = cfg["next_n"]
     assert sum("SHFL.BFLY" in line for line in lines) == 2 * (max(t // 2, 1) + max(t // 4, 1))
+    # Two FFMAs per accumulator by default at next_n = 1 only (runs 26-27)
+    check_relu_form(lines, num_accum=n // 2, by_abs=cfg.get("relu_by_abs", int(t == 1)) != 0)
 
 
 def test_paged_kernel_family_is_registered() -> None:
@@ -803,12 +819,21 @@ def test_paged_unclean_2d_lens_negative_scales() -> None:
     run_paged_case(32, 4, 64, 128, 64, 2000, clean=False, two_d=True, negative_scales=True)
 
 
+@gpu
+def test_paged_negative_scales_next_n_1() -> None:
+    # next_n = 1 takes the other form of the head reduction by default (two FFMAs): any sign of the kv scale
+    run_paged_case(16, 1, 64, 128, 64, 1500, negative_scales=True)
+
+
 ENV_OVERRIDE_SCRIPT = """
 import sys, torch
 sys.path.insert(0, {tests!r})
 import test_mqa_logits as t
 out = t.run_case(301, 1000, 64, 128, "causal")[-1]
 t.run_paged_case(8, 1, 64, 128, 64, 700)
+t.run_paged_case(8, 2, 64, 128, 64, 700, negative_scales=True)
+t.test_negative_kv_scales(16)
+t.test_one_sign_and_mostly_negative_scores(64)
 torch.save(out.cpu(), {path!r})
 """
 
@@ -818,14 +843,18 @@ torch.save(out.cpu(), {path!r})
     ("env", "error"),
     [
         ({"DG_MQA_LOGITS_PING_PONG": "off", "DG_PAGED_MQA_MATH_WGS": "2"}, None),
+        ({"DG_MQA_RELU_FORM": "abs"}, None),
+        ({"DG_MQA_RELU_FORM": "max"}, None),
+        ({"DG_MQA_RELU_FORM": "fast"}, "DG_MQA_RELU_FORM must be 'max' or 'abs', got 'fast'"),
         ({"DG_PAGED_MQA_MATH_WGS": "4"}, "DG_PAGED_MQA_MATH_WGS must be 2 or 3, got '4'"),
         ({"DG_PAGED_MQA_STAGES": "7"}, "DG_PAGED_MQA_STAGES=7 must be a multiple of 2"),
     ],
-    ids=["ab-settings", "bad-math-wgs", "odd-stages"],
+    ids=["ab-settings", "relu-abs", "relu-max", "bad-relu-form", "bad-math-wgs", "odd-stages"],
 )
 def test_env_overrides(tmp_path, env: dict, error: str | None) -> None:
     # Read once per process, so each case runs in a fresh one: the A/B settings pass against float64, and
-    # ping-pong off gives the default's bits (only the order of issue changes); bad values raise naming the variable
+    # ping-pong off gives the default's bits (only the order of issue changes), as does the relu form the prefill
+    # takes by default ("max"); bad values raise naming the variable
     path = tmp_path / "out.pt"
     code = ENV_OVERRIDE_SCRIPT.format(tests=os.path.dirname(__file__), path=str(path))
     result = run_python(code, env, tmp_path)
@@ -833,8 +862,9 @@ def test_env_overrides(tmp_path, env: dict, error: str | None) -> None:
         assert result.returncode != 0 and error in result.stderr, result.stderr[-2000:]
         return
     assert result.returncode == 0, result.stderr[-2000:]
-    out = run_case(301, 1000, 64, 128, "causal")[-1]
-    assert torch.equal(torch.load(path).cuda(), out), "ping-pong off must not change a bit"
+    if env.get("DG_MQA_RELU_FORM") != "abs":
+        out = run_case(301, 1000, 64, 128, "causal")[-1]
+        assert torch.equal(torch.load(path).cuda(), out), f"{env} must not change a bit of the prefill output"
 
 
 @gpu

@@ -4,8 +4,11 @@
 #   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
+#   ab-relu     every row with the head reduction's other form (DG_MQA_RELU_FORM): abs for the prefill, max for
+#               paged next_n = 1, abs for paged next_n = 2
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
-#   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of both kernels
+#   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of the kernels named in
+#             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
 # Everything but summary.txt and the JSON files is packed into logs.tar.gz. Usage: tools/mqa_gpu_run.sh OUT
 set -u
@@ -39,6 +42,11 @@ fi
 [[ $STEPS == *" bench "* ]] && bench mqa
 [[ $STEPS == *" ab-prefill "* ]] && DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
 [[ $STEPS == *" ab-paged "* ]] && DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
+if [[ $STEPS == *" ab-relu "* ]]; then
+    DG_MQA_RELU_FORM=abs bench mqa-relu-abs $PREFILL paged:64x2x8192 paged:64x2x65536 paged:256x2x8192 \
+        paged:256x2x65536
+    DG_MQA_RELU_FORM=max bench mqa-relu-max paged:64x1x8192 paged:64x1x65536 paged:256x1x8192 paged:256x1x65536
+fi
 pack
 if [[ $STEPS == *" sanitize "* ]]; then
     for tool in ${DG_SANITIZERS:-memcheck racecheck synccheck}; do
@@ -56,8 +64,10 @@ fi
 if [[ $STEPS == *" ncu "* ]]; then
     # name, kernel regex, bench shape
     for spec in "paged sm90_fp8_paged_mqa_logits_kernel paged:64x1x65536" \
-                "prefill sm90_fp8_mqa_logits_kernel 2048x8192x64x128-causal"; do
+                "prefill sm90_fp8_mqa_logits_kernel 2048x8192x64x128-causal" \
+                "meta paged_mqa_schedule_kernel paged:64x1x8192"; do
         read -r name kernel shape <<< "$spec"
+        [[ " ${DG_NCU_KERNELS:-paged prefill} " == *" $name "* ]] || continue
         (cd /tmp && DG_JIT_WITH_LINEINFO=1 timeout 150 ncu --clock-control none --section SpeedOfLight \
             --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
             --section SchedulerStats --section SourceCounters -k "regex:$kernel" -s 1 -c 1 -o "$L/ncu-$name" \

@@ -23,11 +23,10 @@ inline jit::KernelSource render_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsCo
             fmt::format("#include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.next_n, c.num_heads, c.head_dim, c.block_kv, c.num_stages, c.num_math_wgs,
-                        flag(c.is_2d_context_lens),
-                        flag(c.clean_logits))};
+                        flag(c.is_2d_context_lens), flag(c.clean_logits), flag(c.relu_by_abs))};
 }
 
 // A config from named integer parameters (the compile-only entry point).
@@ -40,6 +39,7 @@ inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const std::map<s
                                                          get("block_kv", 64), get("is_2d_context_lens", 0) != 0,
                                                          get("clean_logits", 0) != 0);
     c.num_math_wgs = get("num_math_wgs", c.num_math_wgs);
+    c.relu_by_abs = get("relu_by_abs", c.relu_by_abs) != 0;
     c.num_stages = get("num_stages", paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs));
     c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages);
     return c;
@@ -94,9 +94,10 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
         c.num_stages = forced_stages;
     }
     c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
+    c.relu_by_abs = mqa_relu_by_abs_override().value_or(c.relu_by_abs);
 
     const auto stream = jit::current_stream(device);
-    static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool>,
+    static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool, bool>,
                     const jit::Kernel*>
         kernels;
     static std::mutex mutex;
@@ -104,7 +105,7 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     {
         std::lock_guard lock(mutex);
         auto& slot = kernels[{device, next_n, num_heads, head_dim, block_kv, c.num_stages, c.num_math_wgs,
-                              c.is_2d_context_lens, c.clean_logits}];
+                              c.is_2d_context_lens, c.clean_logits, c.relu_by_abs}];
         if (slot == nullptr) {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),

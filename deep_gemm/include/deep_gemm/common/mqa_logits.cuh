@@ -45,39 +45,80 @@ __device__ __forceinline__ void score_tile(uint64_t desc_kv, uint64_t desc_q, fl
     score_tile_wait(accum);
 }
 
-// sums[q][h] = sum over this thread's columns of query q of relu(x s_h) w, for its two key rows h = 0 (r, s_0 =
-// scale_0) and 1 (r + 8, s_1 = scale_1). Computed as (s_h sum x w + |s_h| sum |x| w) / 2, since relu(y) = (y + |y|) / 2
-// and |x s| = |x| |s|: exact in real arithmetic for a kv scale of any sign, and every step is an FFMA (|x| is an
-// operand modifier of FFMA), full rate on the FMA pipes, where relu as FMNMX runs on the half-rate ALU pipe (ncu
-// run 25: the ALU-bound head reduction was the prefill kernel's limit). In FP32 the two sums cancel where most x
-// are negative: the rounding error is a few ulp of sum |x w| instead of sum relu(x) |w|, far below what the FP8
-// inputs cost; a row whose x all share one sign comes out as with relu (0 for all negative, bit for bit).
-template <uint32_t kNumQueries, uint32_t kNumHeads, uint32_t kNumAccum>
-__device__ __forceinline__ void reduce_heads(const float (&accum)[kNumAccum],
-                                             const float2 (&weight)[kNumQueries * kNumHeads / 8], float scale_0,
-                                             float scale_1, float (&sums)[kNumQueries][2]) {
+// sums[q][h] = sum over this thread's columns of query q of relu(x) w (kScaleInside: relu(x scale[h]) w), relu
+// as FMNMX: the kReluByAbs = false form of weighted_relu_sums below.
+template <uint32_t kNumQueries, uint32_t kNumHeads, bool kScaleInside, uint32_t kNumAccum>
+__device__ __forceinline__ void relu_sums_by_max(const float (&accum)[kNumAccum],
+                                                 const float2 (&weight)[kNumQueries * kNumHeads / 8],
+                                                 const float (&scale)[2], float (&sums)[kNumQueries][2]) {
     constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
-    static_assert(kNumAccum >= kNumQueries * kNumHeads / 2, "accumulator fragment too small");
-    const float half_scale[2] = {0.5f * scale_0, 0.5f * scale_1};
     #pragma unroll
     for (uint32_t q = 0; q < kNumQueries; ++q) {
-        float signed_sum[2] = {0.0f, 0.0f}, abs_sum[2] = {0.0f, 0.0f};  // sum x w, sum |x| w per key row
+        float sum[2] = {0.0f, 0.0f};
         #pragma unroll
         for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
             const uint32_t j = q * kGroupsPerQuery + g;
             #pragma unroll
             for (uint32_t e = 0; e < 4; ++e) {
-                const float x = accum[j * 4 + e], w = e % 2 == 0 ? weight[j].x : weight[j].y;
-                signed_sum[e / 2] = fmaf(x, w, signed_sum[e / 2]);
-                abs_sum[e / 2] = fmaf(fabsf(x), w, abs_sum[e / 2]);
+                const float x = kScaleInside ? accum[j * 4 + e] * scale[e / 2] : accum[j * 4 + e];
+                sum[e / 2] = fmaf(fmaxf(x, 0.0f), e % 2 == 0 ? weight[j].x : weight[j].y, sum[e / 2]);
             }
         }
-        // (Both products rounded before the add: where every x of a row has one sign the two sums are exact
-        // negatives or copies of each other, so the result is exactly 0 or exactly s sum x w)
+        sums[q][0] = sum[0], sums[q][1] = sum[1];
+    }
+}
+
+// sums[q][h] = sum over this thread's columns of query q of relu(x s_h) w, for its two key rows h = 0 (r, s_0 =
+// scale_0) and 1 (r + 8, s_1 = scale_1); exact in real arithmetic for kv scales of any sign, in one of two forms:
+// - kReluByAbs = false: relu as FMNMX (the ALU pipe, half rate) then an FFMA per x; s folded out of the relu
+//   (s relu(x) = relu(x s) for s >= 0) when every scale of the warp is >= 0, else applied inside (a warp-uniform
+//   branch, so every lane must call this).
+// - kReluByAbs = true: (s sum x w + |s| sum |x| w) / 2, since relu(y) = (y + |y|) / 2 and |x s| = |x| |s|: two
+//   FFMAs per x (|x| is an FFMA operand modifier), no branch. The two sums cancel where most x are negative: the
+//   rounding error is a few ulp of sum |x w| instead of sum relu(x) |w|, far below what the FP8 inputs cost; a
+//   row whose x all share one sign comes out as with relu (0 for all negative, bit for bit). Measured (runs 26,
+//   27): 6 % faster in the paged kernel at next_n = 1, 4-6 % slower at next_n = 2 and 7 % slower in the
+//   prefill kernel with ping-pong, where the reduction overlaps the other warpgroup's wgmmas.
+template <uint32_t kNumQueries, uint32_t kNumHeads, bool kReluByAbs, uint32_t kNumAccum>
+__device__ __forceinline__ void weighted_relu_sums(const float (&accum)[kNumAccum],
+                                                   const float2 (&weight)[kNumQueries * kNumHeads / 8], float scale_0,
+                                                   float scale_1, float (&sums)[kNumQueries][2]) {
+    constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
+    static_assert(kNumAccum >= kNumQueries * kNumHeads / 2, "accumulator fragment too small");
+    const float scale[2] = {scale_0, scale_1};
+    // x e of group j: key row e / 2, weight .x for even e, .y for odd
+    const auto weight_of = [&](uint32_t j, uint32_t e) { return e % 2 == 0 ? weight[j].x : weight[j].y; };
+    if constexpr (kReluByAbs) {
         #pragma unroll
-        for (uint32_t h = 0; h < 2; ++h)
-            sums[q][h] = __fadd_rn(__fmul_rn(half_scale[h], signed_sum[h]),
-                                   __fmul_rn(fabsf(half_scale[h]), abs_sum[h]));
+        for (uint32_t q = 0; q < kNumQueries; ++q) {
+            float signed_sum[2] = {0.0f, 0.0f}, abs_sum[2] = {0.0f, 0.0f};  // sum x w, sum |x| w per key row
+            #pragma unroll
+            for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
+                const uint32_t j = q * kGroupsPerQuery + g;
+                #pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    signed_sum[e / 2] = fmaf(accum[j * 4 + e], weight_of(j, e), signed_sum[e / 2]);
+                    abs_sum[e / 2] = fmaf(fabsf(accum[j * 4 + e]), weight_of(j, e), abs_sum[e / 2]);
+                }
+            }
+            // (Both products rounded before the add: where every x of a row has one sign the two sums are exact
+            // negatives or copies of each other, so the result is exactly 0 or exactly s sum x w)
+            #pragma unroll
+            for (uint32_t h = 0; h < 2; ++h) {
+                const float half = 0.5f * scale[h];
+                sums[q][h] = __fadd_rn(__fmul_rn(half, signed_sum[h]), __fmul_rn(fabsf(half), abs_sum[h]));
+            }
+        }
+    } else {
+        // Two loop bodies behind a warp-uniform branch (not a select per x)
+        if (__all_sync(0xffffffff, scale_0 >= 0.0f && scale_1 >= 0.0f)) {
+            relu_sums_by_max<kNumQueries, kNumHeads, false>(accum, weight, scale, sums);
+            #pragma unroll
+            for (uint32_t q = 0; q < kNumQueries; ++q)
+                sums[q][0] *= scale_0, sums[q][1] *= scale_1;
+        } else {
+            relu_sums_by_max<kNumQueries, kNumHeads, true>(accum, weight, scale, sums);
+        }
     }
 }
 

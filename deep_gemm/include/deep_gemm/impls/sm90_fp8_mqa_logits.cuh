@@ -22,8 +22,8 @@
 //   warpgroups 0, 1  math (setmaxnreg 232): warpgroup w owns queries [w * 256 / H, +256 / H) of the block
 //       (its own Q tile) and keeps their weights for its 64 columns in registers. Per kv tile: load the
 //       scales of its two keys; wait full[s]; D / 32 x wgmma m64n256k32 into 128 accumulators; wait;
-//       arrive empty[s] (lane 0 of each warp); relu(x kv_scale) x weight summed over heads as
-//       (s sum x w + |s| sum |x| w) / 2 (mqa::reduce_heads: FFMAs only, exact for any sign of s); quad
+//       arrive empty[s] (lane 0 of each warp); relu(x kv_scale) x weight summed over heads
+//       (mqa::weighted_relu_sums, kReluByAbs: its form, exact for any sign of the scale); quad
 //       reduce-scatter; store the valid (i, j) straight from registers
 //       (8 consecutive keys = one 32-byte sector per query). kPingPong: the two warpgroups take turns to
 //       issue (named barriers 1 and 2: wait for the turn, issue, pass it), so their wgmmas run one after
@@ -37,9 +37,9 @@
 //   wgmma reads it; full[s]: 1 arrival + bytes; empty[s]: 8 arrivals (both math warpgroups read every
 //   stage: one kv tile feeds 2 x 256 / H queries, halving L2 traffic against one warpgroup per tile).
 // Shared memory: [Q: 2 x 256 x D] [kv stages] [full x stages, empty x stages, q_full] [tile range].
-// Speed limits: per 64-key tile a math thread issues 2 FFMAs per accumulator (256) plus ~40 for the
-//   reduction and stores, against 512 tensor-core cycles per warpgroup tile at D = 128 (with relu as FMNMX,
-//   half rate on the ALU pipe, two warps reducing on one scheduler took ~1100 cycles: ncu run 25); the
+// Speed limits: per 64-key tile a math thread issues 2 instructions per accumulator (256: FMNMX + FFMA, or
+//   two FFMAs) plus ~40 for the reduction and stores, against 512 tensor-core cycles per warpgroup tile at
+//   D = 128 (ncu runs 25, 27: the tensor pipe 44-48 % busy, issue 38 %: latency-bound, not pipe-bound); the
 //   two math warpgroups alternate on the tensor core, one's epilogue under the other's wgmma. D = 64
 //   halves the tensor work, not the epilogue (CUDA-core bound). Each CTA pays barrier init and pipeline
 //   fill (a few us) once per C keys. Limits: H in {16, 32, 64}, D in {64, 128}.
@@ -75,7 +75,7 @@ struct KeyRange {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong>
+          bool kOutBf16, bool kPingPong, bool kReluByAbs>
 struct Sm90Fp8MqaLogits {
     static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
     static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
@@ -264,9 +264,9 @@ struct Sm90Fp8MqaLogits {
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
-            // Per query and key: sum_h relu(x_h s) w_h (both FFMA sums of mqa::reduce_heads, any sign of s)
+            // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
             float sums[kQueriesPerWg][2];
-            mqa::reduce_heads<kQueriesPerWg, kNumHeads>(accum, weight, scale_0, scale_1, sums);
+            mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
 
             // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
             float reduced[kQueriesPerLane][2];
@@ -289,14 +289,15 @@ struct Sm90Fp8MqaLogits {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong>
+          bool kOutBf16, bool kPingPong, bool kReluByAbs>
 __global__ void __launch_bounds__(384, 1)
 sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
                            const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
                            const int32_t* __restrict__ ks, const int32_t* __restrict__ ke, void* __restrict__ logits,
                            uint64_t ld_logits, const __grid_constant__ TmaDescriptor tma_q,
                            const __grid_constant__ TmaDescriptor tma_kv) {
-    using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kPingPong>;
+    using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kPingPong,
+                                    kReluByAbs>;
     using OutBits = typename Kernel::OutBits;
 
     // Shared memory, 1024-byte aligned for the swizzle

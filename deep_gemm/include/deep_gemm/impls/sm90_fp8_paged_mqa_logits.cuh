@@ -22,7 +22,7 @@
 //       (so a slot is refilled only once every warpgroup is past its request). On the first own tile of a
 //       request: load its weights for this thread's N / 4 columns and its query ends. Per own tile: wait
 //       full[s]; D / 32 x wgmma m64nNk32; the scales of its two keys from shared memory; arrive empty[s];
-//       relu(x s) x weight summed over heads as two FFMA sums (mqa::reduce_heads, any sign of s); quad
+//       relu(x s) x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its form); quad
 //       reduce; store the valid keys (below the query's end, in blocks of the CTA's range) from registers.
 //       No global loads per tile.
 //   warpgroup M (setmaxnreg 40): warps 0 and 1 produce, tile n by warp n % 2 (one warp's issue loop, a
@@ -68,7 +68,7 @@ struct PagedMqaProblem {
 };
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
-          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits>
+          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs>
 struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t TILE_KV = 64;  // keys per tile: one wgmma M
     static constexpr uint32_t kBlocksPerTile = TILE_KV / kBlockKv;
@@ -339,9 +339,9 @@ struct Sm90Fp8PagedMqaLogits {
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
-            // Per query and key: sum_h relu(x_h s) w_h (both FFMA sums of mqa::reduce_heads, any sign of s)
+            // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
             float sums[kNextN][2];
-            mqa::reduce_heads<kNextN, kNumHeads>(accum, weight, scale[0], scale[1], sums);
+            mqa::weighted_relu_sums<kNextN, kNumHeads, kReluByAbs>(accum, weight, scale[0], scale[1], sums);
             float reduced[Reduce::kPerLane][2];
             Reduce::run(sums, reduced, lane);
 
@@ -364,14 +364,14 @@ struct Sm90Fp8PagedMqaLogits {
 };
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
-          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits>
+          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem,
                                  const __grid_constant__ TmaDescriptor tma_q,
                                  const __grid_constant__ TmaDescriptor tma_kv,
                                  const __grid_constant__ TmaDescriptor tma_scales) {
     using Kernel = Sm90Fp8PagedMqaLogits<kNextN, kNumHeads, kHeadDim, kBlockKv, kNumStages, kNumMathWarpgroups,
-                                         kIs2dContextLens, kCleanLogits>;
+                                         kIs2dContextLens, kCleanLogits, kReluByAbs>;
 
     // Shared memory, 1024-byte aligned for the swizzle
     extern __shared__ __align__(1024) uint8_t smem_raw[];
