@@ -685,7 +685,7 @@ def test_paged_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: di
     # The quad reduction: per key row, a reduce-scatter while two or more queries remain, else an all-reduce
     t = cfg["next_n"]
     assert sum("SHFL.BFLY" in line for line in lines) == 2 * (max(t // 2, 1) + max(t // 4, 1))
-    # Two FFMAs per accumulator by default at next_n = 1 only (runs 26-27)
+    # Two FFMAs per accumulator by default at next_n = 1 only (run 28)
     check_relu_form(lines, num_accum=n // 2, by_abs=cfg.get("relu_by_abs", int(t == 1)) != 0)
 
 

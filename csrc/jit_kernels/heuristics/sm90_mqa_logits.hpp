@@ -118,7 +118,8 @@ inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_
     c.num_math_wgs = paged_mqa_logits_max_math_wgs(next_n, num_heads);
     c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs);
     c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
-    // Runs 26-27 at H = 64: two FFMAs per accumulator 6 % faster than FMNMX + FFMA at next_n = 1, 4-6 % slower at 2
+    // Run 28 at H = 64 (A/B in one run): two FFMAs per accumulator 6 % faster than FMNMX + FFMA at next_n = 1, 3-4 %
+    // slower at next_n = 2
     c.relu_by_abs = next_n == 1;
     return c;
 }
