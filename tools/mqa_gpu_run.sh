@@ -8,7 +8,8 @@
 #               paged next_n = 1, abs for paged next_n = 2
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
 #   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of the kernels named in
-#             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches)
+#             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
+#             "paged-short": the paged kernel on 64 x 2 x 8192)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
 # Everything but summary.txt and the JSON files is packed into logs.tar.gz. Usage: tools/mqa_gpu_run.sh OUT
 set -u
@@ -65,7 +66,8 @@ if [[ $STEPS == *" ncu "* ]]; then
     # name, kernel regex, bench shape
     for spec in "paged sm90_fp8_paged_mqa_logits_kernel paged:64x1x65536" \
                 "prefill sm90_fp8_mqa_logits_kernel 2048x8192x64x128-causal" \
-                "meta paged_mqa_schedule_kernel paged:64x1x8192"; do
+                "meta paged_mqa_schedule_kernel paged:64x1x8192" \
+                "paged-short sm90_fp8_paged_mqa_logits_kernel paged:64x2x8192"; do
         read -r name kernel shape <<< "$spec"
         [[ " ${DG_NCU_KERNELS:-paged prefill} " == *" $name "* ]] || continue
         (cd /tmp && DG_JIT_WITH_LINEINFO=1 timeout 150 ncu --clock-control none --section SpeedOfLight \
