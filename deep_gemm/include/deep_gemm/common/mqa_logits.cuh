@@ -83,12 +83,12 @@ template <uint32_t kNumQueries, uint32_t kNumHeads, bool kReluByAbs, uint32_t kN
 __device__ __forceinline__ void weighted_relu_sums(const float (&accum)[kNumAccum],
                                                    const float2 (&weight)[kNumQueries * kNumHeads / 8], float scale_0,
                                                    float scale_1, float (&sums)[kNumQueries][2]) {
-    constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
     static_assert(kNumAccum >= kNumQueries * kNumHeads / 2, "accumulator fragment too small");
     const float scale[2] = {scale_0, scale_1};
-    // x e of group j: key row e / 2, weight .x for even e, .y for odd
-    const auto weight_of = [&](uint32_t j, uint32_t e) { return e % 2 == 0 ? weight[j].x : weight[j].y; };
     if constexpr (kReluByAbs) {
+        constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
+        // x e of group j: key row e / 2, weight .x for even e, .y for odd
+        const auto weight_of = [&](uint32_t j, uint32_t e) { return e % 2 == 0 ? weight[j].x : weight[j].y; };
         #pragma unroll
         for (uint32_t q = 0; q < kNumQueries; ++q) {
             float signed_sum[2] = {0.0f, 0.0f}, abs_sum[2] = {0.0f, 0.0f};  // sum x w, sum |x| w per key row
