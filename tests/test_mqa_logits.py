@@ -384,9 +384,10 @@ def test_negative_kv_scales(h: int) -> None:
 @gpu
 @pytest.mark.parametrize("h", [16, 64])
 def test_one_sign_and_mostly_negative_scores(h: int) -> None:
-    # The kernel sums relu(x s) w as (s sum x w + |s| sum |x| w) / 2. Keys whose every score has one sign must
-    # come out as with relu: exactly 0 where all x s < 0; keys where most heads score negative (the two sums
-    # cancel) must stay within the float64 bounds.
+    # In either form of the head reduction (the prefill's default FMNMX + FFMA here; the (s sum x w + |s| sum |x| w)
+    # / 2 form through DG_MQA_RELU_FORM=abs in test_env_overrides), keys whose every score has one sign must come
+    # out as with relu: exactly 0 where all x s < 0; keys where most heads score negative (where the abs form's two
+    # sums cancel) must stay within the float64 bounds.
     s, s_kv, d = 203, 1500, 128
     torch.manual_seed(7)
     q = torch.randn(s, h, d, device="cuda").abs().to(torch.float8_e4m3fn)  # every q >= 0

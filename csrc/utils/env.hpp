@@ -14,10 +14,12 @@ inline std::string get_env(const char* name, const std::string& fallback = "") {
     return value == nullptr ? fallback : std::string(value);
 }
 
-// A flag is on when set to anything but "", "0", "false", "off" or "no".
-inline bool get_env_flag(const char* name) {
+// A flag is on when set to anything but "", "0", "false", "off" or "no"; unset (or empty), it is `fallback`.
+inline bool get_env_flag(const char* name, bool fallback = false) {
     const std::string v = get_env(name);
-    return !(v.empty() || v == "0" || v == "false" || v == "off" || v == "no" || v == "False");
+    if (v.empty())
+        return fallback;
+    return !(v == "0" || v == "false" || v == "off" || v == "no" || v == "False");
 }
 
 // An unsigned integer in [lo, hi] (0 when unset, for overrides where 0 means "the heuristic's"); anything else

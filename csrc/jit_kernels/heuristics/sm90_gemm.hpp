@@ -137,7 +137,7 @@ inline uint32_t k_grouped_capacity(uint32_t num_groups) {
 // (read by the caller, so that get_gemm_config stays a pure function of its arguments)
 constexpr bool kMulticastByDefault = false;
 inline bool multicast_enabled() {
-    return get_env("DG_FP8_GEMM_MULTICAST").empty() ? kMulticastByDefault : get_env_flag("DG_FP8_GEMM_MULTICAST");
+    return get_env_flag("DG_FP8_GEMM_MULTICAST", kMulticastByDefault);
 }
 
 // Shared memory the kernel needs (mirrors Sm90Gemm::SMEM_SIZE): per stage 128 bytes of K per row of A and B,

@@ -69,7 +69,7 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, args.is_compressed,
                                               args.clean_logits, out_bf16, num_sms);
     // DG_MQA_LOGITS_PING_PONG off ("0", "false", ...): the math warpgroups issue their wgmmas independently (A/B)
-    static const bool ping_pong = get_env("DG_MQA_LOGITS_PING_PONG").empty() || get_env_flag("DG_MQA_LOGITS_PING_PONG");
+    static const bool ping_pong = get_env_flag("DG_MQA_LOGITS_PING_PONG", true);
     c.ping_pong = ping_pong;
     c.relu_by_abs = mqa_relu_by_abs_override().value_or(c.relu_by_abs);
 
