@@ -11,6 +11,9 @@
 #             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
 #             "paged-short": the paged kernel on 64 x 2 x 8192)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
+#   ab-old    every row with the kernel headers of DG_AB_OLD_INCLUDE (a tarball of deep_gemm/include from an
+#             earlier commit: git archive COMMIT deep_gemm/include | gzip > .ab/include.tar.gz, carried), the
+#             host code unchanged: a same-run baseline for a kernel change (mqa-old.json / mqa-old.log)
 # Everything but summary.txt and the JSON files is packed into logs.tar.gz. Usage: tools/mqa_gpu_run.sh OUT
 set -u
 OUT=${1:?usage: tools/mqa_gpu_run.sh OUT_DIR}
@@ -47,6 +50,14 @@ if [[ $STEPS == *" ab-relu "* ]]; then
     DG_MQA_RELU_FORM=abs bench mqa-relu-abs $PREFILL paged:64x2x8192 paged:64x2x65536 paged:256x2x8192 \
         paged:256x2x65536
     DG_MQA_RELU_FORM=max bench mqa-relu-max paged:64x1x8192 paged:64x1x65536 paged:256x1x8192 paged:256x1x65536
+fi
+if [[ $STEPS == *" ab-old "* ]]; then
+    # A copy of the installed package whose JIT reads the old headers (they sit next to the _C module)
+    PKG=$(cd /tmp && python3 -c "import deep_gemm, os; print(os.path.dirname(deep_gemm.__file__))")
+    rm -rf /tmp/dg_old && mkdir -p /tmp/dg_old && cp -r "$PKG" /tmp/dg_old/deep_gemm && rm -rf /tmp/dg_old/deep_gemm/include
+    tar -xzf "${DG_AB_OLD_INCLUDE:?ab-old needs DG_AB_OLD_INCLUDE}" -C /tmp/dg_old
+    note "ab-old package: $(cd /tmp && PYTHONPATH=/tmp/dg_old python3 -c 'import deep_gemm; print(deep_gemm.__file__)')"
+    PYTHONPATH=/tmp/dg_old DG_JIT_CACHE_DIR=/tmp/dgc_old bench mqa-old
 fi
 pack
 if [[ $STEPS == *" sanitize "* ]]; then

@@ -20,12 +20,15 @@
 //   union of its queries' [ks, ke).
 // Roles:
 //   warpgroups 0, 1  math (setmaxnreg 232): warpgroup w owns queries [w * 256 / H, +256 / H) of the block
-//       (its own Q tile) and keeps their weights for its 64 columns in registers. Per kv tile: load the
-//       scales of its two keys; wait full[s]; D / 32 x wgmma m64n256k32 into 128 accumulators; wait;
-//       arrive empty[s] (lane 0 of each warp); relu(x kv_scale) x weight summed over heads
-//       (mqa::weighted_relu_sums, kReluByAbs: its form, exact for any sign of the scale); quad
-//       reduce-scatter; store the valid (i, j) straight from registers
-//       (8 consecutive keys = one 32-byte sector per query). kPingPong: the two warpgroups take turns to
+//       (its own Q tile) and keeps their weights for its 64 columns in registers. Per kv tile t: load the
+//       scales of its two keys of tile t + 1 (one tile ahead); wait full[s]; D / 32 x wgmma m64n256k32 into
+//       128 accumulators; while they run, flush tile t - 1: quad reduce-scatter of its per-thread sums
+//       (H = 16: already reduced, for registers) and store of the valid (i, j) straight from registers
+//       (8 consecutive keys = one 32-byte sector per query); wait; arrive empty[s] (lane 0 of each warp);
+//       relu(x kv_scale) x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its form, exact
+//       for any sign of the scale) into the pending sums. After the last tile, one more flush. (Run 25's
+//       profile: the shuffles' and stores' latency chain after each reduction was ~18 % of a math warp's
+//       time; under the wgmmas it is hidden in the wait.) kPingPong: the two warpgroups take turns to
 //       issue (named barriers 1 and 2: wait for the turn, issue, pass it), so their wgmmas run one after
 //       the other on the tensor core and each one's reduction overlaps the other's wgmmas instead of
 //       both issuing together and reducing together.
@@ -233,10 +236,44 @@ struct Sm90Fp8MqaLogits {
             if constexpr (kIsCompressed)
                 ranges[m].end = min(ranges[m].end, ranges[m].begin + out_width);
         }
+        OutBits* out_rows[kQueriesPerLane];
+        #pragma unroll
+        for (uint32_t m = 0; m < kQueriesPerLane; ++m)
+            out_rows[m] = logits + static_cast<uint64_t>(wg_q_first + 4 * m + lane % 4) * ld_logits;
 
         const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(wg_idx));
         const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(0));
         ptx::mbarrier_wait(s.q_full(), 0);
+
+        // This thread's first key (row r of the tile; the other is r + 8) and its kv scale: 0 past the end (not
+        // stored). The scales are loaded one tile ahead, so their latency is never waited for.
+        const auto first_key = [&](uint32_t t) { return kv_first + t * BLOCK_KV + warp_in_wg * 16 + lane / 4; };
+        const auto load_scale = [&](uint32_t key) { return key < seq_len_kv ? __ldg(kv_scales + key) : 0.0f; };
+        float next_scale_0 = load_scale(first_key(0)), next_scale_1 = load_scale(first_key(0) + 8);
+
+        // The previous tile's results, reduced across the quad (H >= 32: its per-thread sums are kept, and the
+        // shuffles run here too; H = 16 keeps only the reduced values, for registers) and stored while this
+        // tile's wgmmas run
+        constexpr bool kDeferQuadReduce = kQueriesPerWg <= 8;
+        float pending_sums[kDeferQuadReduce ? kQueriesPerWg : 1][2] = {};
+        float pending[kQueriesPerLane][2] = {};
+        uint32_t pending_key_0 = 0;
+        bool has_pending = false;  // (a store predicate: the flush itself is unconditional, see the paged kernel)
+        const auto flush = [&]() {
+            // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
+            if constexpr (kDeferQuadReduce)
+                mqa::QuadReduce<kQueriesPerWg>::run(pending_sums, pending, lane);
+            #pragma unroll
+            for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
+                #pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {
+                    // Query wg_q_first + 4m + lane % 4, key pending_key_0 + 8h: stored only where valid
+                    const uint32_t key = pending_key_0 + h * 8;
+                    if (has_pending && key >= ranges[m].begin && key < ranges[m].end)
+                        store(out_rows[m] + (kIsCompressed ? key - ranges[m].begin : key), pending[m][h]);
+                }
+            }
+        };
 
         float accum[kNumAccum];
         PipelineState<kNumStages> pipe;
@@ -244,11 +281,10 @@ struct Sm90Fp8MqaLogits {
             ptx::named_barrier_arrive(kTurnBarrier, kNumMathThreads);  // warpgroup 0 issues first
         #pragma unroll 1
         for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
-            // This thread's keys (rows r and r + 8 of the tile) and their scales (0 past the end: not stored)
-            const uint32_t key_0 = kv_first + t * BLOCK_KV + warp_in_wg * 16 + lane / 4;
-            const uint32_t key_1 = key_0 + 8;
-            const float scale_0 = key_0 < seq_len_kv ? __ldg(kv_scales + key_0) : 0.0f;
-            const float scale_1 = key_1 < seq_len_kv ? __ldg(kv_scales + key_1) : 0.0f;
+            const uint32_t key_0 = first_key(t);
+            const float scale_0 = next_scale_0, scale_1 = next_scale_1;
+            if (t + 1 < num_tiles)
+                next_scale_0 = load_scale(first_key(t + 1)), next_scale_1 = load_scale(first_key(t + 1) + 8);
 
             // accum [64 keys x 256 query-heads] = kv tile (64 x D) * Q tile (256 x D)^T
             // kPingPong: wait for this warpgroup's turn, issue, pass the turn: the other's wgmmas queue behind
@@ -260,31 +296,24 @@ struct Sm90Fp8MqaLogits {
                 ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q, accum);
             if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
+            // The previous tile's quad reduce and stores (shuffle and address latency) under these wgmmas
+            flush();
             mqa::score_tile_wait(accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
             // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
-            float sums[kQueriesPerWg][2];
-            mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
-
-            // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
-            float reduced[kQueriesPerLane][2];
-            mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
-            #pragma unroll
-            for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
-                #pragma unroll
-                for (uint32_t h = 0; h < 2; ++h) {
-                    // Query wg_q_first + 4m + lane % 4, key key_h: stored only where valid
-                    const uint32_t key = h == 0 ? key_0 : key_1;
-                    if (key >= ranges[m].begin && key < ranges[m].end) {
-                        const uint32_t col = kIsCompressed ? key - ranges[m].begin : key;
-                        const uint64_t row = wg_q_first + 4 * m + lane % 4;
-                        store(logits + row * ld_logits + col, reduced[m][h]);
-                    }
-                }
+            if constexpr (kDeferQuadReduce) {
+                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1,
+                                                                              pending_sums);
+            } else {
+                float sums[kQueriesPerWg][2];
+                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
+                mqa::QuadReduce<kQueriesPerWg>::run(sums, pending, lane);
             }
+            pending_key_0 = key_0, has_pending = true;
         }
+        flush();
     }
 };
 

@@ -21,9 +21,11 @@
 //       every tile of the range: entering a request, wait q_full of its Q slot; leaving it, arrive q_empty
 //       (so a slot is refilled only once every warpgroup is past its request). On the first own tile of a
 //       request: load its weights for this thread's N / 4 columns and its query ends. Per own tile: wait
-//       full[s]; D / 32 x wgmma m64nNk32; the scales of its two keys from shared memory; arrive empty[s];
-//       relu(x s) x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its form); quad
-//       reduce; store the valid keys (below the query's end, in blocks of the CTA's range) from registers.
+//       full[s]; D / 32 x wgmma m64nNk32; while they run, flush the previous own tile (quad reduce of its
+//       per-thread sums, store of the valid keys: below the query's end, in blocks of the CTA's range,
+//       from registers); wait; the scales of its two keys from shared memory; arrive empty[s]; relu(x s)
+//       x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its form) into the pending sums.
+//       One more flush after the last own tile.
 //       No global loads per tile.
 //   warpgroup M (setmaxnreg 40): warps 0 and 1 produce, tile n by warp n % 2 (one warp's issue loop, a
 //       chain of ~70 dependent instructions, took ~800 cycles a tile: ncu run 25, the limit at ~65 % of
@@ -82,6 +84,7 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t kMathRegs = kNumMathWarpgroups == 2 ? 232 : 152;
     using Wgmma = ptx::WgmmaFp8E4m3<WG_N>;
     using Reduce = mqa::QuadReduce<kNextN>;
+    static_assert(Reduce::kPerLane == 1, "T <= 4: one query per lane after the quad reduce (the deferred store)");
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;
     static constexpr uint32_t kNumGroups = WG_N / 8;
     static constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
@@ -287,6 +290,23 @@ struct Sm90Fp8PagedMqaLogits {
         uint32_t loaded_request = 0xffffffffu;
         float accum[kNumAccum];
 
+        // The previous own tile's per-thread sums, reduced across the quad and stored while this tile's wgmmas
+        // run; where its two values go (row pointer at key row_0) and which of them are stored (none before the
+        // first own tile: the flush is unconditional, so no shuffle sits in a branch the compiler cannot prove
+        // warp-uniform)
+        float pending[kNextN][2] = {};
+        float* pending_out = p.logits;
+        bool pending_stores[2] = {false, false};
+        const auto flush = [&]() {
+            float reduced[Reduce::kPerLane][2];
+            Reduce::run(pending, reduced, lane);
+            #pragma unroll
+            for (uint32_t h = 0; h < 2; ++h) {
+                if (pending_stores[h])
+                    pending_out[h * 8] = reduced[0][h];
+            }
+        };
+
         PipelineState<kNumStages> pipe;
         PipelineState<kNumQSlots> q_pipe;
         uint32_t q_request = 0xffffffffu;  // the request whose Q slot (q_pipe.stage) this warpgroup is in
@@ -327,11 +347,14 @@ struct Sm90Fp8PagedMqaLogits {
             for (uint32_t h = 0; h < 2; ++h)
                 in_range[h] = c.block + (row_0 + h * 8) / kBlockKv < limit;
 
-            // accum [64 keys x T H query-heads] = kv tile (64 x D) * Q tile (T H x D)^T
+            // accum [64 keys x T H query-heads] = kv tile (64 x D) * Q tile (T H x D)^T; the previous own tile's
+            // quad reduce and stores (shuffle and address latency) run under these wgmmas
             const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(pipe.stage));
             const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(q_pipe.stage));
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-            mqa::score_tile<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+            mqa::score_tile_issue<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+            flush();
+            mqa::score_tile_wait(accum);
             float scale[2];
             #pragma unroll
             for (uint32_t h = 0; h < 2; ++h)
@@ -339,26 +362,17 @@ struct Sm90Fp8PagedMqaLogits {
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
-            // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
-            float sums[kNextN][2];
-            mqa::weighted_relu_sums<kNextN, kNumHeads, kReluByAbs>(accum, weight, scale[0], scale[1], sums);
-            float reduced[Reduce::kPerLane][2];
-            Reduce::run(sums, reduced, lane);
-
-            // Store the valid keys: lane l holds query Reduce::query(m, l)
-            if (Reduce::stores(lane)) {
-                #pragma unroll
-                for (uint32_t m = 0; m < Reduce::kPerLane; ++m) {
-                    const uint64_t out_row = static_cast<uint64_t>(c.request) * kNextN + Reduce::query(m, lane);
-                    #pragma unroll
-                    for (uint32_t h = 0; h < 2; ++h) {
-                        const uint32_t key = c.block * kBlockKv + row_0 + h * 8;
-                        if (in_range[h] && key < ends[m])
-                            p.logits[out_row * p.ld_logits + key] = reduced[m][h];
-                    }
-                }
-            }
+            // Per query and key: sum_h relu(x_h s) w_h (any sign of s); stored by the next flush: the valid keys
+            // (below the query's end, in blocks of the CTA's range) of query Reduce::query(0, lane)
+            mqa::weighted_relu_sums<kNextN, kNumHeads, kReluByAbs>(accum, weight, scale[0], scale[1], pending);
+            const uint32_t key_0 = c.block * kBlockKv + row_0;
+            const uint64_t out_row = static_cast<uint64_t>(c.request) * kNextN + Reduce::query(0, lane);
+            pending_out = p.logits + out_row * p.ld_logits + key_0;
+            #pragma unroll
+            for (uint32_t h = 0; h < 2; ++h)
+                pending_stores[h] = Reduce::stores(lane) && in_range[h] && key_0 + h * 8 < ends[0];
         }
+        flush();
         // (no arrival for the last request's slot: nothing is loaded after it)
     }
 };
