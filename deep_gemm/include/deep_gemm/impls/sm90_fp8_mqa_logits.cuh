@@ -22,9 +22,11 @@
 //   warpgroups 0, 1  math (setmaxnreg 232): warpgroup w owns queries [w * 256 / H, +256 / H) of the block
 //       (its own Q tile) and keeps their weights for its 64 columns in registers. Per kv tile t: load the
 //       scales of its two keys of tile t + 1 (one tile ahead); wait full[s]; D / 32 x wgmma m64n256k32 into
-//       128 accumulators; while they run, flush tile t - 1: quad reduce-scatter of its per-thread sums
-//       (H = 16: already reduced, for registers) and store of the valid (i, j) straight from registers
-//       (8 consecutive keys = one 32-byte sector per query); wait; arrive empty[s] (lane 0 of each warp);
+//       128 accumulators (H >= 32: only if one of its own queries has a key in the tile; else it skips the
+//       wgmmas and the reduction, which saves work where the queries' ranges differ); while they run, flush
+//       tile t - 1: quad reduce-scatter of its per-thread sums (H = 64; H <= 32 keeps them reduced, for
+//       registers) and store of the valid (i, j) straight from registers (8 consecutive keys = one 32-byte
+//       sector per query); wait; arrive empty[s] (lane 0 of each warp);
 //       relu(x kv_scale) x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its form, exact
 //       for any sign of the scale) into the pending sums. After the last tile, one more flush. (Run 25's
 //       profile: the shuffles' and stores' latency chain after each reduction was ~18 % of a math warp's
@@ -236,10 +238,6 @@ struct Sm90Fp8MqaLogits {
             if constexpr (kIsCompressed)
                 ranges[m].end = min(ranges[m].end, ranges[m].begin + out_width);
         }
-        OutBits* out_rows[kQueriesPerLane];
-        #pragma unroll
-        for (uint32_t m = 0; m < kQueriesPerLane; ++m)
-            out_rows[m] = logits + static_cast<uint64_t>(wg_q_first + 4 * m + lane % 4) * ld_logits;
 
         const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(wg_idx));
         const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(0));
@@ -251,14 +249,15 @@ struct Sm90Fp8MqaLogits {
         const auto load_scale = [&](uint32_t key) { return key < seq_len_kv ? __ldg(kv_scales + key) : 0.0f; };
         float next_scale_0 = load_scale(first_key(0)), next_scale_1 = load_scale(first_key(0) + 8);
 
-        // The previous tile's results, reduced across the quad (H >= 32: its per-thread sums are kept, and the
-        // shuffles run here too; H = 16 keeps only the reduced values, for registers) and stored while this
+        // The previous tile's results, reduced across the quad (H = 64: its per-thread sums are kept, and the
+        // shuffles run here too; H <= 32 keeps only the reduced values, for registers) and stored while this
         // tile's wgmmas run
-        constexpr bool kDeferQuadReduce = kQueriesPerWg <= 8;
-        float pending_sums[kDeferQuadReduce ? kQueriesPerWg : 1][2] = {};
-        float pending[kQueriesPerLane][2] = {};
+        constexpr bool kDeferQuadReduce = kQueriesPerWg <= 4;
+        constexpr bool kSkipIdleTiles = kQueriesPerWg <= 8;
+        float pending_sums[kDeferQuadReduce ? kQueriesPerWg : 1][2];
+        float pending[kQueriesPerLane][2];
         uint32_t pending_key_0 = 0;
-        bool has_pending = false;  // (a store predicate: the flush itself is unconditional, see the paged kernel)
+        bool has_pending = false;
         const auto flush = [&]() {
             // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
             if constexpr (kDeferQuadReduce)
@@ -269,8 +268,9 @@ struct Sm90Fp8MqaLogits {
                 for (uint32_t h = 0; h < 2; ++h) {
                     // Query wg_q_first + 4m + lane % 4, key pending_key_0 + 8h: stored only where valid
                     const uint32_t key = pending_key_0 + h * 8;
-                    if (has_pending && key >= ranges[m].begin && key < ranges[m].end)
-                        store(out_rows[m] + (kIsCompressed ? key - ranges[m].begin : key), pending[m][h]);
+                    if (key >= ranges[m].begin && key < ranges[m].end)
+                        store(logits + static_cast<uint64_t>(wg_q_first + 4 * m + lane % 4) * ld_logits +
+                                  (kIsCompressed ? key - ranges[m].begin : key), pending[m][h]);
                 }
             }
         };
@@ -285,35 +285,57 @@ struct Sm90Fp8MqaLogits {
             const float scale_0 = next_scale_0, scale_1 = next_scale_1;
             if (t + 1 < num_tiles)
                 next_scale_0 = load_scale(first_key(t + 1)), next_scale_1 = load_scale(first_key(t + 1) + 8);
+            // Whether any query of this warpgroup has a key in the tile (the CTA's tiles cover the union of its
+            // 2 x 256 / H queries' ranges; a warpgroup whose own queries miss the tile skips its wgmmas and its
+            // reduction). Every warp holds all the warpgroup's ranges (lane % 4), so all four agree. (H >= 32 only:
+            // at H = 16 the extra live state spilled.)
+            const uint32_t tile_begin = kv_first + t * BLOCK_KV;
+            bool meets = false;
+            #pragma unroll
+            for (uint32_t m = 0; m < kQueriesPerLane; ++m)
+                meets |= ranges[m].begin < ranges[m].end && ranges[m].begin < tile_begin + BLOCK_KV &&
+                         ranges[m].end > tile_begin;
+            const bool active = !kSkipIdleTiles || __any_sync(0xffffffff, meets);
 
             // accum [64 keys x 256 query-heads] = kv tile (64 x D) * Q tile (256 x D)^T
             // kPingPong: wait for this warpgroup's turn, issue, pass the turn: the other's wgmmas queue behind
-            // these on the tensor core, so one warpgroup's head reduction runs under the other's wgmmas
+            // these on the tensor core, so one warpgroup's head reduction runs under the other's wgmmas (a
+            // skipping warpgroup still takes its turn, so the alternation holds)
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
             if constexpr (kPingPong)
                 ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
-            mqa::score_tile_issue<Wgmma, kNumKSteps>(
-                ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q, accum);
+            if (active) {
+                mqa::score_tile_issue<Wgmma, kNumKSteps>(
+                    ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q, accum);
+            }
             if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
-            // The previous tile's quad reduce and stores (shuffle and address latency) under these wgmmas
-            flush();
-            mqa::score_tile_wait(accum);
+            // The previous tile's quad reduce and stores (shuffle and address latency) under these wgmmas. (In a
+            // branch: ptxas then keeps it after the last wgmma and the turn's pass; unconditional, it hoisted the
+            // shuffles between the wgmmas, delaying the pass to the other warpgroup: -4 % in run 30)
+            if (has_pending)
+                flush();
+            if (active)
+                mqa::score_tile_wait(accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
             // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
-            if constexpr (kDeferQuadReduce) {
-                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1,
-                                                                              pending_sums);
-            } else {
-                float sums[kQueriesPerWg][2];
-                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
-                mqa::QuadReduce<kQueriesPerWg>::run(sums, pending, lane);
+            if (active) {
+                if constexpr (kDeferQuadReduce) {
+                    mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1,
+                                                                                  pending_sums);
+                } else {
+                    float sums[kQueriesPerWg][2];
+                    mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1,
+                                                                                  sums);
+                    mqa::QuadReduce<kQueriesPerWg>::run(sums, pending, lane);
+                }
             }
-            pending_key_0 = key_0, has_pending = true;
+            pending_key_0 = key_0, has_pending = active;
         }
-        flush();
+        if (has_pending)
+            flush();
     }
 };
 

@@ -291,12 +291,13 @@ struct Sm90Fp8PagedMqaLogits {
         float accum[kNumAccum];
 
         // The previous own tile's per-thread sums, reduced across the quad and stored while this tile's wgmmas
-        // run; where its two values go (row pointer at key row_0) and which of them are stored (none before the
-        // first own tile: the flush is unconditional, so no shuffle sits in a branch the compiler cannot prove
-        // warp-uniform)
-        float pending[kNextN][2] = {};
+        // run; where its two values go (row pointer at key row_0) and which of them are stored. The flush sits in
+        // a branch so that ptxas keeps it after the last wgmma (unconditional, it hoisted the shuffles between
+        // the wgmmas); on a bool, not a pointer test, which made ptxas add a divergent-shuffle fallback.
+        float pending[kNextN][2];
         float* pending_out = p.logits;
         bool pending_stores[2] = {false, false};
+        bool has_pending = false;
         const auto flush = [&]() {
             float reduced[Reduce::kPerLane][2];
             Reduce::run(pending, reduced, lane);
@@ -353,7 +354,8 @@ struct Sm90Fp8PagedMqaLogits {
             const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(q_pipe.stage));
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
             mqa::score_tile_issue<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
-            flush();
+            if (has_pending)
+                flush();
             mqa::score_tile_wait(accum);
             float scale[2];
             #pragma unroll
@@ -371,6 +373,7 @@ struct Sm90Fp8PagedMqaLogits {
             #pragma unroll
             for (uint32_t h = 0; h < 2; ++h)
                 pending_stores[h] = Reduce::stores(lane) && in_range[h] && key_0 + h * 8 < ends[0];
+            has_pending = true;
         }
         flush();
         // (no arrival for the last request's slot: nothing is loaded after it)
