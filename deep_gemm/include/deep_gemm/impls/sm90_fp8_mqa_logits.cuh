@@ -22,18 +22,17 @@
 //   warpgroups 0, 1  math (setmaxnreg 232): warpgroup w owns queries [w * 256 / H, +256 / H) of the block
 //       (its own Q tile) and keeps their weights for its 64 columns in registers. Per kv tile t: load the
 //       scales of its two keys of tile t + 1 (one tile ahead); wait full[s]; D / 32 x wgmma m64n256k32 into
-//       128 accumulators (H >= 32: only if one of its own queries has a key in the tile; else it skips the
-//       wgmmas and the reduction, which saves work where the queries' ranges differ); while they run, flush
-//       tile t - 1: quad reduce-scatter of its per-thread sums (H = 64; H <= 32 keeps them reduced, for
-//       registers) and store of the valid (i, j) straight from registers (8 consecutive keys = one 32-byte
-//       sector per query); wait; arrive empty[s] (lane 0 of each warp);
-//       relu(x kv_scale) x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its form, exact
-//       for any sign of the scale) into the pending sums. After the last tile, one more flush. (Run 25's
+//       128 accumulators; H <= 32: while they run, flush tile t - 1 (quad reduce-scatter of its per-thread
+//       sums at H = 32, already reduced at H = 16 for registers; store of the valid (i, j) straight from
+//       registers: 8 consecutive keys = one 32-byte sector per query); wait; arrive empty[s] (lane 0 of
+//       each warp); relu(x kv_scale) x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its
+//       form, exact for any sign of the scale); H = 64: quad reduce-scatter and store now. (Run 25's
 //       profile: the shuffles' and stores' latency chain after each reduction was ~18 % of a math warp's
-//       time; under the wgmmas it is hidden in the wait.) kPingPong: the two warpgroups take turns to
-//       issue (named barriers 1 and 2: wait for the turn, issue, pass it), so their wgmmas run one after
-//       the other on the tensor core and each one's reduction overlaps the other's wgmmas instead of
-//       both issuing together and reducing together.
+//       time; deferred under the wgmmas it gained 6-10 % at H = 16, 32 and lost 3 % at H = 64, run 31, where
+//       the flush competes for issue with the other warpgroup's reduction.) kPingPong: the two warpgroups
+//       take turns to issue (named barriers 1 and 2: wait for the turn, issue, pass it), so their wgmmas
+//       run one after the other on the tensor core and each one's reduction overlaps the other's wgmmas
+//       instead of both issuing together and reducing together.
 //   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles (once, on q_full), then one
 //       kv tile per stage after empty[s], arming full[s] with its bytes. Warps 1-3 (kCleanLogits):
 //       -inf into every invalid position of the CTA's rows and columns with 16-byte stores, while the
@@ -249,15 +248,16 @@ struct Sm90Fp8MqaLogits {
         const auto load_scale = [&](uint32_t key) { return key < seq_len_kv ? __ldg(kv_scales + key) : 0.0f; };
         float next_scale_0 = load_scale(first_key(0)), next_scale_1 = load_scale(first_key(0) + 8);
 
-        // The previous tile's results, reduced across the quad (H = 64: its per-thread sums are kept, and the
-        // shuffles run here too; H <= 32 keeps only the reduced values, for registers) and stored while this
-        // tile's wgmmas run
-        constexpr bool kDeferQuadReduce = kQueriesPerWg <= 4;
-        constexpr bool kSkipIdleTiles = kQueriesPerWg <= 8;
+        // The tile's results after the head sum, and their flush: the quad reduce-scatter (in the flush only at
+        // H = 32: kDeferQuadReduce) and the stores. At H <= 32 (kDeferFlush) tile t - 1 is flushed while tile t's
+        // wgmmas run; at H = 64 right after its own reduction, as that measured faster (run 31: deferred, with or
+        // without the shuffles, 3 % slower at H = 64; 6-10 % faster at H = 16 and 32, and at H = 16 only the
+        // stores fit in the registers, the H = 32 shuffles only without more live state)
+        constexpr bool kDeferFlush = kQueriesPerWg >= 8;
+        constexpr bool kDeferQuadReduce = kQueriesPerWg == 8;
         float pending_sums[kDeferQuadReduce ? kQueriesPerWg : 1][2];
         float pending[kQueriesPerLane][2];
         uint32_t pending_key_0 = 0;
-        bool has_pending = false;
         const auto flush = [&]() {
             // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
             if constexpr (kDeferQuadReduce)
@@ -285,56 +285,40 @@ struct Sm90Fp8MqaLogits {
             const float scale_0 = next_scale_0, scale_1 = next_scale_1;
             if (t + 1 < num_tiles)
                 next_scale_0 = load_scale(first_key(t + 1)), next_scale_1 = load_scale(first_key(t + 1) + 8);
-            // Whether any query of this warpgroup has a key in the tile (the CTA's tiles cover the union of its
-            // 2 x 256 / H queries' ranges; a warpgroup whose own queries miss the tile skips its wgmmas and its
-            // reduction). Every warp holds all the warpgroup's ranges (lane % 4), so all four agree. (H >= 32 only:
-            // at H = 16 the extra live state spilled.)
-            const uint32_t tile_begin = kv_first + t * BLOCK_KV;
-            bool meets = false;
-            #pragma unroll
-            for (uint32_t m = 0; m < kQueriesPerLane; ++m)
-                meets |= ranges[m].begin < ranges[m].end && ranges[m].begin < tile_begin + BLOCK_KV &&
-                         ranges[m].end > tile_begin;
-            const bool active = !kSkipIdleTiles || __any_sync(0xffffffff, meets);
 
             // accum [64 keys x 256 query-heads] = kv tile (64 x D) * Q tile (256 x D)^T
             // kPingPong: wait for this warpgroup's turn, issue, pass the turn: the other's wgmmas queue behind
-            // these on the tensor core, so one warpgroup's head reduction runs under the other's wgmmas (a
-            // skipping warpgroup still takes its turn, so the alternation holds)
+            // these on the tensor core, so one warpgroup's head reduction runs under the other's wgmmas
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
             if constexpr (kPingPong)
                 ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
-            if (active) {
-                mqa::score_tile_issue<Wgmma, kNumKSteps>(
-                    ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q, accum);
-            }
+            mqa::score_tile_issue<Wgmma, kNumKSteps>(
+                ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q, accum);
             if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
-            // The previous tile's quad reduce and stores (shuffle and address latency) under these wgmmas. (In a
-            // branch: ptxas then keeps it after the last wgmma and the turn's pass; unconditional, it hoisted the
-            // shuffles between the wgmmas, delaying the pass to the other warpgroup: -4 % in run 30)
-            if (has_pending)
+            // kDeferFlush: the previous tile's flush under these wgmmas. (In a branch: ptxas then keeps it after
+            // the last wgmma and the turn's pass; unconditional, it hoisted the shuffles between the wgmmas,
+            // delaying the pass to the other warpgroup, run 30.)
+            if (kDeferFlush && t > 0)
                 flush();
-            if (active)
-                mqa::score_tile_wait(accum);
+            mqa::score_tile_wait(accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
             // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
-            if (active) {
-                if constexpr (kDeferQuadReduce) {
-                    mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1,
-                                                                                  pending_sums);
-                } else {
-                    float sums[kQueriesPerWg][2];
-                    mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1,
-                                                                                  sums);
-                    mqa::QuadReduce<kQueriesPerWg>::run(sums, pending, lane);
-                }
+            if constexpr (kDeferQuadReduce) {
+                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1,
+                                                                              pending_sums);
+            } else {
+                float sums[kQueriesPerWg][2];
+                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
+                mqa::QuadReduce<kQueriesPerWg>::run(sums, pending, lane);
             }
-            pending_key_0 = key_0, has_pending = active;
+            pending_key_0 = key_0;
+            if constexpr (!kDeferFlush)
+                flush();
         }
-        if (has_pending)
+        if constexpr (kDeferFlush)
             flush();
     }
 };
