@@ -11,6 +11,8 @@
 #             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
 #             "paged-short": the paged kernel on 64 x 2 x 8192)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
+#   micro     tools/microbench_head_sum.cu: per-SM throughput of F2FP (relu + BF16 pack), FMNMX, FFMA, and the
+#             cycles of a register-A wgmma m64n8k16 and of an m64n256k32 FP8 wgmma (micro.txt, in the summary)
 #   ab-old    every row with the kernel headers of DG_AB_OLD_INCLUDE (a tarball of deep_gemm/include from an
 #             earlier commit: git archive COMMIT deep_gemm/include | gzip > .ab/include.tar.gz, carried), the
 #             host code unchanged: a same-run baseline for a kernel change (mqa-old.json / mqa-old.log)
@@ -50,6 +52,11 @@ if [[ $STEPS == *" ab-relu "* ]]; then
     DG_MQA_RELU_FORM=abs bench mqa-relu-abs $PREFILL paged:64x2x8192 paged:64x2x65536 paged:256x2x8192 \
         paged:256x2x65536
     DG_MQA_RELU_FORM=max bench mqa-relu-max paged:64x1x8192 paged:64x1x65536 paged:256x1x8192 paged:256x1x65536
+fi
+if [[ $STEPS == *" micro "* ]]; then
+    nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -I deep_gemm/include tools/microbench_head_sum.cu \
+        -o /tmp/microbench_head_sum > "$L/micro-build.txt" 2>&1 && timeout 60 /tmp/microbench_head_sum > "$L/micro.txt" 2>&1
+    note "micro rc=$?"; cat "$L/micro.txt" >> "$OUT/summary.txt"
 fi
 if [[ $STEPS == *" ab-old "* ]]; then
     # A copy of the installed package whose JIT reads the old headers (they sit next to the _C module)
