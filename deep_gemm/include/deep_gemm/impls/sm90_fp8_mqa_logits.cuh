@@ -21,18 +21,17 @@
 // Roles:
 //   warpgroups 0, 1  math (setmaxnreg 232): warpgroup w owns queries [w * 256 / H, +256 / H) of the block
 //       (its own Q tile) and keeps their weights for its 64 columns in registers. Per kv tile t: load the
-//       scales of its two keys of tile t + 1 (one tile ahead); wait full[s]; D / 32 x wgmma m64n256k32 into
-//       128 accumulators; H <= 32: while they run, flush tile t - 1 (quad reduce-scatter of its per-thread
-//       sums at H = 32, already reduced at H = 16 for registers; store of the valid (i, j) straight from
-//       registers: 8 consecutive keys = one 32-byte sector per query); wait; arrive empty[s] (lane 0 of
-//       each warp); relu(x kv_scale) x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its
-//       form, exact for any sign of the scale); H = 64: quad reduce-scatter and store now. (Run 25's
-//       profile: the shuffles' and stores' latency chain after each reduction was ~18 % of a math warp's
-//       time; deferred under the wgmmas it gained 6-10 % at H = 16, 32 and lost 3 % at H = 64, run 31, where
-//       the flush competes for issue with the other warpgroup's reduction.) kPingPong: the two warpgroups
-//       take turns to issue (named barriers 1 and 2: wait for the turn, issue, pass it), so their wgmmas
-//       run one after the other on the tensor core and each one's reduction overlaps the other's wgmmas
-//       instead of both issuing together and reducing together.
+//       scales of its two keys (H = 16: of tile t + 1, one tile ahead); wait full[s]; D / 32 x wgmma
+//       m64n256k32 into 128 accumulators; H = 16: while they run, store tile t - 1's results; wait; arrive
+//       empty[s] (lane 0 of each warp); relu(x kv_scale) x weight summed over heads
+//       (mqa::weighted_relu_sums, kReluByAbs: its form, exact for any sign of the scale); quad
+//       reduce-scatter; H >= 32: store the valid (i, j) straight from registers now (8 consecutive keys =
+//       one 32-byte sector per query). (Deferring the stores under the next wgmmas: +6-9 % at H = 16,
+//       3-10 % slower at H = 64, runs 30-32: there the deferred work competes for issue slots with the other
+//       warpgroup's reduction.) kPingPong: the two warpgroups take turns to issue (named barriers 1 and 2:
+//       wait for the turn, issue, pass it), so their wgmmas run one after the other on the tensor core and
+//       each one's reduction overlaps the other's wgmmas instead of both issuing together and reducing
+//       together.
 //   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles (once, on q_full), then one
 //       kv tile per stage after empty[s], arming full[s] with its bytes. Warps 1-3 (kCleanLogits):
 //       -inf into every invalid position of the CTA's rows and columns with 16-byte stores, while the
@@ -242,35 +241,35 @@ struct Sm90Fp8MqaLogits {
         const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(0));
         ptx::mbarrier_wait(s.q_full(), 0);
 
+        // kDeferFlush (H = 16): tile t - 1's stores run while tile t's wgmmas do, and the kv scales are loaded
+        // one tile ahead; else each tile's quad reduce-scatter and stores follow its own reduction. Measured
+        // (runs 30-32, same-run A/B): deferred 6-9 % faster at H = 16; at H = 64 3-10 % slower in every form
+        // tried (with or without the shuffles deferred, the scale prefetch alone), as the deferred work
+        // competes for issue slots with the other warpgroup's reduction; at H = 32 within noise.
+        constexpr bool kDeferFlush = kQueriesPerWg == 16;
         // This thread's first key (row r of the tile; the other is r + 8) and its kv scale: 0 past the end (not
-        // stored). The scales are loaded one tile ahead, so their latency is never waited for.
+        // stored)
         const auto first_key = [&](uint32_t t) { return kv_first + t * BLOCK_KV + warp_in_wg * 16 + lane / 4; };
         const auto load_scale = [&](uint32_t key) { return key < seq_len_kv ? __ldg(kv_scales + key) : 0.0f; };
-        float next_scale_0 = load_scale(first_key(0)), next_scale_1 = load_scale(first_key(0) + 8);
+        float next_scale_0 = 0.0f, next_scale_1 = 0.0f;
+        if constexpr (kDeferFlush)
+            next_scale_0 = load_scale(first_key(0)), next_scale_1 = load_scale(first_key(0) + 8);
 
-        // The tile's results after the head sum, and their flush: the quad reduce-scatter (in the flush only at
-        // H = 32: kDeferQuadReduce) and the stores. At H <= 32 (kDeferFlush) tile t - 1 is flushed while tile t's
-        // wgmmas run; at H = 64 right after its own reduction, as that measured faster (run 31: deferred, with or
-        // without the shuffles, 3 % slower at H = 64; 6-10 % faster at H = 16 and 32, and at H = 16 only the
-        // stores fit in the registers, the H = 32 shuffles only without more live state)
-        constexpr bool kDeferFlush = kQueriesPerWg >= 8;
-        constexpr bool kDeferQuadReduce = kQueriesPerWg == 8;
-        float pending_sums[kDeferQuadReduce ? kQueriesPerWg : 1][2];
-        float pending[kQueriesPerLane][2];
-        uint32_t pending_key_0 = 0;
+        // The last tile's values after the quad reduce-scatter (lane l: queries 4m + l % 4) and their stores
+        float reduced[kQueriesPerLane][2];
+        uint32_t reduced_key_0 = 0;
         const auto flush = [&]() {
-            // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
-            if constexpr (kDeferQuadReduce)
-                mqa::QuadReduce<kQueriesPerWg>::run(pending_sums, pending, lane);
             #pragma unroll
             for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
                 #pragma unroll
                 for (uint32_t h = 0; h < 2; ++h) {
-                    // Query wg_q_first + 4m + lane % 4, key pending_key_0 + 8h: stored only where valid
-                    const uint32_t key = pending_key_0 + h * 8;
-                    if (key >= ranges[m].begin && key < ranges[m].end)
-                        store(logits + static_cast<uint64_t>(wg_q_first + 4 * m + lane % 4) * ld_logits +
-                                  (kIsCompressed ? key - ranges[m].begin : key), pending[m][h]);
+                    // Query wg_q_first + 4m + lane % 4, key reduced_key_0 + 8h: stored only where valid
+                    const uint32_t key = reduced_key_0 + h * 8;
+                    if (key >= ranges[m].begin && key < ranges[m].end) {
+                        const uint32_t col = kIsCompressed ? key - ranges[m].begin : key;
+                        const uint64_t row = wg_q_first + 4 * m + lane % 4;
+                        store(logits + row * ld_logits + col, reduced[m][h]);
+                    }
                 }
             }
         };
@@ -282,9 +281,14 @@ struct Sm90Fp8MqaLogits {
         #pragma unroll 1
         for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
             const uint32_t key_0 = first_key(t);
-            const float scale_0 = next_scale_0, scale_1 = next_scale_1;
-            if (t + 1 < num_tiles)
-                next_scale_0 = load_scale(first_key(t + 1)), next_scale_1 = load_scale(first_key(t + 1) + 8);
+            float scale_0, scale_1;
+            if constexpr (kDeferFlush) {
+                scale_0 = next_scale_0, scale_1 = next_scale_1;
+                if (t + 1 < num_tiles)
+                    next_scale_0 = load_scale(first_key(t + 1)), next_scale_1 = load_scale(first_key(t + 1) + 8);
+            } else {
+                scale_0 = load_scale(key_0), scale_1 = load_scale(key_0 + 8);
+            }
 
             // accum [64 keys x 256 query-heads] = kv tile (64 x D) * Q tile (256 x D)^T
             // kPingPong: wait for this warpgroup's turn, issue, pass the turn: the other's wgmmas queue behind
@@ -296,9 +300,8 @@ struct Sm90Fp8MqaLogits {
                 ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q, accum);
             if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
-            // kDeferFlush: the previous tile's flush under these wgmmas. (In a branch: ptxas then keeps it after
-            // the last wgmma and the turn's pass; unconditional, it hoisted the shuffles between the wgmmas,
-            // delaying the pass to the other warpgroup, run 30.)
+            // (In a branch: ptxas keeps it after the last wgmma and the turn's pass; unconditional, it hoisted
+            // work between the wgmmas, delaying the pass to the other warpgroup, run 30)
             if (kDeferFlush && t > 0)
                 flush();
             mqa::score_tile_wait(accum);
@@ -306,15 +309,12 @@ struct Sm90Fp8MqaLogits {
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
             // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
-            if constexpr (kDeferQuadReduce) {
-                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1,
-                                                                              pending_sums);
-            } else {
-                float sums[kQueriesPerWg][2];
-                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
-                mqa::QuadReduce<kQueriesPerWg>::run(sums, pending, lane);
-            }
-            pending_key_0 = key_0;
+            float sums[kQueriesPerWg][2];
+            mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
+
+            // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
+            mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
+            reduced_key_0 = key_0;
             if constexpr (!kDeferFlush)
                 flush();
         }
