@@ -17,6 +17,22 @@
 
 constexpr int kChains = 8;
 
+// End of a timed region: the block's cycles (thread 0), and the values kept alive by a store that never happens
+template <int kCount>
+__device__ __forceinline__ void finish(unsigned long long t0, const float (&values)[kCount],
+                                       unsigned long long* cycles, float* sink) {
+    __syncthreads();
+    const unsigned long long t1 = clock64();
+    if (threadIdx.x == 0)
+        cycles[blockIdx.x] = t1 - t0;
+    float s = 0.0f;
+    #pragma unroll
+    for (int i = 0; i < kCount; ++i)
+        s += values[i];
+    if (s == 12345.678f)
+        sink[threadIdx.x] = s;
+}
+
 template <int kMode>
 __global__ void __launch_bounds__(512, 1) alu_kernel(int iters, float p, float q, unsigned long long* cycles,
                                                      float* sink) {
@@ -44,16 +60,7 @@ __global__ void __launch_bounds__(512, 1) alu_kernel(int iters, float p, float q
             }
         }
     }
-    __syncthreads();
-    const unsigned long long t1 = clock64();
-    if (threadIdx.x == 0)
-        cycles[blockIdx.x] = t1 - t0;
-    float s = 0.0f;
-    #pragma unroll
-    for (int c = 0; c < kChains; ++c)
-        s += x[c];
-    if (s == 12345.678f)
-        sink[threadIdx.x] = s;
+    finish(t0, x, cycles, sink);
 }
 
 __device__ __forceinline__ uint64_t plain_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
@@ -104,16 +111,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_kernel(int iters, unsigned long 
         for (int j = 0; j < 128; ++j)
             deep_gemm::ptx::wgmma_fence_operand(acc[j]);
     }
-    __syncthreads();
-    const unsigned long long t1 = clock64();
-    if (threadIdx.x == 0)
-        cycles[blockIdx.x] = t1 - t0;
-    float s = 0.0f;
-    #pragma unroll
-    for (int i = 0; i < 128; ++i)
-        s += acc[i];
-    if (s == 12345.678f)
-        sink[threadIdx.x] = s;
+    finish(t0, acc, cycles, sink);
 }
 
 static double mean_cycles(unsigned long long* d_cycles, int n) {
