@@ -17,6 +17,8 @@
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
 #  picks test files, default all.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
+#      DG_GPU_RUN_OLD_INCLUDE=.ab/include-COMMIT.tar.gz (after the benches: the main bench again, no baselines, with
+#      the kernel headers of an earlier commit, as bench-old.log / bench-old.json: tools/with_old_headers.sh).
 # The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
 # packs all of it into $OUT/all-logs.tgz and copies the main logs and JSON next to it (7 at most).
 set -uo pipefail
@@ -123,6 +125,12 @@ if [[ -n "${DG_GPU_RUN_MULTICAST_SHAPES:-}" ]]; then
             --shapes $DG_GPU_RUN_MULTICAST_SHAPES) > "$OUT/bench-multicast$multicast.log" 2>&1
         echo "multicast=$multicast bench exit code $?"; tail -12 "$OUT/bench-multicast$multicast.log"
     done
+fi
+if [[ -n "${DG_GPU_RUN_OLD_INCLUDE:-}" ]]; then
+    tools/with_old_headers.sh "$DG_GPU_RUN_OLD_INCLUDE" timeout 300 python3 -m deep_gemm.bench --no-baselines \
+        --json "$OUT/bench-old.json" ${DG_BENCH_ARGS:-} > "$OUT/bench-old.log" 2>&1
+    echo "bench with old headers exit code $?"; tail -30 "$OUT/bench-old.log"
+    pack
 fi
 if [[ -n "${DG_GPU_RUN_SWEEP:-}" ]]; then
     timeout 400 python3 tools/sweep_fp8_gemm.py --json "$OUT/sweep.json" $DG_GPU_RUN_SWEEP > "$OUT/sweep.log" 2>&1

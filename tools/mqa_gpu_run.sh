@@ -59,12 +59,11 @@ if [[ $STEPS == *" micro "* ]]; then
     note "micro rc=$?"; cat "$L/micro.txt" >> "$OUT/summary.txt"
 fi
 if [[ $STEPS == *" ab-old "* ]]; then
-    # A copy of the installed package whose JIT reads the old headers (they sit next to the _C module)
-    PKG=$(cd /tmp && python3 -c "import deep_gemm, os; print(os.path.dirname(deep_gemm.__file__))")
-    rm -rf /tmp/dg_old && mkdir -p /tmp/dg_old && cp -r "$PKG" /tmp/dg_old/deep_gemm && rm -rf /tmp/dg_old/deep_gemm/include
-    tar -xzf "${DG_AB_OLD_INCLUDE:?ab-old needs DG_AB_OLD_INCLUDE}" -C /tmp/dg_old
-    note "ab-old package: $(cd /tmp && PYTHONPATH=/tmp/dg_old python3 -c 'import deep_gemm; print(deep_gemm.__file__)')"
-    PYTHONPATH=/tmp/dg_old DG_JIT_CACHE_DIR=/tmp/dgc_old bench mqa-old
+    old() { tools/with_old_headers.sh "${DG_AB_OLD_INCLUDE:?ab-old needs DG_AB_OLD_INCLUDE}" "$@"; }
+    note "ab-old package: $(old python3 -c 'import deep_gemm; print(deep_gemm.__file__)')"
+    old timeout 200 python3 -m deep_gemm.bench --suite mqa --no-baselines --num-tests 10 --json "$OUT/mqa-old.json" \
+        > "$L/mqa-old.log" 2>&1
+    note "bench mqa-old rc=$?"
 fi
 pack
 if [[ $STEPS == *" sanitize "* ]]; then
