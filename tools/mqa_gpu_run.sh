@@ -30,12 +30,13 @@ ROOT=$PWD
 PAGED="paged:64x1x8192 paged:64x1x65536 paged:64x2x8192 paged:64x2x65536 paged:256x1x8192 paged:256x1x65536 \
 paged:256x2x8192 paged:256x2x65536"
 PREFILL="2048x8192 2048x65536 8192x8192 8192x65536 2048x8192-cp 2048x65536-cp 8192x8192-cp 8192x65536-cp"
+RUNNER=()  # a command prefix for bench (ab-old: tools/with_old_headers.sh TARBALL)
 bench() {  # bench NAME [shapes...]: the mqa suite (or those shapes) into NAME.log / NAME.json
     local name=$1; shift
     local shapes=()
     [[ $# -gt 0 ]] && shapes=(--shapes "$@")
-    (cd /tmp && timeout 200 python3 -m deep_gemm.bench --suite mqa --no-baselines --num-tests 10 "${shapes[@]}" \
-        --json "$OUT/$name.json" > "$L/$name.log" 2>&1)
+    (cd /tmp && "${RUNNER[@]}" timeout 200 python3 -m deep_gemm.bench --suite mqa --no-baselines --num-tests 10 \
+        "${shapes[@]}" --json "$OUT/$name.json" > "$L/$name.log" 2>&1)
     note "bench $name rc=$?"
 }
 if [[ $STEPS == *" tests "* ]]; then
@@ -59,11 +60,10 @@ if [[ $STEPS == *" micro "* ]]; then
     note "micro rc=$?"; cat "$L/micro.txt" >> "$OUT/summary.txt"
 fi
 if [[ $STEPS == *" ab-old "* ]]; then
-    old() { tools/with_old_headers.sh "${DG_AB_OLD_INCLUDE:?ab-old needs DG_AB_OLD_INCLUDE}" "$@"; }
-    note "ab-old package: $(old python3 -c 'import deep_gemm; print(deep_gemm.__file__)')"
-    old timeout 200 python3 -m deep_gemm.bench --suite mqa --no-baselines --num-tests 10 --json "$OUT/mqa-old.json" \
-        > "$L/mqa-old.log" 2>&1
-    note "bench mqa-old rc=$?"
+    RUNNER=("$ROOT/tools/with_old_headers.sh" "$(realpath "${DG_AB_OLD_INCLUDE:?ab-old needs DG_AB_OLD_INCLUDE}")")
+    note "ab-old package: $("${RUNNER[@]}" python3 -c 'import deep_gemm; print(deep_gemm.__file__)')"
+    bench mqa-old
+    RUNNER=()
 fi
 pack
 if [[ $STEPS == *" sanitize "* ]]; then

@@ -39,12 +39,6 @@ __device__ __forceinline__ void score_tile_wait(float (&accum)[kNumAccum]) {
         ptx::wgmma_fence_operand(accum[i]);
 }
 
-template <typename Wgmma, uint32_t kNumKSteps, uint32_t kNumAccum>
-__device__ __forceinline__ void score_tile(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
-    score_tile_issue<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
-    score_tile_wait(accum);
-}
-
 // sums[q][h] = sum over this thread's columns of query q of relu(x) w (kScaleInside: relu(x scale[h]) w), relu
 // as FMNMX: the kReluByAbs = false form of weighted_relu_sums below.
 template <uint32_t kNumQueries, uint32_t kNumHeads, bool kScaleInside, uint32_t kNumAccum>
