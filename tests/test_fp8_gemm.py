@@ -219,6 +219,32 @@ def test_heuristic_forced_choices() -> None:
         config(64, 2112, 7168, num_splits=57)  # more splits than K blocks
 
 
+def test_heuristic_overlap() -> None:
+    config = deep_gemm._C.get_gemm_config
+
+    def fits(cfg: dict) -> bool:
+        slices = cfg["block_m"] // cfg["num_math_warpgroups"] // 64
+        return cfg["num_math_warpgroups"] < 3 and slices * cfg["block_n"] * 3 // 2 <= 192
+
+    # On wherever the second partial buffer fits the registers (accum + 2 partials: 3 x BLOCK_N / 2 per 64-row slice)
+    for m in (1, 64, 128, 1000, 4096):
+        for n, k in NK_PAIRS:
+            cfg = config(m, n, k)
+            assert cfg["overlap_promotion"] == fits(cfg), (m, n, k, cfg)
+    assert config(64, 4096, 7168)["overlap_promotion"]
+    # Not with three math warpgroups (128 registers; the other two warpgroups cover the promotion) nor BF16
+    assert not config(4096, 7168, 7168)["overlap_promotion"]
+    assert not config(128, 4096, 7168, bf16=True)["overlap_promotion"]
+    # Forced off, forced on; forced on where it cannot be: an error naming the variable
+    assert not config(64, 4096, 7168, overlap=0)["overlap_promotion"]
+    assert config(64, 4096, 7168, overlap=1)["overlap_promotion"]
+    for kwargs in ({"m": 4096, "n": 7168, "k": 7168}, {"m": 128, "n": 4096, "k": 7168, "bf16": True}):
+        with pytest.raises(ValueError, match="DG_FP8_GEMM_OVERLAP"):
+            config(**kwargs, overlap=1)
+    with pytest.raises(ValueError, match="overlap must be"):
+        config(64, 4096, 7168, overlap=2)
+
+
 # ----------------------------------------------------------------------------- GPU tier
 def make_inputs(m: int, n: int, k: int):
     a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -313,6 +339,8 @@ FORCED_ENVS = {
     "multicast_on": ({"DG_FP8_GEMM_MULTICAST": "1"}, "multicast=2(B) ", "multicast=1 "),
     "split_k3": ({"DG_FP8_GEMM_SPLIT_K": "3"}, "split_k=3 ", "split_k=3 "),
     "bm192": ({"DG_FP8_GEMM_BLOCK_M": "192"}, "BLOCK_M=192 ", "BLOCK_M=192 "),
+    # (the default where it fits; here the promotion after each block's wgmmas everywhere)
+    "overlap_off": ({"DG_FP8_GEMM_OVERLAP": "0"}, "overlap=false ", "overlap=false "),
     "split_k2_bm128_bn48": (
         {"DG_FP8_GEMM_SPLIT_K": "2", "DG_FP8_GEMM_BLOCK_M": "128", "DG_FP8_GEMM_BLOCK_N": "48"},
         "BLOCK_M=128 BLOCK_N=48 split_k=2 ",

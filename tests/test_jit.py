@@ -51,6 +51,22 @@ GEMM_CONFIGS = [
     dict(
         shape_m=7168, shape_n=2048, block_m=128, block_n=112, num_stages=5, per_row_sfb=1, gemm_type=4, max_k_groups=120
     ),
+    # overlapped promotion (two partial buffers): decode split-K, two warpgroups, per-row sfb, masked, k-grouped
+    dict(shape_n=4096, shape_k=7168, block_m=64, block_n=80, num_stages=8, num_splits=2, overlap_promotion=1),
+    dict(shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, overlap_promotion=1),
+    dict(block_m=64, block_n=96, num_stages=6, overlap_promotion=1),  # all dimensions at run time
+    dict(shape_n=2112, shape_k=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1, overlap_promotion=1),
+    dict(shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, gemm_type=3, overlap_promotion=1),
+    dict(
+        shape_m=4096,
+        shape_n=7168,
+        block_m=256,
+        block_n=64,
+        num_stages=5,
+        per_row_sfb=1,
+        gemm_type=4,
+        overlap_promotion=1,
+    ),
 ]
 # BF16 operands (no scales, no promotion): every layout, BF16 / FP32 D, C, grouped modes
 BF16_GEMM_CONFIGS = [
@@ -115,10 +131,19 @@ def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: boo
     check_clean(result)
     sass = dump_sass(result["cubin_path"])
     lines = sass.splitlines()
-    # FP8 tensor-core MMAs, 4 per 64 rows per 128-deep K block
+    # FP8 tensor-core MMAs, 4 per 64 rows per 128-deep K block (overlapped promotion: issued from three places,
+    # the first block and each of the loop's two steps)
     num_qgmma = sum("QGMMA" in line for line in lines)
     rows_per_wg = cfg["block_m"] // {64: 1, 192: 3}.get(cfg["block_m"], 2)
-    assert num_qgmma == 4 * (rows_per_wg // 64), f"expected QGMMA per K block, found {num_qgmma}"
+    sites = 3 if cfg.get("overlap_promotion") else 1
+    assert num_qgmma == 4 * (rows_per_wg // 64) * sites, f"expected QGMMA per K block, found {num_qgmma}"
+    # No wgmma wait injected by ptxas (C7517) and no serialized wgmmas (C7514): the overlap would be lost
+    assert "C7517" not in result["ptxas_report"] and "C7514" not in result["ptxas_report"], result["ptxas_report"]
+    if cfg.get("overlap_promotion"):
+        # the steady-state loop waits with one group in flight, twice per iteration
+        assert sum("WARPGROUP.DEPBAR.LE gsb0, 0x1" in line for line in lines) == 2, (
+            "expected two waits leaving one group"
+        )
     assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     # Register reallocation between producer and math warpgroups

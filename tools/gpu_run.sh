@@ -17,6 +17,8 @@
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
 #  picks test files, default all.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
+#      DG_GPU_RUN_AB_ENV="VAR=value ..." (after the benches: each bench again, ours only, under that environment;
+#      tools/bench_ab.py compares them row by row into ab.log).
 #      DG_GPU_RUN_OLD_INCLUDE=.ab/include-COMMIT.tar.gz (after the benches: the main bench again, no baselines, with
 #      the kernel headers of an earlier commit, as bench-old.log / bench-old.json: tools/with_old_headers.sh).
 # The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
@@ -28,7 +30,7 @@ OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT 
 mkdir -p "$FINAL_OUT"
 pack() {
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
-    for f in pytest.log bench.log bench.json smoke.log ncu.txt ncu-0.txt sanitizer.txt ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
+    for f in pytest.log bench.log bench.json smoke.log ncu.txt ncu-0.txt sanitizer.txt ab.log ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
         [[ $f == *.* ]] || f=$f.log
         [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
     done
@@ -131,6 +133,21 @@ if [[ -n "${DG_GPU_RUN_OLD_INCLUDE:-}" ]]; then
         --json "$OUT/bench-old.json" ${DG_BENCH_ARGS:-} > "$OUT/bench-old.log" 2>&1
     echo "bench with old headers exit code $?"; tail -30 "$OUT/bench-old.log"
     pack
+fi
+if [[ -n "${DG_GPU_RUN_AB_ENV:-}" ]]; then
+    # The same benches again (ours only) under another environment, e.g. DG_FP8_GEMM_OVERLAP=0: an A/B in one run
+    suites=main; [[ -n "${DG_GPU_RUN_GROUPED_BENCH:-}" ]] && suites="main ${DG_GPU_RUN_GROUPED_SUITES:-grouped masked}"
+    for suite in $suites; do
+        name=$([[ $suite == main ]] && echo bench || echo $suite)
+        args=$([[ $suite == main ]] && echo "${DG_BENCH_ARGS:-}" || echo "--suite $suite ${DG_GROUPED_BENCH_ARGS:-}")
+        [[ -f "$OUT/$name.json" ]] || continue
+        (cd /tmp && env $DG_GPU_RUN_AB_ENV timeout ${DG_GPU_RUN_SUITE_TIMEOUT:-300} python3 -m deep_gemm.bench \
+            --no-baselines --json "$OUT/$name-ab.json" $args) > "$OUT/$name-ab.log" 2>&1
+        python3 tools/bench_ab.py "$OUT/$name.json" "$OUT/$name-ab.json" --names default "$DG_GPU_RUN_AB_ENV" \
+            >> "$OUT/ab.log" 2>&1
+        echo "A/B $suite ($DG_GPU_RUN_AB_ENV):"; tail -1 "$OUT/ab.log"
+        pack
+    done
 fi
 if [[ -n "${DG_GPU_RUN_SWEEP:-}" ]]; then
     timeout 400 python3 tools/sweep_fp8_gemm.py --json "$OUT/sweep.json" $DG_GPU_RUN_SWEEP > "$OUT/sweep.log" 2>&1

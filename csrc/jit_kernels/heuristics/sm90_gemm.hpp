@@ -94,6 +94,7 @@ struct GemmConfig {
     uint32_t num_group_n = 8;
     uint32_t num_multicast = 1;       // CTAs per cluster sharing one operand through TMA multicast
     uint32_t num_splits = 1;          // split-K: units per tile along K (FP32 partials + reduction kernel)
+    bool overlap_promotion = false;   // FP8: two partial buffers, block k + 1's wgmmas run during block k's promotion
     GemmOperands operands;            // operand kind and layouts, D's type
     GemmType gemm_type = GemmType::kNormal;
     uint32_t max_k_groups = 0;        // k-grouped: capacity of the per-group TMA map parameter (else 0)
@@ -106,10 +107,10 @@ struct GemmConfig {
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
         static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16"};
-        return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stages={} math_wgs={} group_n={} multicast={}{} store_chunk_n={} "
-                           "tma_store={} operands={} layout={}{} d={}{} type={} max_k_groups={} sms={} smem={} "
-                           "compiled_mnk=({},{},{})",
-                           block_m, block_n, num_splits, num_stages, num_math_warpgroups, num_group_n, num_multicast,
+        return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} overlap={} stages={} math_wgs={} group_n={} multicast={}{} "
+                           "store_chunk_n={} tma_store={} operands={} layout={}{} d={}{} type={} max_k_groups={} sms={} "
+                           "smem={} compiled_mnk=({},{},{})",
+                           block_m, block_n, num_splits, overlap_promotion, num_stages, num_math_warpgroups, num_group_n, num_multicast,
                            num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "", store_chunk_n, use_tma_store,
                            kKinds[static_cast<uint32_t>(operands.kind)], operands.mn_major_a ? "t" : "n",
                            operands.mn_major_b ? "n" : "t", operands.fp32_out ? "fp32" : "bf16",
@@ -188,14 +189,24 @@ inline bool gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t num
     return slices * block_n <= (num_math_warpgroups == 3 ? 128u : 160u);
 }
 
+// FP8 with overlapped promotion holds a second partial buffer: accum + 2 partials = 3 x BLOCK_N / 2 registers per
+// 64-row slice, within 192 (ptxas: no spills up to BLOCK_N = 128 with one slice); not with three math warpgroups
+// (128 registers; two warpgroups' wgmmas already cover each one's promotion there).
+inline bool gemm_fits_overlap(uint32_t block_m, uint32_t block_n, uint32_t num_math_warpgroups) {
+    const uint32_t slices = block_m / num_math_warpgroups / 64;
+    return num_math_warpgroups < 3 && slices * block_n * 3 / 2 <= 192u;
+}
+
 inline uint32_t gemm_math_warpgroups(uint32_t block_m) {
     return block_m == 64 ? 1 : block_m == 192 ? 3 : 2;
 }
 
 // Forced choices (0: the heuristic decides), from DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K: for
 // tuning sweeps and for reproducing a config; a forced value no candidate can take is an error.
+// DG_FP8_GEMM_OVERLAP: 1 = overlapped promotion (an error where it does not fit), 0 = never, unset = the heuristic.
 struct GemmOverrides {
     uint32_t block_m = 0, block_n = 0, num_splits = 0;
+    int32_t overlap = -1;
 };
 
 // Estimated time, in SM cycles, of one candidate (see the model at the top of this file).
@@ -241,7 +252,8 @@ struct GemmCostModel {
 
 inline GemmOverrides forced_config() {
     const auto read = [](const char* name) { return get_env_uint(name, 0, 4096, "a small non-negative integer"); };
-    return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K")};
+    const int32_t forced_overlap = get_env("DG_FP8_GEMM_OVERLAP").empty() ? -1 : get_env_flag("DG_FP8_GEMM_OVERLAP");
+    return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K"), forced_overlap};
 }
 
 constexpr uint32_t kMaxSplits = 16;
@@ -333,6 +345,11 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                    forced.block_n, forced.num_splits);
 
     best.use_tma_store = use_tma_store && best.num_splits == 1;
+    const bool overlap_fits = operands.is_fp8() && gemm_fits_overlap(best.block_m, best.block_n, best.num_math_warpgroups);
+    DG_CHECK_INPUT(forced.overlap != 1 || overlap_fits, "DG_FP8_GEMM_OVERLAP=1: overlapped promotion does not fit "
+                   "BLOCK_M={} BLOCK_N={} with {} math warpgroups ({})", best.block_m, best.block_n,
+                   best.num_math_warpgroups, operands.is_fp8() ? "registers" : "FP8 only");
+    best.overlap_promotion = overlap_fits && forced.overlap != 0;
     best.operands = operands;
     best.gemm_type = gemm_type;
     best.store_chunk_n = gemm_store_chunk(best.block_n);

@@ -32,13 +32,13 @@ inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_gemm_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
                         c.num_group_n, c.num_multicast, b(c.is_multicast_on_a), c.store_chunk_n, b(c.use_tma_store),
                         c.num_splits, operand_kind_name(c.operands.kind), b(c.operands.mn_major_a),
                         b(c.operands.mn_major_b), b(c.operands.fp32_out || c.operands.per_row_sfb()),
-                        gemm_type_name(c.gemm_type), c.max_k_groups)};
+                        gemm_type_name(c.gemm_type), c.max_k_groups, b(c.overlap_promotion))};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
@@ -58,6 +58,7 @@ inline GemmConfig config_from_params(const std::map<std::string, int64_t>& param
     c.num_multicast = get("num_multicast", 1);
     c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
     c.num_splits = get("num_splits", 1);
+    c.overlap_promotion = get("overlap_promotion", 0) != 0;
     const bool per_row_sfb = get("per_row_sfb", 0) != 0, bf16 = get("bf16", 0) != 0;
     DG_CHECK_INPUT(!(per_row_sfb && bf16), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
     c.operands = fp8_operands(per_row_sfb);

@@ -95,7 +95,8 @@ enum class OperandKind : uint32_t {
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
           bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, OperandKind kOperands,
-          bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups>
+          bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups,
+          bool kOverlapPromotion>
 struct Sm90Gemm {
     static constexpr bool kIsFp8 = kOperands != OperandKind::kBf16;
     static constexpr bool kBlockSfb = kOperands == OperandKind::kFp8BlockScaled;
@@ -158,6 +159,7 @@ struct Sm90Gemm {
     static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % kFp32ChunkCols == 0,
                   "FP32 TMA stores go in 32-column chunks: BLOCK_N must be a multiple of 32");
     static_assert(kIsFp8 ? !kMnMajorA && !kMnMajorB : true, "FP8 wgmma reads K-major operands only");
+    static_assert(!kOverlapPromotion || kIsFp8, "only FP8 promotes partial sums (BF16 accumulates in the wgmmas)");
     static_assert(!kMnMajorB || BLOCK_N % 64 == 0, "an MN-major B tile is loaded in boxes of 64 columns");
     static_assert(!kIsMGrouped || !kFp32Out, "m-grouped GEMMs write BF16");
     static_assert(kIsKGrouped == (kMaxKGroups > 0) && (!kIsKGrouped || (kFp32Out && !kBlockSfb)),
@@ -474,6 +476,41 @@ struct Sm90Gemm {
         }
     }
 
+    // kOverlapPromotion, one K block: `current` holds the block at `pipe` (its wgmmas in flight). If kHasNext, wait
+    // for the next block's stage (at `ahead`), read its scales into `next_scales` and issue its wgmmas into `next`,
+    // then wait only for `current`'s group; promote `current` and release its stage. So the tensor cores run the
+    // next block's wgmmas during this block's promotion, and the wgmma latency leaves the per-block chain.
+    template <bool kHasNext>
+    __device__ __forceinline__ static void overlapped_step(const SharedStorage& s, PipelineState<kNumStages>& pipe,
+                                                           PipelineState<kNumStages>& ahead,
+                                                           float (&accum)[kNumWgmmaM][kNumAccum],
+                                                           float (&current)[kNumWgmmaM][kNumAccum],
+                                                           float (&next)[kNumWgmmaM][kNumAccum],
+                                                           const StageScales& current_scales, StageScales& next_scales,
+                                                           uint32_t boundary, uint64_t desc_a, uint64_t desc_b,
+                                                           uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane,
+                                                           uint32_t rank) {
+        if constexpr (kHasNext) {
+            next_scales = wait_and_read_scales(s, ahead, wg_idx, warp_in_wg, lane);
+            issue_mma<false>(desc_a, desc_b, ahead.stage, next);
+            ahead.advance();
+            ptx::wgmma_wait<1>();
+        } else {
+            ptx::wgmma_wait<0>();
+        }
+        fence_registers(current);
+        if constexpr (kPerRowSfb) {
+            float2 sfb_ahead[kSfbAhead];
+            load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
+            promote_per_row(accum, current, current_scales, sfb_ahead, s.sfb(pipe.stage), lane);
+            release_stage(s, pipe.stage, lane, rank);
+        } else {
+            release_stage(s, pipe.stage, lane, rank);
+            promote(accum, current, current_scales, boundary);
+        }
+        pipe.advance();
+    }
+
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, void* __restrict__ d, uint32_t ldd,
@@ -490,6 +527,8 @@ struct Sm90Gemm {
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
+        // (kOverlapPromotion: the next block's partial sums; otherwise unused, and no register is allocated)
+        float partial_next[kNumWgmmaM][kNumAccum];
         const uint64_t desc_a = make_desc<kMnMajorA>(s.a(0) + wg_idx * WG_M * 128);
         const uint64_t desc_b = make_desc<kMnMajorB>(s.b(0));
         // FP32 D through TMA with a C: how C is added (the same for every tile), and the phases of the C-load
@@ -514,7 +553,37 @@ struct Sm90Gemm {
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     accum[im][i] = 0.0f;
 
-            if constexpr (kIsFp8) {
+            if constexpr (kIsFp8 && kOverlapPromotion) {
+                // Two partial buffers: block k + 1's wgmmas run while block k is promoted
+                StageScales scales[2];
+                PipelineState<kNumStages> ahead = pipe;  // the stage of the next block to issue
+                uint32_t k_block = tile.k_begin;
+                // (each step's branches end in their own promotion, and the loop is left only after a step without
+                // a next block: where paths with a group in flight merge, ptxas waits for every group, C7517)
+                if (k_block < tile.k_end) {
+                    scales[0] = wait_and_read_scales(s, ahead, wg_idx, warp_in_wg, lane);
+                    issue_mma<false>(desc_a, desc_b, ahead.stage, partial);
+                    ahead.advance();
+                    while (true) {
+                        if (++k_block < tile.k_end) {
+                            overlapped_step<true>(s, pipe, ahead, accum, partial, partial_next, scales[0], scales[1],
+                                                  boundary, desc_a, desc_b, wg_idx, warp_in_wg, lane, rank);
+                        } else {
+                            overlapped_step<false>(s, pipe, ahead, accum, partial, partial_next, scales[0], scales[1],
+                                                   boundary, desc_a, desc_b, wg_idx, warp_in_wg, lane, rank);
+                            break;
+                        }
+                        if (++k_block < tile.k_end) {
+                            overlapped_step<true>(s, pipe, ahead, accum, partial_next, partial, scales[1], scales[0],
+                                                  boundary, desc_a, desc_b, wg_idx, warp_in_wg, lane, rank);
+                        } else {
+                            overlapped_step<false>(s, pipe, ahead, accum, partial_next, partial, scales[1], scales[0],
+                                                   boundary, desc_a, desc_b, wg_idx, warp_in_wg, lane, rank);
+                            break;
+                        }
+                    }
+                }
+            } else if constexpr (kIsFp8) {
                 for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
                     const StageScales scales = wait_and_read_scales(s, pipe, wg_idx, warp_in_wg, lane);
                     issue_mma<false>(desc_a, desc_b, pipe.stage, partial);
@@ -814,7 +883,8 @@ struct Sm90Gemm {
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
           bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, OperandKind kOperands,
-          bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups>
+          bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups,
+          bool kOverlapPromotion>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
                  void* __restrict__ d, uint32_t ldd, const void* c, uint32_t ldc,
@@ -825,7 +895,7 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
                  const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
     using Gemm = Sm90Gemm<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups, kNumGroupN,
                           kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits, kOperands, kMnMajorA,
-                          kMnMajorB, kFp32Out, kGemmType, kMaxKGroups>;
+                          kMnMajorB, kFp32Out, kGemmType, kMaxKGroups, kOverlapPromotion>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
