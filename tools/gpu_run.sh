@@ -57,7 +57,7 @@ for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_F
         echo "smoke test failed: $env_part $smoke"; tail -20 "$OUT/smoke.log"; exit 1
     fi
 done
-grep -h "calc_diff\|fp8_gemm_nt m=" "$OUT/smoke.log"
+grep -h "calc_diff\|sm90_gemm m=" "$OUT/smoke.log"
 pack
 
 if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
