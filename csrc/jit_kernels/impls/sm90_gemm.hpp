@@ -384,6 +384,17 @@ private:
                                 driver::CU_TENSOR_MAP_SWIZZLE_NONE);
     }
 
+    // Rows of the A box (granularity 8) and the sfa box (granularity 4): BLOCK_M, or for a plain GEMM whose M is
+    // below BLOCK_M (K-major A, not multicast on A) only the rows that exist, aligned up (mirrors
+    // Sm90Gemm::small_m_box_rows, which arms the stage barrier with the bytes of these boxes).
+    static uint32_t small_m_box_rows(const GemmConfig& c, uint64_t m, uint32_t granularity) {
+        const bool may_shrink = c.gemm_type == GemmType::kNormal && !c.operands.mn_major_a &&
+                                !(c.num_multicast > 1 && c.is_multicast_on_a);
+        if (!may_shrink || m >= c.block_m)
+            return c.block_m;
+        return static_cast<uint32_t>((std::max<uint64_t>(m, 1) + granularity - 1) / granularity * granularity);
+    }
+
     // The descriptor templates of a plan (not k-grouped), encoded with the first call's addresses.
     static void encode_maps(Plan& plan, const Signature& sig, const GemmArgs& args) {
         const auto& c = plan.config;
@@ -393,13 +404,13 @@ private:
         const bool halve_a = c.num_multicast > 1 && c.is_multicast_on_a;
         const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
         plan.tma[0] = operand_map(args.a.data_ptr(), operands, operands.mn_major_a, sig.k, sig.m, 1, sig.lda,
-                                  halve_a ? c.block_m / 2 : c.block_m);
+                                  halve_a ? c.block_m / 2 : small_m_box_rows(c, sig.m, 8));
         // (m-grouped: B's groups stacked densely, [G * N, K] or [G][K][N]; the API checked that they are)
         plan.tma[1] = operand_map(args.b.data_ptr(), operands, operands.mn_major_b, sig.k, sig.n, sig.num_groups,
                                   sig.ldb, halve_b ? c.block_n / 2 : c.block_n);
         plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), nullptr, nullptr, nullptr, nullptr};
         if (operands.is_fp8()) {
-            plan.tma[2] = scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, c.block_m);
+            plan.tma[2] = scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, small_m_box_rows(c, sig.m, 4));
             plan.tma_bases[2] = args.sfa->data_ptr();
         }
         if (operands.per_row_sfb()) {

@@ -247,15 +247,27 @@ struct Sm90Gemm {
         }
     }
 
+    // Rows of the A box (granularity 8) and the sfa box (granularity 4) when the whole problem is one row block
+    // smaller than BLOCK_M (a plain GEMM, K-major A, not multicast on A): only the rows that exist, so that TMA does
+    // not zero-fill the rest of the tile on every K block (decode: M = 1 ... 32). The tile's other rows keep stale
+    // shared memory; a wgmma row depends only on its own A row and scale, and rows >= M are never stored.
+    // The host encodes the boxes with the same rule (sm90_gemm.hpp, small_m_box_rows).
+    __host__ __device__ __forceinline__ static uint32_t small_m_box_rows(uint32_t shape_m, uint32_t granularity) {
+        constexpr bool kMayShrink = kGemmType == GemmType::kNormal && !kMnMajorA && !(kNumMulticast > 1 && kIsMulticastOnA);
+        return kMayShrink && shape_m < BLOCK_M ? align_up(shape_m > 0 ? shape_m : 1u, granularity) : BLOCK_M;
+    }
+
     // ---------------------------------------------------------------- producer (one thread)
     __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                     uint32_t num_k_blocks, const TmaDescriptor* tma_a,
                                                     const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa,
                                                     const TmaDescriptor* tma_sfb, const KGroups& k_groups,
                                                     GroupedLayout layout, uint32_t rank) {
-        // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer)
-        constexpr uint32_t kStageBytes = SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE + (kIsFp8 ? BLOCK_M * 4 : 0) +
-                                         (kPerRowSfb ? BLOCK_N * 4 : 0);
+        // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer); with
+        // M < BLOCK_M, the A and sfa boxes hold only the rows that exist (small_m_box_rows)
+        const uint32_t a_rows = small_m_box_rows(shape_m, 8), sfa_rows = small_m_box_rows(shape_m, 4);
+        const uint32_t stage_bytes = a_rows * BLOCK_K * kElemBytes + SMEM_B_SIZE_PER_STAGE + (kIsFp8 ? sfa_rows * 4 : 0) +
+                                     (kPerRowSfb ? BLOCK_N * 4 : 0);
         constexpr uint16_t kBothCtas = 0b11;
         Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout);
         PipelineState<kNumStages> pipe;
@@ -276,7 +288,7 @@ struct Sm90Gemm {
             for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
                 ptx::mbarrier_wait(s.empty(pipe.stage), pipe.phase ^ 1);
                 uint64_t* full = s.full(pipe.stage);
-                ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+                ptx::mbarrier_arrive_expect_tx(full, stage_bytes);
                 if constexpr (kNumMulticast > 1 && kIsMulticastOnA) {
                     // Same m_block in both CTAs: each loads half of A's rows into both
                     constexpr uint32_t kHalf = BLOCK_M / 2;
