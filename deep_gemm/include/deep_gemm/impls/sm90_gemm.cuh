@@ -18,12 +18,15 @@
 //       FP8, per 128-deep K block: wait full[s]; read its sfa rows from smem; issue 4 x wgmma m64nBLOCK_Nk32
 //       per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp); promote: accum += partial *
 //       sfa[row] * sfb[col block] on the CUDA cores (two-level accumulation: FP8 tensor-core sums never run
-//       longer than 128 of K).
+//       longer than 128 of K). With kOverlapPromotion (one or two math warpgroups, where a second partial buffer
+//       fits): block k + 1's wgmmas are issued into the other buffer before waiting (wait_group 1) for block k's,
+//       so the tensor cores run them during block k's promotion (overlapped_step).
 //       BF16, per 64-deep K block: wait full[s]; issue 4 x wgmma m64nBLOCK_Nk16 per 64 rows accumulating into
 //       `accum`; wait until one group is in flight (the previous block's); arrive empty[s - 1].
 //   last warpgroup  producer (setmaxnreg 40):
 //       warp 0, one thread: per K block, after waiting empty[s], TMA loads of the A tile, the B tile and
-//       (FP8) the BLOCK_M sfa values (and per-row sfb) into stage s; arms full[s] with the byte count.
+//       (FP8) the BLOCK_M sfa values (and per-row sfb) into stage s; arms full[s] with the byte count. (A plain
+//       GEMM with M < BLOCK_M loads only the A and sfa rows that exist: small_m_box_rows.)
 //       warp 1 (sfb loader, 1d2d only): the two sfb values of the K block (the tile's first and last 128-column
 //       scale blocks) into stage s, then arrives on full[s]. Its lanes load 32 K blocks' worth at a
 //       time, so the global-load latency is paid once per 32 stages, not on the math warps' path.
@@ -576,6 +579,8 @@ struct Sm90Gemm {
                     scales[0] = wait_and_read_scales(s, ahead, wg_idx, warp_in_wg, lane);
                     issue_mma<false>(desc_a, desc_b, ahead.stage, partial);
                     ahead.advance();
+                    // (the two halves differ only in which buffer is current: written out, not as a lambda or a
+                    // helper returning whether to go on, whose merged return paths bring C7517 back)
                     while (true) {
                         if (++k_block < tile.k_end) {
                             overlapped_step<true>(s, pipe, ahead, accum, partial, partial_next, scales[0], scales[1],
