@@ -17,6 +17,7 @@
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
 #  picks test files, default all.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
+#      DG_GPU_RUN_MICRO="tma_stream ..." (tools/microbench_<name>.cu built and run, as micro-<name>.log),
 #      DG_GPU_RUN_AB_ENV="VAR=value ..." (after the benches: each bench again, ours only, under that environment;
 #      tools/bench_ab.py compares them row by row into ab.log).
 #      DG_GPU_RUN_OLD_INCLUDE=.ab/include-COMMIT.tar.gz (after the benches: the main bench again, no baselines, with
@@ -133,6 +134,15 @@ if [[ -n "${DG_GPU_RUN_OLD_INCLUDE:-}" ]]; then
         --json "$OUT/bench-old.json" ${DG_BENCH_ARGS:-} > "$OUT/bench-old.log" 2>&1
     echo "bench with old headers exit code $?"; tail -30 "$OUT/bench-old.log"
     pack
+fi
+if [[ -n "${DG_GPU_RUN_MICRO:-}" ]]; then
+    # Standalone microbenchmarks, tools/microbench_<name>.cu, each built with nvcc and run (micro-<name>.log)
+    for name in $DG_GPU_RUN_MICRO; do
+        { nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -I deep_gemm/include "tools/microbench_$name.cu" \
+              -o "/tmp/microbench_$name" && timeout 120 "/tmp/microbench_$name"; } > "$OUT/micro-$name.log" 2>&1
+        echo "microbenchmark $name exit code $?"; tail -45 "$OUT/micro-$name.log"
+        pack
+    done
 fi
 if [[ -n "${DG_GPU_RUN_AB_ENV:-}" ]]; then
     # The same benches again (ours only) under another environment, e.g. DG_FP8_GEMM_OVERLAP=0: an A/B in one run
