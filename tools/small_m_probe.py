@@ -28,7 +28,8 @@ SHAPES = [(m, n, k) for m in (1, 64, 128) for n, k in ((2112, 7168), (4096, 7168
 
 
 def device_times(fn, flush, num_tests: int = 20) -> dict[str, float]:
-    """Mean device microseconds per call of each kernel (or memcpy) that `fn` launches, flush excluded."""
+    """Mean device microseconds per call of each kernel (or memcpy) seen while `flush` then `fn` run `num_tests` times,
+    by name; the flush's own kernels are among them (the caller drops their names, profiled on their own)."""
     fn()
     torch.cuda.synchronize()
     with warnings.catch_warnings():
@@ -38,8 +39,6 @@ def device_times(fn, flush, num_tests: int = 20) -> dict[str, float]:
                 flush()
                 fn()
             torch.cuda.synchronize()
-    # the flush's own events: the first event after each marker pair is not separable by name alone, so
-    # the flush is profiled on its own and its kernels' names excluded
     totals: dict[str, float] = {}
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:

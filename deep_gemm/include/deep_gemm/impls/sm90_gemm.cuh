@@ -514,16 +514,29 @@ struct Sm90Gemm {
             ptx::wgmma_wait<0>();
         }
         fence_registers(current);
-        if constexpr (kPerRowSfb) {
-            float2 sfb_ahead[kSfbAhead];
+        float2 sfb_ahead[kSfbAhead];
+        if constexpr (kPerRowSfb)
             load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
-            promote_per_row(accum, current, current_scales, sfb_ahead, s.sfb(pipe.stage), lane);
-            release_stage(s, pipe.stage, lane, rank);
-        } else {
-            release_stage(s, pipe.stage, lane, rank);
-            promote(accum, current, current_scales, boundary);
-        }
+        promote_and_release(s, pipe.stage, accum, current, current_scales, sfb_ahead, boundary, lane, rank);
         pipe.advance();
+    }
+
+    // A K block's partial sums are complete (waited for): promote them and hand the stage back. Per-row sfb reads
+    // the column scales from the stage (the first kSfbAhead pairs already in `sfb_ahead`), so it releases after
+    // the promotion; the block-scaled recipe holds its scales in registers and releases first.
+    template <typename Registers>
+    __device__ __forceinline__ static void promote_and_release(const SharedStorage& s, uint32_t stage,
+                                                               float (&accum)[kNumWgmmaM][kNumAccum],
+                                                               const Registers& partial, const StageScales& scales,
+                                                               float2 (&sfb_ahead)[kSfbAhead], uint32_t boundary,
+                                                               uint32_t lane, uint32_t rank) {
+        if constexpr (kPerRowSfb) {
+            promote_per_row(accum, partial, scales, sfb_ahead, s.sfb(stage), lane);
+            release_stage(s, stage, lane, rank);
+        } else {
+            release_stage(s, stage, lane, rank);
+            promote(accum, partial, scales, boundary);
+        }
     }
 
     // ---------------------------------------------------------------- math warpgroups
@@ -609,13 +622,7 @@ struct Sm90Gemm {
                         load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
                     ptx::wgmma_wait<0>();
                     fence_registers(partial);
-                    if constexpr (kPerRowSfb) {
-                        promote_per_row(accum, partial, scales, sfb_ahead, s.sfb(pipe.stage), lane);
-                        release_stage(s, pipe.stage, lane, rank);
-                    } else {
-                        release_stage(s, pipe.stage, lane, rank);
-                        promote(accum, partial, scales, boundary);
-                    }
+                    promote_and_release(s, pipe.stage, accum, partial, scales, sfb_ahead, boundary, lane, rank);
                 }
             } else {
                 // BF16: the wgmmas accumulate into `accum` directly. A stage is released once its wgmmas are
