@@ -174,8 +174,9 @@ def test_heuristic_configs_fit() -> None:
     # Multicast only when asked, and only with two or more row blocks to pair
     assert deep_gemm._C.get_gemm_config(4096, 7168, 7168)["num_multicast"] == 1
     assert deep_gemm._C.get_gemm_config(1024, 7168, 7168, allow_multicast=True)["num_multicast"] == 2
-    # (not with three math warpgroups, the large-M choice: that pairing is unmeasured)
-    assert deep_gemm._C.get_gemm_config(4096, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
+    # (three math warpgroups, the large-M choice, pair too)
+    cfg = deep_gemm._C.get_gemm_config(4096, 7168, 7168, allow_multicast=True)
+    assert cfg["block_m"] == 192 and cfg["num_multicast"] == 2, cfg
     assert deep_gemm._C.get_gemm_config(128, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
 
 
@@ -337,6 +338,12 @@ FORCED_ENVS = {
     "multicast_off": ({"DG_FP8_GEMM_MULTICAST": "0"}, "multicast=1 ", "multicast=1 "),
     # (multicast needs 2 row blocks and no split-K: a split plan shows multicast=1, checked below)
     "multicast_on": ({"DG_FP8_GEMM_MULTICAST": "1"}, "multicast=2(B) ", "multicast=1 "),
+    # (three math warpgroups in pairs; 300 and 1000 rows are an even and an odd count of 192-row blocks)
+    "multicast_on_bm192": (
+        {"DG_FP8_GEMM_MULTICAST": "1", "DG_FP8_GEMM_BLOCK_M": "192"},
+        "multicast=2(B) ",
+        "multicast=1 ",
+    ),
     "split_k3": ({"DG_FP8_GEMM_SPLIT_K": "3"}, "split_k=3 ", "split_k=3 "),
     "bm192": ({"DG_FP8_GEMM_BLOCK_M": "192"}, "BLOCK_M=192 ", "BLOCK_M=192 "),
     # (the default where it fits; here the promotion after each block's wgmmas everywhere)
@@ -380,8 +387,8 @@ def test_fp8_gemm_forced_configs(name: str) -> None:
     assert len(plans) >= 2 * len(FORCED_SHAPES), out.stderr
     for line in plans:
         m = int(line.split("m=")[1].split()[0])
-        if name == "multicast_on" and ("split_k=1 " not in line or "BLOCK_M=192 " in line):
-            # (split-K and three math warpgroups exclude multicast)
+        if name.startswith("multicast_on") and "split_k=1 " not in line:
+            # (split-K excludes multicast)
             assert "multicast=1 " in line, line
         else:
             assert (expected_large_m if m > 128 else expected_small_m) in line, line

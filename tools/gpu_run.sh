@@ -18,8 +18,9 @@
 #  picks test files, default all.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
 #      DG_GPU_RUN_MICRO="tma_stream ..." (tools/microbench_<name>.cu built and run, as micro-<name>.log),
-#      DG_GPU_RUN_AB_ENV="VAR=value ..." (after the benches: each bench again, ours only, under that environment;
-#      tools/bench_ab.py compares them row by row into ab.log).
+#      DG_GPU_RUN_AB_ENV="VAR=value ... [@suite,...]; ..." (after the benches: each bench that ran, or the suites
+#      named after '@' (main = the dense bench), again, ours only, under that environment; several A/Bs separated
+#      by ';'; tools/bench_ab.py compares them row by row into ab.log).
 #      DG_GPU_RUN_OLD_INCLUDE=.ab/include-COMMIT.tar.gz (after the benches: the main bench again, no baselines, with
 #      the kernel headers of an earlier commit, as bench-old.log / bench-old.json: tools/with_old_headers.sh).
 # The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
@@ -145,18 +146,24 @@ if [[ -n "${DG_GPU_RUN_MICRO:-}" ]]; then
     done
 fi
 if [[ -n "${DG_GPU_RUN_AB_ENV:-}" ]]; then
-    # The same benches again (ours only) under another environment, e.g. DG_FP8_GEMM_OVERLAP=0: an A/B in one run
-    suites=main; [[ -n "${DG_GPU_RUN_GROUPED_BENCH:-}" ]] && suites="main ${DG_GPU_RUN_GROUPED_SUITES:-grouped masked}"
-    for suite in $suites; do
-        name=$([[ $suite == main ]] && echo bench || echo $suite)
-        args=$([[ $suite == main ]] && echo "${DG_BENCH_ARGS:-}" || echo "--suite $suite ${DG_GROUPED_BENCH_ARGS:-}")
-        [[ -f "$OUT/$name.json" ]] || continue
-        (cd /tmp && env $DG_GPU_RUN_AB_ENV timeout ${DG_GPU_RUN_SUITE_TIMEOUT:-300} python3 -m deep_gemm.bench \
-            --no-baselines --json "$OUT/$name-ab.json" $args) > "$OUT/$name-ab.log" 2>&1
-        python3 tools/bench_ab.py "$OUT/$name.json" "$OUT/$name-ab.json" --names default "$DG_GPU_RUN_AB_ENV" \
-            >> "$OUT/ab.log" 2>&1
-        echo "A/B $suite ($DG_GPU_RUN_AB_ENV):"; tail -1 "$OUT/ab.log"
-        pack
+    # The same benches again (ours only) under another environment, e.g. DG_FP8_GEMM_OVERLAP=0: an A/B in one run.
+    # Several A/Bs separated by ';', each "VAR=value ... [@suite,suite]" (default: every bench that ran)
+    IFS=';' read -ra ab_specs <<< "$DG_GPU_RUN_AB_ENV"
+    for i in "${!ab_specs[@]}"; do
+        spec=${ab_specs[$i]}; ab_env=${spec%%@*}
+        suites=main; [[ -n "${DG_GPU_RUN_GROUPED_BENCH:-}" ]] && suites="main ${DG_GPU_RUN_GROUPED_SUITES:-grouped masked}"
+        [[ $spec == *@* ]] && suites=${spec#*@} && suites=${suites//,/ }
+        for suite in $suites; do
+            name=$([[ $suite == main ]] && echo bench || echo $suite)
+            args=$([[ $suite == main ]] && echo "${DG_BENCH_ARGS:-}" || echo "--suite $suite ${DG_GROUPED_BENCH_ARGS:-}")
+            [[ -f "$OUT/$name.json" ]] || continue
+            (cd /tmp && env $ab_env timeout ${DG_GPU_RUN_SUITE_TIMEOUT:-300} python3 -m deep_gemm.bench \
+                --no-baselines --json "$OUT/$name-ab$i.json" $args) > "$OUT/$name-ab$i.log" 2>&1
+            python3 tools/bench_ab.py "$OUT/$name.json" "$OUT/$name-ab$i.json" --names default "$ab_env" \
+                >> "$OUT/ab.log" 2>&1
+            echo "A/B $suite ($ab_env):"; tail -1 "$OUT/ab.log"
+            pack
+        done
     done
 fi
 if [[ -n "${DG_GPU_RUN_SWEEP:-}" ]]; then

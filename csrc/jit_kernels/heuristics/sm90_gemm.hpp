@@ -319,8 +319,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 if (gemm_smem_bytes(block_m, block_n, 2, tma_store, operands) > kSm90MaxSmemBytes)
                     continue;
                 // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
-                // (not with three math warpgroups: that pairing is unmeasured)
-                const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2 && block_m != 192;
+                const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2;
                 const uint64_t units = gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false) * splits;
                 const uint64_t slots = multicast ? num_sms / 2 : num_sms;
                 const uint64_t waves = (units + slots - 1) / slots;

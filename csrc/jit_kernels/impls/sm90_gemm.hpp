@@ -226,7 +226,7 @@ public:
         plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc_param, workspace,
                             grouped_layout, tma_a, tma_b, tma_sfa, tma_sfb, tma_d, tma_c, kNoKGroups);
         launch_splitk_reduce(device, workspace, d, c, m, n, ldd, ldc_param, num_splits,
-                             args.d.scalar_type() == at::kFloat, enable_pdl);
+                             args.d.scalar_type() == at::kFloat);
     }
 
     // K-grouped: the plan (config, kernel, grid) is keyed without K, which changes from call to call; the
