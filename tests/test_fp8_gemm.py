@@ -182,7 +182,7 @@ def test_heuristic_configs_fit() -> None:
 
 def test_heuristic_split_k() -> None:
     config = deep_gemm._C.get_gemm_config
-    # Decode shapes with few tiles split K; their partials go through the reduction, not a TMA store
+    # Decode shapes with few tiles split K; their clusters store D directly, not through a TMA store
     for m, n, k in ((1, 2112, 7168), (64, 2112, 7168), (1, 576, 7168)):
         cfg = config(m, n, k)
         assert cfg["num_splits"] > 1 and not cfg["use_tma_store"], (m, n, k, cfg)

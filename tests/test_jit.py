@@ -14,10 +14,6 @@ LAYOUT_FAMILIES = ["smxx_transpose_sf", "smxx_pack_ue8m0"]
 HELPER_KERNELS = [
     ("smxx_transpose_sf", {}),
     ("smxx_pack_ue8m0", {}),
-    ("smxx_splitk_reduce", {"vec": 4}),
-    ("smxx_splitk_reduce", {"vec": 1}),
-    ("smxx_splitk_reduce", {"vec": 4, "fp32_out": 1, "has_c": 1}),  # FP32 D = C + partials
-    ("smxx_splitk_reduce", {"vec": 1, "has_c": 1}),  # BF16 D = C + partials
     ("smxx_transpose_fp8", {"aligned": 1}),  # the tn k-grouped FP8 GEMM's pre-pass
     ("smxx_transpose_fp8", {"aligned": 0}),
     ("smxx_paged_mqa_schedule", {}),  # get_paged_mqa_logits_metadata on CUDA tensors
@@ -34,9 +30,11 @@ GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5, num_multicast=2),
     dict(shape_n=4096, shape_k=7168, block_m=128, block_n=144, num_stages=5, num_multicast=2, is_multicast_on_a=1),
     dict(shape_n=7168, shape_k=16384, block_m=192, block_n=128, num_stages=5, num_multicast=2),  # three math WGs
-    # split-K (FP32 partials stored directly, no TMA store)
+    # split-K (one cluster per tile: the partial sums exchanged in shared memory, D stored directly)
     dict(shape_n=2112, shape_k=7168, block_m=64, block_n=112, num_stages=8, num_splits=3),
     dict(shape_n=2112, shape_k=7168, block_m=128, block_n=48, num_stages=8, num_splits=2),
+    dict(shape_n=576, shape_k=7168, block_m=64, block_n=64, num_stages=6, num_splits=8),  # the largest cluster
+    dict(shape_n=2112, shape_k=7168, block_m=64, block_n=96, num_stages=6, per_row_sfb=1, num_splits=3),  # FP32 D
     # recipe (1, 1, 128): per-row sfb by TMA, FP32 output (+ C) stored directly
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1),
     dict(shape_n=2112, shape_k=7168, block_m=64, block_n=160, num_stages=6, per_row_sfb=1),
@@ -170,7 +168,7 @@ def test_bf16_gemm_compiles_with_hgmma(cache_dir: Path, cfg: dict, use_nvrtc: bo
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("USETMAXREG" in line for line in lines) == 2
     assert any("UTMALDG" in line for line in lines)
-    # FP32 D goes through TMA (in place: a TMA reduce-add); BF16 D with a C, and split-K partials, directly
+    # FP32 D goes through TMA (in place: a TMA reduce-add); BF16 D with a C, and split-K tiles, directly
     fp32 = cfg.get("fp32_out", 0)
     direct = cfg.get("num_splits", 1) > 1 or (cfg.get("has_c", 0) and not fp32) or (fp32 and cfg["block_n"] % 32)
     assert any("UTMASTG" in line for line in lines) == (not direct)
@@ -248,7 +246,7 @@ def test_failed_compile_raises_with_log_and_leaves_no_entry(cache_dir: Path, use
 def test_unknown_family_raises(cache_dir: Path) -> None:
     with pytest.raises(ValueError, match="unknown kernel family 'nope'"):
         deep_gemm.compile_kernel("nope", {})
-    assert set(LAYOUT_FAMILIES + ["smxx_splitk_reduce", "sm90_gemm"]) <= set(deep_gemm.kernel_families())
+    assert set(LAYOUT_FAMILIES + ["sm90_gemm"]) <= set(deep_gemm.kernel_families())
 
 
 def test_bad_arch_raises(cache_dir: Path) -> None:

@@ -69,14 +69,14 @@ fi
 pack
 if [[ "${DG_GPU_RUN_PROFILE:-}" == "source" ]]; then
     # Per-instruction warp-stall samples of each GEMM named in DG_GPU_RUN_NCU_SHAPE ("M N K [profile_gemm.py
-    # options]", several separated by ';'): the GEMM kernel and a split-K reduction after it, as ncu-<i>.txt and
+    # options]", several separated by ';'): the GEMM kernel, as ncu-<i>.txt and
     # the SASS source page ncu-source-<i>.csv
     IFS=';' read -ra ncu_shapes <<< "${DG_GPU_RUN_NCU_SHAPE:-4096 7168 7168}"
     for i in "${!ncu_shapes[@]}"; do
         shape=${ncu_shapes[$i]}
         timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters \
-            --section LaunchStats -k "regex:sm90_gemm|splitk_reduce" -s 2 -c 2 -o "$OUT/profile-$i" \
+            --section LaunchStats -k regex:sm90_gemm -s 2 -c 2 -o "$OUT/profile-$i" \
             python3 tools/profile_gemm.py $shape > "$OUT/ncu-$i.txt" 2>&1
         ncu --import "$OUT/profile-$i.ncu-rep" --print-summary none >> "$OUT/ncu-$i.txt" 2>&1
         ncu --import "$OUT/profile-$i.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-source-$i.csv" 2>&1
@@ -94,7 +94,7 @@ elif [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
                 -k regex:sm90_gemm -s 1 -c 1 python3 tools/profile_gemm.py 4096 7168 7168
         done
         timeout 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-            --section WarpStateStats --section LaunchStats -k "regex:sm90_gemm|splitk_reduce" -s 2 -c 2 \
+            --section WarpStateStats --section LaunchStats -k regex:sm90_gemm -s 2 -c 2 \
             python3 tools/profile_gemm.py 1 2112 7168
     } > "$OUT/ncu.txt" 2>&1
     for shape in "300 2112 7168" "129 1001 1040" "1 2112 7168"; do

@@ -13,7 +13,6 @@
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/smxx_layout.hpp"
 #include "impls/smxx_paged_mqa_schedule.hpp"
-#include "impls/smxx_splitk_reduce.hpp"
 #include "impls/smxx_transpose_fp8.hpp"
 
 namespace dg::kernels {
@@ -33,14 +32,6 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
         {"smxx_transpose_fp8", [](const KernelParams& p) {
              const auto it = p.find("aligned");
              return render_transpose_fp8(it == p.end() || it->second != 0);
-         }},
-        {"smxx_splitk_reduce", [](const KernelParams& p) {
-             const auto get = [&](const char* key, int64_t fallback) {
-                 const auto it = p.find(key);
-                 return it == p.end() ? fallback : it->second;
-             };
-             return render_splitk_reduce(static_cast<uint32_t>(get("vec", 4)), get("fp32_out", 0) != 0,
-                                         get("has_c", 0) != 0);
          }},
     };
     return registry;

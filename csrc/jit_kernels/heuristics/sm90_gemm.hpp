@@ -3,14 +3,15 @@
 //
 // Model (GemmCostModel, in SM cycles): the kernel is persistent and each CTA runs its units one
 // after the other, so
-//   time = max(waves x K blocks per unit x per-K-block time,  DRAM bytes / DRAM bandwidth) + reduction
+//   time = max(waves x (K blocks per unit x per-K-block time + per-unit costs),  DRAM bytes / DRAM bandwidth)
 //   waves = ceil(#units / #SMs), units = tiles x splits (with multicast: tile pairs over #SMs / 2)
 //   per-K-block time = max(latency floor, wgmma time ~ BLOCK_M x (BLOCK_N + 32) / 32, L2 -> SM bytes,
 //                          B bytes at the DRAM bandwidth one SM can pull)
 // (the +32 stands for what every tile pays regardless of its width: loading A, promotion
 // bookkeeping, the epilogue; +16 for BF16, which has no promotion). A K block is 128 bytes of each row
-// (128 FP8 or 64 BF16 elements): the same wgmma time and bytes either way. Split-K (small M, fewer tiles than SMs) cuts a tile's K blocks into
-// up to 16 units, at the price of FP32 partials written and read back, and a reduction kernel.
+// (128 FP8 or 64 BF16 elements): the same wgmma time and bytes either way. Split-K (small M, fewer tiles than
+// SMs) cuts a tile's K blocks into up to 8 units, one cluster of CTAs, at the price of shared memory for the
+// exchange of their FP32 partial sums (fewer stages) and the exchange itself at the end of each unit.
 // Among the candidates that fit the registers and shared memory, the cheapest wins; near-ties go
 // to the wider tile. Stages: as many as shared memory holds (at most 8).
 #pragma once
@@ -93,7 +94,7 @@ struct GemmConfig {
     uint32_t num_math_warpgroups = 2;
     uint32_t num_group_n = 8;
     uint32_t num_multicast = 1;       // CTAs per cluster sharing one operand through TMA multicast
-    uint32_t num_splits = 1;          // split-K: units per tile along K (FP32 partials + reduction kernel)
+    uint32_t num_splits = 1;          // split-K: units per tile along K, one cluster of CTAs per tile
     bool overlap_promotion = false;   // FP8: two partial buffers, block k + 1's wgmmas run during block k's promotion
     GemmOperands operands;            // operand kind and layouts, D's type
     GemmType gemm_type = GemmType::kNormal;
@@ -141,10 +142,26 @@ inline bool multicast_enabled() {
     return get_env_flag("DG_FP8_GEMM_MULTICAST", kMulticastByDefault);
 }
 
+// Math warpgroups of a BLOCK_M: one of 64 rows, three of 64 (BLOCK_M 192), else two.
+inline uint32_t gemm_math_warpgroups(uint32_t block_m) {
+    return block_m == 64 ? 1 : block_m == 192 ? 3 : 2;
+}
+
+// Split-K's exchange slots (mirrors Sm90Gemm::SMEM_SPLIT_SIZE): each math thread's accumulators as float2 pairs,
+// spread over the splits' owners, one slot per split.
+inline uint32_t gemm_split_slot_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_splits) {
+    if (num_splits <= 1)
+        return 0;
+    const uint32_t wgs = gemm_math_warpgroups(block_m);
+    const uint32_t pairs = (block_m / wgs / 64) * block_n / 4;  // per math thread
+    const uint32_t bytes = num_splits * ((pairs + num_splits - 1) / num_splits) * wgs * 128 * 8;
+    return (bytes + 1023) / 1024 * 1024;
+}
+
 // Shared memory the kernel needs (mirrors Sm90Gemm::SMEM_SIZE): per stage 128 bytes of K per row of A and B,
-// FP8 scales.
+// FP8 scales; split-K's exchange slots and barriers.
 inline uint32_t gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,
-                                const GemmOperands& operands = {}) {
+                                const GemmOperands& operands = {}, uint32_t num_splits = 1) {
     // (FP32: two 32-column chunks of 128-byte rows per row of the tile)
     const uint32_t d = !use_tma_store ? 0 : operands.fp32_out ? block_m * 2 * 128 : block_m * block_n * 2;
     const uint32_t sfa = operands.is_fp8() ? (block_m * 4 + 127) / 128 * 128 : 0;
@@ -153,7 +170,8 @@ inline uint32_t gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num
     // (FP32 D through TMA: a barrier for C's loads into each of the (at most three) math warpgroups' two
     // staging buffers)
     const uint32_t c_barriers = use_tma_store && operands.fp32_out ? 3 * 2 * 8 : 0;
-    return 1024 + d + num_stages * (block_m * 128 + block_n * 128 + sfa + sfb + 16) + c_barriers;  // + 2 barriers
+    const uint32_t split = num_splits > 1 ? gemm_split_slot_bytes(block_m, block_n, num_splits) + 2 * 8 : 0;
+    return 1024 + d + split + num_stages * (block_m * 128 + block_n * 128 + sfa + sfb + 16) + c_barriers;  // + 2 barriers
 }
 
 // Widest 16/32/64-column chunk dividing BLOCK_N (TMA store box with a 32/64/128-byte swizzle).
@@ -197,10 +215,6 @@ inline bool gemm_fits_overlap(uint32_t block_m, uint32_t block_n, uint32_t num_m
     return num_math_warpgroups < 3 && slices * block_n * 3 / 2 <= 192u;
 }
 
-inline uint32_t gemm_math_warpgroups(uint32_t block_m) {
-    return block_m == 64 ? 1 : block_m == 192 ? 3 : 2;
-}
-
 // Forced choices (0: the heuristic decides), from DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K: for
 // tuning sweeps and for reproducing a config; a forced value no candidate can take is an error.
 // DG_FP8_GEMM_OVERLAP: 1 = overlapped promotion (an error where it does not fit), 0 = never, unset = the heuristic.
@@ -217,7 +231,10 @@ struct GemmCostModel {
     static constexpr double kDramBytesPerCyclePerSm = 22; // what one SM pulls when few SMs stream (H200: 45 GB/s
                                                           // with 50 SMs busy, 2026-12-02 run 9)
     static constexpr double kUnitOverheadCycles = 2000;   // per unit: the pipeline's first loads, the epilogue
-    static constexpr double kReduceLaunchCycles = 1500; // the split-K reduction kernel's fixed cost
+    // Split-K's exchange in the cluster, per unit: two handshakes with cluster-scope fences, then the tile's
+    // FP32 partial sums stored into the peers' shared memory and read back by their owners (estimates)
+    static constexpr double kSplitExchangeCycles = 1000;
+    static constexpr double kDsmemBytesPerCycle = 32;
     // Three math warpgroups (BLOCK_M = 192): two warpgroups' wgmmas cover each one's promotion, where with
     // two the tensor cores idle while both promote. Measured per K block against this model's estimate
     // (run 12 sweep, M = 4096 and 8192): 1.19-1.21x the estimate with three, 1.49-1.60x with two.
@@ -239,14 +256,14 @@ struct GemmCostModel {
         // With more, the units sharing a B tile run at about the same time and find it in L2.
         const double dram = m <= block_m ? double(block_n) * 128 / kDramBytesPerCyclePerSm : 0.0;
         const double per_k_block = std::max({kLatencyPerKBlock, mma, l2, dram});
+        const double exchange = num_splits > 1 ? kSplitExchangeCycles + 2.0 * block_m * block_n * 4 / kDsmemBytesPerCycle
+                                               : 0.0;
         const double sm_time = double(waves) * (((num_k_blocks + num_splits - 1) / num_splits) * per_k_block +
-                                                kUnitOverheadCycles);
-        const double partials = num_splits > 1 ? 4.0 * num_splits * m * n : 0.0;
+                                                kUnitOverheadCycles + exchange);
         const double d_bytes = (operands.fp32_out ? 4.0 : 2.0) * (operands.has_c ? 2 : 1) * m * n;
-        const double dram_time = (operands.element_bytes() * (double(m) * k + double(n) * k) + d_bytes + 2 * partials) /
+        const double dram_time = (operands.element_bytes() * (double(m) * k + double(n) * k) + d_bytes) /
                                  kDramBytesPerCycle;
-        const double reduce_time = num_splits > 1 ? kReduceLaunchCycles + (partials + d_bytes) / kDramBytesPerCycle : 0.0;
-        return std::max(sm_time, dram_time) + reduce_time;
+        return std::max(sm_time, dram_time);
     }
 };
 
@@ -256,7 +273,7 @@ inline GemmOverrides forced_config() {
     return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K"), forced_overlap};
 }
 
-constexpr uint32_t kMaxSplits = 16;
+constexpr uint32_t kMaxSplits = 8;  // (the CTAs of a tile's splits form one cluster: at most 8, portably)
 constexpr uint32_t kMinKBlocksPerSplit = 2;
 
 // operands: FP8 (recipe (1, 128, 128) or (1, 1, 128)) or BF16; FP32 D through TMA in 32-column chunks; BF16 D
@@ -316,12 +333,13 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 if (splits > num_k_blocks || (splits > 1 && grouped))
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
-                if (gemm_smem_bytes(block_m, block_n, 2, tma_store, operands) > kSm90MaxSmemBytes)
+                if (gemm_smem_bytes(block_m, block_n, 2, tma_store, operands, splits) > kSm90MaxSmemBytes)
                     continue;
                 // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
                 const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2;
                 const uint64_t units = gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false) * splits;
-                const uint64_t slots = multicast ? num_sms / 2 : num_sms;
+                // (a split tile's units form one cluster: whole clusters fit, an estimate of what the GPCs hold)
+                const uint64_t slots = multicast ? num_sms / 2 : num_sms / splits * splits;
                 const uint64_t waves = (units + slots - 1) / slots;
                 const double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, waves, operands);
                 const bool better = best_cost < 0 || cost < best_cost * 0.999 ||
@@ -354,9 +372,10 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
     best.store_chunk_n = gemm_store_chunk(best.block_n);
     best.num_stages = 2;
     while (best.num_stages < 8 && gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1,
-                                                  best.use_tma_store, operands) <= kSm90MaxSmemBytes)
+                                                  best.use_tma_store, operands, best.num_splits) <= kSm90MaxSmemBytes)
         ++best.num_stages;
-    best.smem_bytes = gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store, operands);
+    best.smem_bytes = gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store, operands,
+                                      best.num_splits);
     best.num_sms = num_sms;
     best.shape_m = compile_m ? m : 0;
     best.shape_n = compile_n ? n : 0;

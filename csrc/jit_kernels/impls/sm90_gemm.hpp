@@ -21,7 +21,6 @@
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_gemm.hpp"
-#include "smxx_splitk_reduce.hpp"
 
 namespace dg::kernels {
 
@@ -75,7 +74,7 @@ inline GemmConfig config_from_params(const std::map<std::string, int64_t>& param
     c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.operands.direct_store() &&
                                            !(c.operands.fp32_out && c.block_n % 32 != 0)) != 0;
     c.store_chunk_n = get("store_chunk_n", gemm_store_chunk(c.block_n));
-    c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands);
+    c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands, c.num_splits);
     return c;
 }
 
@@ -212,21 +211,9 @@ public:
         GroupedLayoutParam grouped_layout{
             args.grouped_layout != nullptr ? args.grouped_layout->data_ptr<int32_t>() : nullptr, args.num_groups,
             args.grouped_alignment, args.max_m};
-        const uint32_t num_splits = plan.config.num_splits;
-        if (num_splits == 1) {
-            float* workspace = nullptr;
-            plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc_param, workspace,
-                                grouped_layout, tma_a, tma_b, tma_sfa, tma_sfb, tma_d, tma_c, kNoKGroups);
-            return;
-        }
-        // Split-K: FP32 partials [splits, M, N] from PyTorch's caching allocator (ordered on the current
-        // stream, so concurrent calls on other streams get their own), then the reduction into D
-        const at::Tensor partials = at::empty({static_cast<int64_t>(num_splits), static_cast<int64_t>(m), static_cast<int64_t>(n)}, args.a.options().dtype(at::kFloat));
-        float* workspace = partials.data_ptr<float>();
-        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc_param, workspace,
-                            grouped_layout, tma_a, tma_b, tma_sfa, tma_sfb, tma_d, tma_c, kNoKGroups);
-        launch_splitk_reduce(device, workspace, d, c, m, n, ldd, ldc_param, num_splits,
-                             args.d.scalar_type() == at::kFloat);
+        // (split-K included: the splits of a tile reduce inside their cluster, in this one kernel)
+        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc_param, grouped_layout, tma_a,
+                            tma_b, tma_sfa, tma_sfb, tma_d, tma_c, kNoKGroups);
     }
 
     // K-grouped: the plan (config, kernel, grid) is keyed without K, which changes from call to call; the
@@ -285,9 +272,8 @@ public:
         const float* sfb = nullptr;
         void* d = args.d.data_ptr();
         const void* c_ptr = args.c != nullptr ? args.c->data_ptr() : nullptr;
-        float* workspace = nullptr;
         GroupedLayoutParam grouped_layout{nullptr, num_groups, 0, 0, nullptr};
-        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, workspace, grouped_layout,
+        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, grouped_layout,
                             unused, unused, tma_sfa, tma_sfb, tma_d, tma_c, params);
     }
 
@@ -469,16 +455,19 @@ private:
                                (k_grouped ? sig.num_groups : 1);
         plan->launch.num_threads = c.num_threads();
         plan->launch.smem_bytes = c.smem_bytes;
-        plan->launch.cluster_dim = c.num_multicast;
-        uint64_t slots = c.num_sms / c.num_multicast;
-        if (c.num_multicast > 1) {
-            // NOTES: not every SM can host a CTA of a 2-CTA cluster (GPCs with odd SM counts): a grid of
-            // #SMs / 2 clusters would run its last clusters in a second, serial wave.
-            plan->launch.grid = {static_cast<unsigned>(slots * c.num_multicast), 1, 1};
+        // Clusters: 2-CTA pairs sharing an operand (multicast), or the splits of one tile (split-K); one of the two
+        // is 1. A cluster works on a tile pair or on one tile's splits: units / splits of them.
+        const uint32_t cluster = c.num_multicast * c.num_splits;
+        plan->launch.cluster_dim = cluster;
+        uint64_t slots = c.num_sms / cluster;
+        if (cluster > 1) {
+            // NOTES: not every SM can host a CTA of a cluster (GPCs' SM counts need not divide by the cluster
+            // size): a grid of #SMs / cluster clusters could run its last clusters in a second, serial wave.
+            plan->launch.grid = {static_cast<unsigned>(slots * cluster), 1, 1};
             slots = std::min<uint64_t>(slots, plan->kernel->max_active_clusters(sig.device, plan->launch));
-            DG_CHECK(slots > 0, "no 2-CTA cluster of the GEMM fits on device {}", sig.device);
+            DG_CHECK(slots > 0, "no {}-CTA cluster of the GEMM fits on device {}", cluster, sig.device);
         }
-        plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(units, slots) * c.num_multicast), 1, 1};
+        plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(units / c.num_splits, slots) * cluster), 1, 1};
         if (get_env_flag("DG_PRINT_CONFIGS"))
             fmt::print(stderr, "[deep_gemm] sm90_gemm m={} n={} k={}: {} grid={}\n", sig.m, sig.n, sig.k,
                        c.describe(), plan->launch.grid[0]);

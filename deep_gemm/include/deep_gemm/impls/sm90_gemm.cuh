@@ -9,9 +9,10 @@
 // BF16: D[m, n] = C[m, n] + sum_k A[m, k] * B[n, k], A and B BF16, each K-major ([M, K] / [N, K] rows) or
 //       MN-major ([K, M] / [K, N] rows: wgmma reads it transposed); D BF16 or FP32, C (D's type) optional.
 //
-// Launch: persistent, grid = #SMs (even with clusters), (kNumMathWarpgroups + 1) * 128 threads, 1 CTA/SM;
+// Launch: persistent, grid = at most #SMs (whole clusters), (kNumMathWarpgroups + 1) * 128 threads, 1 CTA/SM;
 //   with kNumMulticast = 2, clusters of 2 CTAs work on tile pairs that share B (or A, kIsMulticastOnA):
-//   each CTA's producer loads half of the shared tile and multicasts it into both CTAs (K-major only).
+//   each CTA's producer loads half of the shared tile and multicasts it into both CTAs (K-major only);
+//   with kNumSplits > 1, clusters of kNumSplits CTAs work on the K ranges of one tile (split-K, below).
 // Roles:
 //   warpgroups 0 .. kNumMathWarpgroups-1  math (setmaxnreg 232; 152 with three): each owns WG_M = BLOCK_M / kNumMathWarpgroups
 //       rows of the tile.
@@ -41,8 +42,9 @@
 //   so); columns left of `boundary` take the first, the others the second (TileSfb). `boundary` takes
 //   one of 128 / gcd(BLOCK_N, 128) values, and the promotion is compiled once per value (selected per
 //   K block by a warp-uniform branch), so it holds no per-column selection.
-// Shared memory: [D staging (TMA store): BLOCK_M x BLOCK_N BF16, or FP32 2 x BLOCK_M x 32] [A x stages] [B x stages]
-//   [sfa x stages] [sfb x stages] [full, empty barriers] [FP32 D: C-load barriers], 1024-byte aligned.
+// Shared memory: [D staging (TMA store): BLOCK_M x BLOCK_N BF16, or FP32 2 x BLOCK_M x 32] [split-K slots]
+//   [A x stages] [B x stages] [sfa x stages] [sfb x stages] [full, empty barriers] [FP32 D: C-load barriers]
+//   [split-K: exchange barriers], 1024-byte aligned.
 // Epilogue (kUseTmaStore, BF16 D without C): each math warpgroup converts its accumulators to BF16, writes them
 //   with stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
@@ -54,9 +56,11 @@
 //   back has read its buffer) and added there (a C whose rows TMA cannot address: from global memory).
 //   Otherwise (D's row stride not 16-byte aligned, BF16 D with a C) threads store directly with bounds
 //   checks, after reading all of their C.
-// Split-K (kNumSplits > 1, small M): each unit covers one tile over a range of K blocks and stores its
-//   FP32 partial sums straight from registers into workspace[split][M][N]; a second kernel
-//   (smxx_splitk_reduce) adds the kNumSplits partials in a fixed order, then C, into D (deterministic).
+// Split-K (kNumSplits > 1, small M): a tile's kNumSplits units, over consecutive near-equal K ranges, run in the
+//   kNumSplits CTAs of one cluster (the grid is a whole number of clusters, so unit u = tile * kNumSplits + split
+//   lands on cluster rank `split`). After the K loop the CTAs exchange their FP32 partial sums through distributed
+//   shared memory and each adds a share of the tile's elements from all of them in split order, adds C and
+//   stores it to D directly (reduce_split_tile): one kernel, deterministic, no global workspace.
 // Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
 // M-grouped (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] (MN-major: [groups][K][N], a 3-D
 //   map) and sfb as [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous:
@@ -134,10 +138,21 @@ struct Sm90Gemm {
     static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kIsFp8 ? align_up(BLOCK_M * 4u, 128u) : 0;
     // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats; BF16: none
     static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kPerRowSfb ? align_up(BLOCK_N * 4u, 128u) : kBlockSfb ? 8 : 0;
-    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_D_SIZE +
+    // Split-K: each math thread's accumulators as float2 pairs; pair p of the tile is reduced by the cluster's
+    // CTA p % kNumSplits, which receives it from every split into its slot [split][p / kNumSplits]
+    static constexpr uint32_t kNumPairs = kNumWgmmaM * kNumAccum / 2;
+    static constexpr uint32_t kPairsPerOwner = ceil_div(kNumPairs, kNumSplits);
+    static constexpr uint32_t SMEM_SPLIT_SIZE =
+        kNumSplits == 1 ? 0 : align_up(kNumSplits * kPairsPerOwner * kNumMathThreads * 8, 1024u);
+    static constexpr uint32_t kNumSplitBarriers = kNumSplits == 1 ? 0 : 2;  // split_full, split_free
+    static constexpr uint32_t kSplitBarrierId = 8;  // named barrier of the math threads around the exchange
+    static constexpr uint32_t kClusterSize = kNumMulticast * kNumSplits;
+    // (the stage ring starts after the D staging tile and the split-K slots)
+    static constexpr uint32_t SMEM_HEAD_SIZE = SMEM_D_SIZE + SMEM_SPLIT_SIZE;
+    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_HEAD_SIZE +
                                           kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
                                                         SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE + 2 * 8) +
-                                          kNumCBarriers * 8;
+                                          (kNumCBarriers + kNumSplitBarriers) * 8;
     static constexpr uint32_t kStoreChunkBytes = kStoreChunkN * 2;
     static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
     static constexpr uint32_t kStoreSwizzleMask = kStoreChunkBytes / 16 - 1;  // 7, 3, 1 for 128/64/32-byte rows
@@ -156,7 +171,8 @@ struct Sm90Gemm {
                                                 (kStoreChunkN == 16 || kStoreChunkN == 32 || kStoreChunkN == 64)),
                   "BF16 TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
     static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
-    static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores FP32 partials directly, not through TMA");
+    static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores D directly, not through TMA");
+    static_assert(kNumSplits <= 8, "a split-K cluster holds at most 8 CTAs");
     static_assert(kPerRowSfb ? kFp32Out : kBlockSfb ? !kFp32Out : true,
                   "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) BF16; BF16 GEMMs either");
     static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % kFp32ChunkCols == 0,
@@ -178,21 +194,21 @@ struct Sm90Gemm {
         uint8_t* base;
         __device__ __forceinline__ __nv_bfloat16* d() const { return reinterpret_cast<__nv_bfloat16*>(base); }
         __device__ __forceinline__ uint8_t* a(uint32_t stage) const {
-            return base + SMEM_D_SIZE + stage * SMEM_A_SIZE_PER_STAGE;
+            return base + SMEM_HEAD_SIZE + stage * SMEM_A_SIZE_PER_STAGE;
         }
         __device__ __forceinline__ uint8_t* b(uint32_t stage) const {
-            return base + SMEM_D_SIZE + kNumStages * SMEM_A_SIZE_PER_STAGE + stage * SMEM_B_SIZE_PER_STAGE;
+            return base + SMEM_HEAD_SIZE + kNumStages * SMEM_A_SIZE_PER_STAGE + stage * SMEM_B_SIZE_PER_STAGE;
         }
         __device__ __forceinline__ float* sfa(uint32_t stage) const {
-            return reinterpret_cast<float*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE) +
+            return reinterpret_cast<float*>(base + SMEM_HEAD_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE) +
                                             stage * SMEM_SFA_SIZE_PER_STAGE);
         }
         __device__ __forceinline__ float* sfb(uint32_t stage) const {
-            return reinterpret_cast<float*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
+            return reinterpret_cast<float*>(base + SMEM_HEAD_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
                                             SMEM_SFA_SIZE_PER_STAGE) + stage * SMEM_SFB_SIZE_PER_STAGE);
         }
         __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
-            return reinterpret_cast<uint64_t*>(base + SMEM_D_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE +
+            return reinterpret_cast<uint64_t*>(base + SMEM_HEAD_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE +
                                                SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE)) + stage;
         }
         __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
@@ -203,6 +219,11 @@ struct Sm90Gemm {
         __device__ __forceinline__ uint64_t* c_full(uint32_t wg, uint32_t buffer) const {
             return full(2 * kNumStages + wg * 2 + buffer);
         }
+        // Split-K: the slots of the pairs this CTA reduces, [kNumSplits][kPairsPerOwner][kNumMathThreads] float2;
+        // split_full: each CTA of the cluster has stored its pairs here; split_free: each owner has read this CTA's
+        __device__ __forceinline__ float2* split_slots() const { return reinterpret_cast<float2*>(base + SMEM_D_SIZE); }
+        __device__ __forceinline__ uint64_t* split_full() const { return full(2 * kNumStages + kNumCBarriers); }
+        __device__ __forceinline__ uint64_t* split_free() const { return full(2 * kNumStages + kNumCBarriers + 1); }
     };
 
     // The sfb rows of a tile: columns [n0, n0 + boundary) use scale block `first`, the rest `last`
@@ -542,8 +563,7 @@ struct Sm90Gemm {
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, void* __restrict__ d, uint32_t ldd,
-                                                const Out* c, uint32_t ldc, float* __restrict__ workspace,
-                                                const TmaDescriptor* tma_d, const TmaDescriptor* tma_c,
+                                                const Out* c, uint32_t ldc, const TmaDescriptor* tma_d, const TmaDescriptor* tma_c,
                                                 GroupedLayout layout, uint32_t rank) {
         // (through a shuffle, so that the compiler knows it is warp-uniform: the A descriptors built from it
         // then live in uniform registers, as wgmma needs them)
@@ -563,8 +583,9 @@ struct Sm90Gemm {
         // barriers (bit b: staging buffer b)
         const CMode c_mode = fp32_c_mode(c, ldc, d, ldd);
         uint32_t c_phases = 0;
+        uint32_t tile_count = 0;  // (split-K: the exchange barriers' phases)
         GemmTile tile;
-        while (scheduler.next(tile)) {
+        for (; scheduler.next(tile); ++tile_count) {
             const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
             const uint32_t n0 = tile.n_block * BLOCK_N;
             const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
@@ -643,9 +664,7 @@ struct Sm90Gemm {
             }
 
             if constexpr (kNumSplits > 1) {
-                store_tile_direct(accum, m0, n0, shape_m, shape_n,
-                                  workspace + static_cast<uint64_t>(tile.split) * shape_m * shape_n, shape_n,
-                                  static_cast<const float*>(nullptr), 0, warp_in_wg, lane);
+                reduce_split_tile(s, accum, tile, tile_count, shape_m, shape_n, static_cast<Out*>(d), ldd, c, ldc);
             } else if constexpr (kFp32Out) {
                 // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
                 const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
@@ -685,6 +704,78 @@ struct Sm90Gemm {
             return last_row < tile.row_end;
         else
             return true;
+    }
+
+    // ---------------------------------------------------------------- split-K reduction in the cluster
+    // The kNumSplits CTAs of a cluster (cluster rank = tile.split) computed one tile over consecutive K ranges.
+    // Every math thread holds the same fragment pairs p of the tile in each of them; pair p is reduced by CTA
+    // p % kNumSplits. Each CTA stores its pairs straight into their owners' slots (remote stores into distributed
+    // shared memory: nothing waits on their latency), then every owner adds its pairs' kNumSplits slots in split
+    // order (the sum does not depend on timing: deterministic), adds C and stores D directly. Per tile, in each
+    // CTA: split_full completes when all kNumSplits CTAs have stored their pairs into it (one arrival each, after
+    // a cluster-scope fence), split_free when all owners have read the pairs this CTA sent them (the next tile's
+    // stores wait for it).
+    __device__ __forceinline__ static void reduce_split_tile(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
+                                                             const GemmTile& tile, uint32_t tile_count, uint32_t shape_m,
+                                                             uint32_t shape_n, Out* d, uint32_t ldd, const Out* c,
+                                                             uint32_t ldc) {
+        const uint32_t thread = threadIdx.x;  // (a math thread: 0 .. kNumMathThreads - 1)
+        const uint32_t split = tile.split;
+        if (tile_count > 0)
+            ptx::mbarrier_wait_cluster(s.split_free(), (tile_count - 1) & 1);
+        const uint32_t slots = ptx::smem_addr(s.split_slots());
+        #pragma unroll
+        for (uint32_t p = 0; p < kNumPairs; ++p) {
+            constexpr uint32_t kPairsPerRowBlock = kNumAccum / 2;
+            const uint32_t slot = (split * kPairsPerOwner + p / kNumSplits) * kNumMathThreads + thread;
+            ptx::st_cluster_v2(ptx::map_to_cta(slots + slot * 8, p % kNumSplits),
+                               accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2],
+                               accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2 + 1]);
+        }
+        ptx::fence_acq_rel_cluster();
+        ptx::named_barrier_sync(kSplitBarrierId, kNumMathThreads);
+        if (thread < kNumSplits)
+            ptx::mbarrier_arrive_cluster(s.split_full(), thread);
+        ptx::mbarrier_wait_cluster(s.split_full(), tile_count & 1);
+
+        // This CTA's pairs p = split + kNumSplits * j; a pair is two adjacent columns of one row
+        const uint32_t warp_in_wg = (thread / 32) % 4, lane = thread % 32;
+        const uint32_t row0 = tile.m_block * BLOCK_M + (thread / 128) * WG_M + warp_in_wg * 16 + lane / 4;
+        const uint32_t col0 = tile.n_block * BLOCK_N + (lane % 4) * 2;
+        const float2* own = s.split_slots();
+        #pragma unroll 4
+        for (uint32_t j = 0; j < kPairsPerOwner; ++j) {
+            const uint32_t p = split + kNumSplits * j;
+            if (p >= kNumPairs)
+                break;
+            float2 sum = own[j * kNumMathThreads + thread];
+            #pragma unroll
+            for (uint32_t q = 1; q < kNumSplits; ++q) {
+                const float2 v = own[(q * kPairsPerOwner + j) * kNumMathThreads + thread];
+                sum.x += v.x, sum.y += v.y;
+            }
+            // (the pair's place in for_each_pair's order: accumulator index i = 4 j' + 2 half of row block im)
+            const uint32_t im = p / (kNumAccum / 2), i = (p % (kNumAccum / 2)) * 2;
+            const uint32_t row = row0 + im * 64 + ((i / 2) % 2) * 8, col = col0 + (i / 4) * 8;
+            if (row >= shape_m)
+                continue;
+            if (c != nullptr) {
+                const Out* in = c + static_cast<uint64_t>(row) * ldc + col;
+                sum.x += col < shape_n ? to_float(in[0]) : 0.0f;
+                sum.y += col + 1 < shape_n ? to_float(in[1]) : 0.0f;
+            }
+            Out* out = d + static_cast<uint64_t>(row) * ldd + col;
+            if (col < shape_n)
+                out[0] = convert<Out>(sum.x);
+            if (col + 1 < shape_n)
+                out[1] = convert<Out>(sum.y);
+        }
+        // This CTA's slots are read: each sender may overwrite its slot with the next tile's pairs
+        ptx::named_barrier_sync(kSplitBarrierId, kNumMathThreads);
+        if (thread < kNumSplits) {
+            ptx::fence_acq_rel_cluster();
+            ptx::mbarrier_arrive_cluster(s.split_free(), thread);
+        }
     }
 
     // ---------------------------------------------------------------- epilogues
@@ -879,7 +970,7 @@ struct Sm90Gemm {
     __device__ __forceinline__ static float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
 
     // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned, or a grouped
-    // tile with padding rows), the FP32 partial sums of a split-K unit into its workspace slice, or
+    // tile with padding rows), or
     // D = C + accum (FP32 D, or BF16 D with a C; C of D's type; `c` may be D itself: each element is read,
     // then written, by the same thread; null: no C). Rows at or past `row_end` are skipped, and with
     // `row_groups` (the per-row grouped layout) rows whose group id is negative (padding).
@@ -911,8 +1002,7 @@ template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M
           bool kOverlapPromotion>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
-                 void* __restrict__ d, uint32_t ldd, const void* c, uint32_t ldc,
-                 float* __restrict__ workspace, GroupedLayout grouped_layout,
+                 void* __restrict__ d, uint32_t ldd, const void* c, uint32_t ldc, GroupedLayout grouped_layout,
                  const __grid_constant__ TmaDescriptor tma_a,
                  const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
                  const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d,
@@ -954,10 +1044,14 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
         #pragma unroll
         for (uint32_t i = 0; i < Gemm::kNumCBarriers; ++i)
             ptx::mbarrier_init(storage.c_full(i / 2, i % 2), 1);  // the warpgroup's leader, with the C bytes
+        if constexpr (kNumSplits > 1) {
+            ptx::mbarrier_init(storage.split_full(), kNumSplits);  // one arrival per CTA of the cluster
+            ptx::mbarrier_init(storage.split_free(), kNumSplits);
+        }
         ptx::fence_barrier_init();
     }
-    // The peer's barriers must be initialized before any multicast or remote arrival
-    if constexpr (kNumMulticast > 1)
+    // The peers' barriers must be initialized before any multicast, remote arrival or remote store
+    if constexpr (Gemm::kClusterSize > 1)
         ptx::cluster_sync();
     else
         __syncthreads();
@@ -978,10 +1072,10 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
     } else {
         ptx::warpgroup_reg_alloc<Gemm::kMathRegs>();
         Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, static_cast<const typename Gemm::Out*>(c), ldc,
-                   workspace, &tma_d, &tma_c, grouped_layout, rank);
+                   &tma_d, &tma_c, grouped_layout, rank);
     }
-    // No CTA may leave while its peer can still arrive on its barriers
-    if constexpr (kNumMulticast > 1)
+    // No CTA may leave while a peer can still arrive on its barriers or store into its shared memory
+    if constexpr (Gemm::kClusterSize > 1)
         ptx::cluster_sync();
 }
 

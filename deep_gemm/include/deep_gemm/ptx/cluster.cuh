@@ -1,4 +1,5 @@
-// Thread-block-cluster helpers: rank, cluster-wide barrier, and arrivals on a peer CTA's mbarrier.
+// Thread-block-cluster helpers: rank, cluster-wide barrier, arrivals on a peer CTA's mbarrier, stores into a peer's
+// shared memory (distributed shared memory) and the cluster-scope ordering around them.
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
@@ -28,6 +29,37 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t 
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
         "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}"
         ::"r"(smem_addr(bar)), "r"(cta_rank) : "memory");
+}
+
+// The address, in the cluster's shared window, of the shared-memory address `addr` of this CTA mapped to CTA
+// `cta_rank` (the same offset in that CTA).
+__device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t cta_rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(cta_rank));
+    return remote;
+}
+
+// Store two floats at a cluster shared-memory address (from map_to_cta: this CTA's or a peer's).
+__device__ __forceinline__ void st_cluster_v2(uint32_t addr, float x, float y) {
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
+// Orders this thread's earlier memory accesses (peers' shared memory included) before its later ones, for every
+// thread of the cluster: what a later arrival then announces (release), or what an earlier wait saw (acquire).
+__device__ __forceinline__ void fence_acq_rel_cluster() {
+    asm volatile("fence.acq_rel.cluster;" ::: "memory");
+}
+
+// Block until the phase with parity `phase` of this CTA's mbarrier has completed, with acquire semantics at
+// cluster scope: the peers' writes that their arrivals released are then visible.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t phase) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}" ::"r"(smem_addr(bar)), "r"(phase) : "memory");
 }
 
 }  // namespace deep_gemm::ptx
