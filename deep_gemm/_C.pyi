@@ -112,6 +112,8 @@ def get_gemm_config(
     mn_major_b: bool = False,
     fp32_out: bool = False,
     has_c: bool = False,
+    overlap: int = -1,
+    cluster_ctas: list[int] = ...,
 ) -> dict[str, Any]: ...
 def bf16_gemm_nt(
     a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "nk"

@@ -274,6 +274,20 @@ inline GemmOverrides forced_config() {
 }
 
 constexpr uint32_t kMaxSplits = 8;  // (the CTAs of a tile's splits form one cluster: at most 8, portably)
+
+// How many CTAs whole clusters of each size (1 .. kMaxSplits CTAs) occupy at most on the device. A cluster's CTAs
+// share one GPC, and the GPCs' SM counts need not divide by the cluster size (seen on the H200: clusters of 4
+// fill only 120 of 132 SMs), so this is measured on the device (the host fills it from
+// cuOccupancyMaxActiveClusters; GEMM kernels run one CTA per SM) or estimated as whole clusters of #SMs.
+struct ClusterCapacity {
+    uint32_t ctas[kMaxSplits + 1] = {};
+    static ClusterCapacity estimate(uint32_t num_sms) {
+        ClusterCapacity c;
+        for (uint32_t size = 1; size <= kMaxSplits; ++size)
+            c.ctas[size] = num_sms / size * size;
+        return c;
+    }
+};
 constexpr uint32_t kMinKBlocksPerSplit = 2;
 
 // operands: FP8 (recipe (1, 128, 128) or (1, 1, 128)) or BF16; FP32 D through TMA in 32-column chunks; BF16 D
@@ -288,7 +302,9 @@ constexpr uint32_t kMinKBlocksPerSplit = 2;
 inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store,
                                   bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
                                   const GemmOverrides& forced = {}, const GemmOperands& operands = {},
-                                  GemmType gemm_type = GemmType::kNormal, uint32_t grouped_alignment = 128) {
+                                  GemmType gemm_type = GemmType::kNormal, uint32_t grouped_alignment = 128,
+                                  const ClusterCapacity* capacity = nullptr) {
+    const ClusterCapacity cluster_ctas = capacity != nullptr ? *capacity : ClusterCapacity::estimate(num_sms);
     use_tma_store = use_tma_store && !operands.direct_store();
     const bool grouped = gemm_type != GemmType::kNormal, m_grouped = is_m_grouped(gemm_type);
     allow_multicast = allow_multicast && !grouped && !operands.mn_major_b;
@@ -338,8 +354,10 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
                 const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2;
                 const uint64_t units = gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false) * splits;
-                // (a split tile's units form one cluster: whole clusters fit, an estimate of what the GPCs hold)
-                const uint64_t slots = multicast ? num_sms / 2 : num_sms / splits * splits;
+                // (a pair, or a split tile's units, form one cluster: as many as the GPCs hold)
+                const uint64_t slots = multicast ? cluster_ctas.ctas[2] / 2 : cluster_ctas.ctas[splits];
+                if (slots == 0)
+                    continue;
                 const uint64_t waves = (units + slots - 1) / slots;
                 const double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, waves, operands);
                 const bool better = best_cost < 0 || cost < best_cost * 0.999 ||

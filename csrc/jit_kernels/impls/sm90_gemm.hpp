@@ -419,6 +419,40 @@ private:
     }
 
     // (`args` null: k-grouped, whose maps are built for each call)
+    // Per device: how many CTAs whole clusters of each size occupy (ClusterCapacity), once measured
+    static std::optional<ClusterCapacity>& device_cluster_capacity(int device) {
+        static std::map<int, std::optional<ClusterCapacity>> capacities;  // (under get_plan's lock)
+        return capacities[device];
+    }
+    static ClusterCapacity measure_cluster_capacity(const jit::Kernel& kernel, int device, uint32_t num_sms,
+                                                    uint32_t num_threads, uint32_t smem_bytes) {
+        ClusterCapacity capacity;
+        capacity.ctas[1] = num_sms;
+        for (uint32_t size = 2; size <= kMaxSplits; ++size) {
+            jit::LaunchConfig launch;
+            launch.grid = {size, 1, 1};
+            launch.num_threads = num_threads;
+            launch.smem_bytes = smem_bytes;
+            launch.cluster_dim = size;
+            // (a size the device cannot form counts as none)
+            int clusters = 0;
+            try {
+                clusters = kernel.max_active_clusters(device, launch);
+            } catch (const std::exception&) {
+                clusters = 0;
+            }
+            capacity.ctas[size] = static_cast<uint32_t>(std::max(clusters, 0)) * size;
+        }
+        return capacity;
+    }
+    // (set_num_sms may give the GEMMs fewer SMs than the device has)
+    static ClusterCapacity capacity_for(const ClusterCapacity& device_capacity, uint32_t num_sms) {
+        ClusterCapacity capacity = device_capacity;
+        for (uint32_t size = 1; size <= kMaxSplits; ++size)
+            capacity.ctas[size] = std::min(capacity.ctas[size], num_sms / size * size);
+        return capacity;
+    }
+
     static Plan& get_plan(const Signature& sig, const GemmArgs* args) {
         static std::unordered_map<Signature, std::unique_ptr<Plan>, SignatureHash> plans;
         static std::mutex mutex;
@@ -431,20 +465,50 @@ private:
         // (k-grouped: planned for a typical K per group, as K changes from call to call)
         const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
         constexpr uint32_t kKGroupedPlanK = 4096;
-        c = get_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n, k_grouped ? kKGroupedPlanK : sig.k,
-                            sig.num_sms, sig.use_tma_store, sig.compile_m, sig.compile_n, sig.compile_k,
-                            multicast_enabled(), forced_config(), sig.operands, sig.gemm_type, sig.grouped_alignment);
-        c.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
-        if (k_grouped)
-            c.max_k_groups = k_grouped_capacity(sig.num_groups);
-
+        const auto choose = [&](const ClusterCapacity* capacity) {
+            GemmConfig config = get_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n,
+                                                k_grouped ? kKGroupedPlanK : sig.k, sig.num_sms, sig.use_tma_store,
+                                                sig.compile_m, sig.compile_n, sig.compile_k, multicast_enabled(),
+                                                forced_config(), sig.operands, sig.gemm_type, sig.grouped_alignment,
+                                                capacity);
+            config.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
+            if (k_grouped)
+                config.max_k_groups = k_grouped_capacity(sig.num_groups);
+            return config;
+        };
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
-        DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
-                 "GEMM config needs {} bytes of shared memory, device {} allows {}", c.smem_bytes, sig.device,
-                 props.smem_optin_bytes);
         const auto arch = props.arch();
-        plan->kernel = &jit::get_kernel(render_sm90_gemm(c), arch, sig.device, stream);
+        const auto compile = [&](const GemmConfig& config) {
+            DG_CHECK(config.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
+                     "GEMM config needs {} bytes of shared memory, device {} allows {}", config.smem_bytes, sig.device,
+                     props.smem_optin_bytes);
+            return &jit::get_kernel(render_sm90_gemm(config), arch, sig.device, stream);
+        };
+        // The clusters' capacity is measured with the first GEMM kernel loaded on the device; the first plan there
+        // is chosen again with it (and compiled again if that changes it)
+        std::optional<ClusterCapacity>& measured = device_cluster_capacity(sig.device);
+        std::optional<ClusterCapacity> capacity;
+        if (measured)
+            capacity = capacity_for(*measured, sig.num_sms);
+        c = choose(capacity ? &*capacity : nullptr);
+        plan->kernel = compile(c);
+        if (!measured) {
+            measured = measure_cluster_capacity(*plan->kernel, sig.device, props.num_sms, c.num_threads(), c.smem_bytes);
+            capacity = capacity_for(*measured, sig.num_sms);
+            if (get_env_flag("DG_PRINT_CONFIGS")) {
+                std::string sizes;
+                for (uint32_t size = 2; size <= kMaxSplits; ++size)
+                    sizes += fmt::format(" {}:{}", size, measured->ctas[size]);
+                fmt::print(stderr, "[deep_gemm] device {}: CTAs that whole clusters of each size fill (size:CTAs){}\n",
+                           sig.device, sizes);
+            }
+            const GemmConfig again = choose(&*capacity);
+            if (again.describe() != c.describe()) {
+                c = again;
+                plan->kernel = compile(c);
+            }
+        }
 
         if (args != nullptr)
             encode_maps(*plan, sig, *args);
