@@ -180,6 +180,10 @@ def test_heuristic_configs_fit() -> None:
     assert deep_gemm._C.get_gemm_config(128, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
 
 
+# CTAs that whole clusters of 1 .. 8 CTAs fill on the H200 of docs/perf/h200.md (run 39, DG_PRINT_CONFIGS)
+H200_CLUSTER_CTAS = [132, 132, 117, 120, 110, 102, 105, 120]
+
+
 def test_heuristic_split_k() -> None:
     config = deep_gemm._C.get_gemm_config
     # Decode shapes with few tiles split K; their clusters store D directly, not through a TMA store
@@ -190,11 +194,31 @@ def test_heuristic_split_k() -> None:
     # Enough tiles to fill the SMs: never
     for m, n, k in ((4096, 7168, 7168), (128, 129280, 7168), (1, 32768, 512)):
         assert config(m, n, k)["num_splits"] == 1
-    # The calibration of the cost model (docs/perf/h200.md, run 9 sweep): the measured-best choices
-    cfg = config(1, 2112, 7168)
-    assert (cfg["block_m"], cfg["block_n"], cfg["num_splits"]) == (64, 64, 4)
-    assert config(128, 4096, 7168)["num_splits"] == 1 and config(128, 7168, 16384)["num_splits"] == 1
-    assert config(64, 7168, 16384)["block_n"] == 64  # wide tiles left SMs idle there (52 us vs 42 us)
+    # The calibration of the cost model on the H200 (docs/perf/h200.md, runs 38 and 39: split-K in clusters), with
+    # the CTAs whole clusters of 1 .. 8 CTAs fill there (measured by cuOccupancyMaxActiveClusters)
+    h200 = dict(cluster_ctas=H200_CLUSTER_CTAS)
+
+    def choice(m: int, n: int, k: int, **kwargs) -> tuple[int, int, int]:
+        cfg = config(m, n, k, **kwargs)
+        return cfg["block_m"], cfg["block_n"], cfg["num_splits"]
+
+    # (measured within 1 % of the best of six configs: 12.6 / 13.2 / 17.2 / 19.2 us)
+    assert choice(1, 2112, 7168, **h200) == (64, 80, 4)
+    assert choice(64, 2112, 7168, **h200) == (64, 80, 4)
+    assert choice(64, 4096, 7168, **h200) == (64, 64, 2)
+    assert choice(128, 4096, 7168, **h200) == (128, 64, 2)
+    # 33 tiles x 4 splits fill 132 SMs but not the 120 CTAs that clusters of 4 fill there: a second wave
+    assert choice(64, 2112, 7168) == (64, 64, 4)
+    assert config(128, 7168, 16384, **h200)["num_splits"] == 1
+    assert config(64, 7168, 16384, **h200)["block_n"] == 64  # wide tiles left SMs idle there (52 us vs 42 us)
+    # A cluster size the device cannot form is never chosen
+    none_of_8 = H200_CLUSTER_CTAS[:7] + [0]
+    assert (
+        config(1, 576, 7168, **h200)["num_splits"] == 8
+        and config(1, 576, 7168, cluster_ctas=none_of_8)["num_splits"] < 8
+    )
+    with pytest.raises(ValueError, match="cluster_ctas"):
+        config(1, 576, 7168, cluster_ctas=[132, 132])
     # Split-K and multicast exclude each other
     assert config(256, 576, 7168, allow_multicast=True, num_splits=2)["num_multicast"] == 1
 

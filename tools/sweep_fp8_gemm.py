@@ -87,10 +87,12 @@ def main() -> None:
     extra = ["--num-tests", args.num_tests, "--idle", "0.1", "--suite", args.suite]
     results = {config: run_config(config, args.shapes, extra) for config in args.configs}
 
-    import deep_gemm  # the heuristic's choice for each shape, to print next to the timings
+    # The heuristic's choice for each shape, to print next to the timings (on the CPU: with clusters estimated as
+    # whole clusters of 132 SMs, not the device's measured capacity, which `auto` used)
+    import deep_gemm
 
     width = max(len(c) for c in args.configs) + 2
-    print("shape".ljust(22) + "".join(c.rjust(width) for c in args.configs) + "   heuristic")
+    print("shape".ljust(22) + "".join(c.rjust(width) for c in args.configs) + "   heuristic (CPU estimate)")
     for shape in args.shapes:
         times = {c: results[c].get(shape, {}).get("median_us") for c in args.configs}
         best = min((t for t in times.values() if t is not None), default=None)
