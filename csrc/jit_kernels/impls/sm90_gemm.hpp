@@ -24,20 +24,26 @@
 
 namespace dg::kernels {
 
+// The kernel's instantiation; it also asserts that the shared memory the host launches it with (gemm_smem_bytes)
+// covers what the kernel lays out (Sm90Gemm::SMEM_SIZE): the two are written separately.
 inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
     const auto b = [](bool value) { return value ? "true" : "false"; };
+    const std::string args =
+        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", c.shape_m, c.shape_n,
+                    c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups, c.num_group_n, c.num_multicast,
+                    b(c.is_multicast_on_a), c.store_chunk_n, b(c.use_tma_store), c.num_splits,
+                    operand_kind_name(c.operands.kind), b(c.operands.mn_major_a), b(c.operands.mn_major_b),
+                    b(c.operands.fp32_out || c.operands.per_row_sfb()), gemm_type_name(c.gemm_type), c.max_k_groups,
+                    b(c.overlap_promotion));
     return {"sm90_gemm",
             fmt::format("#include <deep_gemm/impls/sm90_gemm.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
+                        "static_assert(Sm90Gemm<{}>::SMEM_SIZE <= {}, \"the host launches with less shared memory than "
+                        "the kernel lays out\");\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_gemm_kernel<\n"
-                        "        {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_gemm_kernel<{}>);\n"
                         "}}\n",
-                        c.shape_m, c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups,
-                        c.num_group_n, c.num_multicast, b(c.is_multicast_on_a), c.store_chunk_n, b(c.use_tma_store),
-                        c.num_splits, operand_kind_name(c.operands.kind), b(c.operands.mn_major_a),
-                        b(c.operands.mn_major_b), b(c.operands.fp32_out || c.operands.per_row_sfb()),
-                        gemm_type_name(c.gemm_type), c.max_k_groups, b(c.overlap_promotion))};
+                        args, c.smem_bytes, args)};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
