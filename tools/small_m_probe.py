@@ -7,7 +7,8 @@ Three measurements, all with the bench's L2 flush (a 256 MiB zero fill) before e
    and device time from the profiler. Shows the fixed cost a call of a few MiB pays in this harness, next to
    the 2 GiB copy bandwidth the bench divides by.
 2. The memory-bound GEMM shapes (M in {1, 64, 128} x (N, K) with K >= 7168), ours and cuBLASLt per-tensor
-   fast-accum: event time, and the profiler's device time per kernel (ours: the GEMM and the split-K reduction).
+   fast-accum: event time, and the profiler's device time per kernel (ours: one GEMM kernel; before run 38 a split-K
+   reduction kernel followed it).
 3. The same GEMMs after a flush that leaves L2 clean (a read of the flush buffer instead of a zero fill): how
    much of the event time is the write-back of the flush's dirty lines.
 """
