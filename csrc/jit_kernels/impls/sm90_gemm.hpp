@@ -527,16 +527,13 @@ private:
         plan->launch.smem_bytes = c.smem_bytes;
         // Clusters: 2-CTA pairs sharing an operand (multicast), or the splits of one tile (split-K); one of the two
         // is 1. A cluster works on a tile pair or on one tile's splits: units / splits of them.
+        // NOTES: not every SM can host a CTA of a cluster (GPCs' SM counts need not divide by the cluster size): the
+        // grid holds as many clusters as the measured capacity, which the heuristic planned with, so that none runs
+        // in a second, serial wave.
         const uint32_t cluster = c.num_multicast * c.num_splits;
         plan->launch.cluster_dim = cluster;
-        uint64_t slots = c.num_sms / cluster;
-        if (cluster > 1) {
-            // NOTES: not every SM can host a CTA of a cluster (GPCs' SM counts need not divide by the cluster
-            // size): a grid of #SMs / cluster clusters could run its last clusters in a second, serial wave.
-            plan->launch.grid = {static_cast<unsigned>(slots * cluster), 1, 1};
-            slots = std::min<uint64_t>(slots, plan->kernel->max_active_clusters(sig.device, plan->launch));
-            DG_CHECK(slots > 0, "no {}-CTA cluster of the GEMM fits on device {}", cluster, sig.device);
-        }
+        const uint64_t slots = capacity->ctas[cluster] / cluster;
+        DG_CHECK(slots > 0, "no {}-CTA cluster of the GEMM fits on device {}", cluster, sig.device);
         plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(units / c.num_splits, slots) * cluster), 1, 1};
         if (get_env_flag("DG_PRINT_CONFIGS"))
             fmt::print(stderr, "[deep_gemm] sm90_gemm m={} n={} k={}: {} grid={}\n", sig.m, sig.n, sig.k,

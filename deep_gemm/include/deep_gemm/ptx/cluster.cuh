@@ -18,25 +18,22 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
-// Arrive on the mbarrier at the same shared-memory offset as `bar`, in CTA `cta_rank` of the cluster.
-// Default semantics (release at CTA scope), on purpose: the callers only announce that their reads of
-// a stage are complete (wgmma.wait_group has returned), which needs no cluster-scope fence. Asking
-// for `.release.cluster` makes NVCC emit MEMBAR.ALL.GPU + ERRBAR before every arrival, which cost
-// the multicast kernel about half its speed (docs/perf/h200.md, 2026-12-02).
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
-    asm volatile(
-        "{\n.reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}"
-        ::"r"(smem_addr(bar)), "r"(cta_rank) : "memory");
-}
-
 // The address, in the cluster's shared window, of the shared-memory address `addr` of this CTA mapped to CTA
 // `cta_rank` (the same offset in that CTA).
 __device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t cta_rank) {
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(cta_rank));
     return remote;
+}
+
+// Arrive on the mbarrier at the same shared-memory offset as `bar`, in CTA `cta_rank` of the cluster.
+// Default semantics (release at CTA scope), on purpose: the callers only announce that their reads of
+// a stage are complete (wgmma.wait_group has returned), which needs no cluster-scope fence. Asking
+// for `.release.cluster` makes NVCC emit MEMBAR.ALL.GPU + ERRBAR before every arrival, which cost
+// the multicast kernel about half its speed (docs/perf/h200.md, 2026-12-02). A caller that publishes writes with
+// the arrival (split-K's exchange) issues fence_acq_rel_cluster before it.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(map_to_cta(smem_addr(bar), cta_rank)) : "memory");
 }
 
 // Store two floats at a cluster shared-memory address (from map_to_cta: this CTA's or a peer's).
