@@ -224,7 +224,7 @@ PYBIND11_MODULE(_C, m) {
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
              uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
              uint32_t grouped_alignment, bool bf16, bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c,
-             int32_t overlap, const std::vector<uint32_t>& cluster_ctas) {
+             int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups) {
               DG_CHECK_INPUT(cluster_ctas.empty() || cluster_ctas.size() == dg::kernels::kMaxSplits,
                              "cluster_ctas must list the CTAs that whole clusters of 1 .. {} CTAs fill ({} values), got {}",
                              dg::kernels::kMaxSplits, dg::kernels::kMaxSplits, cluster_ctas.size());
@@ -241,7 +241,7 @@ PYBIND11_MODULE(_C, m) {
                                          : dg::kernels::fp8_operands(per_row_sfb, has_c);
               const auto c = dg::kernels::get_gemm_config(
                   m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast, {block_m, block_n, num_splits, overlap},
-                  operands, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment, &capacity);
+                  operands, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment, &capacity, num_groups);
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
                               "store_chunk_n"_a = c.store_chunk_n, "smem_bytes"_a = c.smem_bytes,
@@ -254,7 +254,7 @@ PYBIND11_MODULE(_C, m) {
           "allow_multicast"_a = dg::kernels::kMulticastByDefault, "block_m"_a = 0, "block_n"_a = 0, "num_splits"_a = 0,
           "per_row_sfb"_a = false, "gemm_type"_a = 0, "grouped_alignment"_a = 128, "bf16"_a = false,
           "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false, "overlap"_a = -1,
-          "cluster_ctas"_a = std::vector<uint32_t>{},
+          "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1,
           "The config the SM90 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
           "allow_multicast lets it pair tiles into 2-CTA clusters (default: the library's default, which\n"
           "DG_FP8_GEMM_MULTICAST=0/1 overrides at run time); block_m, block_n, num_splits force those choices\n"
@@ -262,7 +262,8 @@ PYBIND11_MODULE(_C, m) {
           "(1, 1, 128); bf16: BF16 operands (mn_major_a / mn_major_b: A stored [K, M] / B stored [K, N];\n"
           "fp32_out: FP32 D); has_c: a C is accumulated (BF16 D: direct stores); gemm_type: 0 normal, 1 m-grouped\n"
           "contiguous, 2 the same with the psum layout, 3 m-grouped masked (m is then the total, or groups x\n"
-          "expected, row count; grouped_alignment the segment alignment or the masked rows per group's),\n"
+          "expected, row count; grouped_alignment the segment alignment or the masked rows per group's;\n"
+          "num_groups: the masked groups, each planned with its own row blocks and B; 1 for other layouts),\n"
           "4 k-grouped (m: groups x M, k: a typical K per group; FP32 D); overlap: 1 forces the FP8 overlapped\n"
           "promotion (block k + 1's wgmmas during block k's promotion), 0 turns it off, -1 lets the heuristic\n"
           "decide (as DG_FP8_GEMM_OVERLAP=1/0/unset); cluster_ctas: the CTAs that whole clusters of 1 .. 8 CTAs\n"

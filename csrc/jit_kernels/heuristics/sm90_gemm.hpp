@@ -2,11 +2,16 @@
 // the CPU through `_C.get_gemm_config`, printed with DG_PRINT_CONFIGS=1).
 //
 // Model (GemmCostModel, in SM cycles): the kernel is persistent and each CTA runs its units one
-// after the other, so
-//   time = max(waves x (K blocks per unit x per-K-block time + per-unit costs),  DRAM bytes / DRAM bandwidth)
-//   waves = ceil(#units / #SMs), units = tiles x splits (with multicast: tile pairs over #SMs / 2)
+// after the other, in waves of as many units as there are CTAs (slots), so
+//   time = sum over waves of max(unit time, the wave's units' share of the DRAM bytes / DRAM bandwidth)
+//   unit time = K blocks per unit x per-K-block time + per-unit costs
+//   units = tiles x splits (with multicast: tile pairs, over #SMs / 2 slots)
 //   per-K-block time = max(latency floor, wgmma time ~ BLOCK_M x (BLOCK_N + 32) / 32, L2 -> SM bytes,
 //                          B bytes at the DRAM bandwidth one SM can pull)
+// (a last, partial wave of memory-bound units takes a unit's time, not its share of the bytes: few SMs cannot
+// pull the DRAM bandwidth; this is what makes masked groups of few rows prefer more, narrower tiles).
+// Masked GEMMs are planned per group: `m` rows in `num_groups` groups, each with its own row blocks and its
+// own B (counted once per group).
 // (the +32 stands for what every tile pays regardless of its width: loading A, promotion
 // bookkeeping, the epilogue; +16 for BF16, which has no promotion). A K block is 128 bytes of each row
 // (128 FP8 or 64 BF16 elements): the same wgmma time and bytes either way. Split-K (small M, fewer tiles than
@@ -243,27 +248,32 @@ struct GemmCostModel {
     static constexpr uint64_t kThreeWarpgroupMinM = 2048;
 
     // (a K block is 128 bytes of each row: 128 FP8 or 64 BF16 elements, the same wgmma time either way)
+    // `units` run in waves of `slots`; `m` rows in `num_groups` groups of m / num_groups rows, each with its own B.
     static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
-                       uint64_t waves, const GemmOperands& operands = {}) {
+                       uint64_t units, uint64_t slots, const GemmOperands& operands = {}, uint64_t num_groups = 1) {
         const uint64_t block_k = operands.block_k(), num_k_blocks = (k + block_k - 1) / block_k;
+        const uint64_t group_rows = (m + num_groups - 1) / num_groups;
         // (with three warpgroups a K block costs the same at BLOCK_N 112 as at 128: measured 1216 vs 1153 cycles;
         // BF16 has no promotion: a smaller per-tile overhead)
         const double overhead = operands.is_fp8() ? 32 : 16;
         const double mma = block_m == 192 ? 192.0 * (128 + 32) / 32 * kThreeWarpgroupMmaFactor
                                           : double(block_m) * (block_n + overhead) / 32;
-        const double l2 = double(std::min<uint64_t>(block_m, m) + block_n) * 128 / kL2BytesPerCycle;
-        // With one row block, every B tile is read by one unit only: it streams from DRAM (A hits L2).
+        const double l2 = double(std::min<uint64_t>(block_m, group_rows) + block_n) * 128 / kL2BytesPerCycle;
+        // With one row block (per group), every B tile is read by one unit only: it streams from DRAM (A hits L2).
         // With more, the units sharing a B tile run at about the same time and find it in L2.
-        const double dram = m <= block_m ? double(block_n) * 128 / kDramBytesPerCyclePerSm : 0.0;
+        const double dram = group_rows <= block_m ? double(block_n) * 128 / kDramBytesPerCyclePerSm : 0.0;
         const double per_k_block = std::max({kLatencyPerKBlock, mma, l2, dram});
         const double exchange = num_splits > 1 ? kSplitExchangeCycles + 2.0 * block_m * block_n * 4 / kDsmemBytesPerCycle
                                                : 0.0;
-        const double sm_time = double(waves) * (((num_k_blocks + num_splits - 1) / num_splits) * per_k_block +
-                                                kUnitOverheadCycles + exchange);
+        const double unit_time = ((num_k_blocks + num_splits - 1) / num_splits) * per_k_block + kUnitOverheadCycles +
+                                 exchange;
         const double d_bytes = (operands.fp32_out ? 4.0 : 2.0) * (operands.has_c ? 2 : 1) * m * n;
-        const double dram_time = (operands.element_bytes() * (double(m) * k + double(n) * k) + d_bytes) /
-                                 kDramBytesPerCycle;
-        return std::max(sm_time, dram_time);
+        const double dram_cycles_per_unit =
+            (operands.element_bytes() * (double(m) * k + double(num_groups) * n * k) + d_bytes) / kDramBytesPerCycle /
+            double(units);
+        const uint64_t full_waves = units / slots, last_wave = units % slots;
+        return double(full_waves) * std::max(unit_time, double(slots) * dram_cycles_per_unit) +
+               (last_wave > 0 ? std::max(unit_time, double(last_wave) * dram_cycles_per_unit) : 0.0);
     }
 };
 
@@ -295,7 +305,8 @@ constexpr uint32_t kMinKBlocksPerSplit = 2;
 // multiples of 64, and its multicast is not offered.
 // gemm_type: m-grouped layouts take BLOCK_M dividing `grouped_alignment` (a row block never spans two
 // groups: the contiguous segments' alignment, or the masked layout's rows per group) and neither split-K
-// nor multicast; `m` is then the total (contiguous) or expected (masked: groups x expected_m) row count.
+// nor multicast; `m` is then the total (contiguous) or expected (masked: groups x expected_m) row count, and
+// masked plans are made per group (`num_groups`: each group's row blocks and B are its own).
 // K-grouped (weight gradients): FP32 D, neither split-K nor multicast; `m` is groups x M (every
 // group's tiles are units of the one persistent grid) and `k` a typical K per group; the caller sets
 // max_k_groups.
@@ -303,8 +314,11 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                                   bool compile_m, bool compile_n, bool compile_k, bool allow_multicast,
                                   const GemmOverrides& forced = {}, const GemmOperands& operands = {},
                                   GemmType gemm_type = GemmType::kNormal, uint32_t grouped_alignment = 128,
-                                  const ClusterCapacity* capacity = nullptr) {
+                                  const ClusterCapacity* capacity = nullptr, uint32_t num_groups = 1) {
     const ClusterCapacity cluster_ctas = capacity != nullptr ? *capacity : ClusterCapacity::estimate(num_sms);
+    DG_CHECK_INPUT(num_groups >= 1 && (num_groups == 1 || gemm_type == GemmType::kMGroupedMasked),
+                   "num_groups (the masked layout's groups) must be 1 for other layouts, got {}", num_groups);
+    const uint64_t group_rows = (uint64_t(m) + num_groups - 1) / num_groups;
     use_tma_store = use_tma_store && !operands.direct_store();
     const bool grouped = gemm_type != GemmType::kNormal, m_grouped = is_m_grouped(gemm_type);
     allow_multicast = allow_multicast && !grouped && !operands.mn_major_b;
@@ -338,7 +352,9 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 !gemm_fits_registers(block_m, block_n, wgs, operands.is_fp8()) ||
                 (operands.mn_major_b && block_n % 64 != 0) || (operands.fp32_out && use_tma_store && block_n % 32 != 0))
                 continue;
-            const uint64_t m_blocks = (m + block_m - 1) / block_m, n_blocks = (n + block_n - 1) / block_n;
+            // (masked: each group's rows in row blocks of their own)
+            const uint64_t m_blocks = num_groups * ((group_rows + block_m - 1) / block_m);
+            const uint64_t n_blocks = (n + block_n - 1) / block_n;
             for (uint32_t splits = 1; splits <= kMaxSplits; ++splits) {
                 // Split-K only when the tiles alone leave SMs idle, and with a few K blocks per split
                 // (never with groups, nor more splits than K blocks)
@@ -358,8 +374,8 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 const uint64_t slots = multicast ? cluster_ctas.ctas[2] / 2 : cluster_ctas.ctas[splits];
                 if (slots == 0)
                     continue;
-                const uint64_t waves = (units + slots - 1) / slots;
-                const double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, waves, operands);
+                const double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, units, slots, operands,
+                                                        num_groups);
                 const bool better = best_cost < 0 || cost < best_cost * 0.999 ||
                                     (cost <= best_cost * 1.001 && splits == best.num_splits &&
                                      block_m == best.block_m && block_n > best.block_n);

@@ -476,7 +476,7 @@ private:
                                                 k_grouped ? kKGroupedPlanK : sig.k, sig.num_sms, sig.use_tma_store,
                                                 sig.compile_m, sig.compile_n, sig.compile_k, multicast_enabled(),
                                                 forced_config(), sig.operands, sig.gemm_type, sig.grouped_alignment,
-                                                capacity);
+                                                capacity, sig.gemm_type == GemmType::kMGroupedMasked ? sig.num_groups : 1);
             config.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
             if (k_grouped)
                 config.max_k_groups = k_grouped_capacity(sig.num_groups);
