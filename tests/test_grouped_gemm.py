@@ -136,6 +136,29 @@ def test_alias_and_heuristic() -> None:
                 assert cfg["gemm_type"] == gemm_type
 
 
+def test_masked_heuristic_plans_per_group() -> None:
+    # Masked plans model each group's rows and B (num_groups): 64-row blocks exactly when a group's rows fit one
+    # (run 41 on the H200: groups of 20 rows 5-13 % faster than in 128-row blocks, groups of 192 rows 1.4x slower)
+    config = deep_gemm._C.get_gemm_config
+    h200 = dict(cluster_ctas=[132, 132, 117, 120, 110, 102, 105, 120], gemm_type=3, grouped_alignment=128)
+    for bf16 in (False, True):
+        for g, m in ((32, 20), (6, 20), (16, 1), (32, 64)):
+            assert config(g * m, 4096, 7168, num_groups=g, bf16=bf16, **h200)["block_m"] == 64, (g, m, bf16)
+        for g, m in ((32, 192), (6, 1024), (1, 1024)):
+            assert config(g * m, 4096, 7168, num_groups=g, bf16=bf16, **h200)["block_m"] == 128, (g, m, bf16)
+    # Where the DRAM bound ties the tiles, the one keeping every SM busy wins (run 42: BF16 6 x 20 x 4096 x 7168,
+    # 64 x 256 tiles on 96 SMs 110 us, 64 x 96 on all 98 us)
+    cfg = config(6 * 20, 4096, 7168, num_groups=6, bf16=True, **h200)
+    assert 6 * ceil_div(4096, cfg["block_n"]) >= 132, cfg
+    # A 64-row alignment (max_m % 128 != 0) still takes 64-row blocks for any group size
+    assert config(32 * 192, 4096, 7168, num_groups=32, **{**h200, "grouped_alignment": 64})["block_m"] == 64
+    # num_groups describes the masked layout only
+    with pytest.raises(ValueError, match="num_groups"):
+        config(8192, 4096, 7168, num_groups=4, gemm_type=1)
+    with pytest.raises(ValueError, match="num_groups"):
+        config(8192, 4096, 7168, num_groups=0, gemm_type=3)
+
+
 # ----------------------------------------------------------------------------- GPU tier
 def make_grouped_inputs(num_groups: int, expected_m: int, n: int, k: int, seed: int):
     """Random per-group row counts (U(0.7, 1.3) x expected, about one group in five empty), segments
