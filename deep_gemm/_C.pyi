@@ -114,6 +114,7 @@ def get_gemm_config(
     has_c: bool = False,
     overlap: int = -1,
     cluster_ctas: list[int] = ...,
+    num_groups: int = 1,
 ) -> dict[str, Any]: ...
 def bf16_gemm_nt(
     a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "nk"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import deep_gemm
-from deep_gemm.testing import calc_diff
+from deep_gemm.testing import H200_CLUSTER_CTAS, calc_diff
 from deep_gemm.utils import ceil_div, per_block_cast_to_fp8, per_token_cast_to_fp8
 
 gpu = pytest.mark.gpu
@@ -178,10 +178,6 @@ def test_heuristic_configs_fit() -> None:
     cfg = deep_gemm._C.get_gemm_config(4096, 7168, 7168, allow_multicast=True)
     assert cfg["block_m"] == 192 and cfg["num_multicast"] == 2, cfg
     assert deep_gemm._C.get_gemm_config(128, 7168, 7168, allow_multicast=True)["num_multicast"] == 1
-
-
-# CTAs that whole clusters of 1 .. 8 CTAs fill on the H200 of docs/perf/h200.md (run 39, DG_PRINT_CONFIGS)
-H200_CLUSTER_CTAS = [132, 132, 117, 120, 110, 102, 105, 120]
 
 
 def test_heuristic_split_k() -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import deep_gemm
-from deep_gemm.testing import calc_diff
+from deep_gemm.testing import H200_CLUSTER_CTAS, calc_diff
 from deep_gemm.utils import align, ceil_div, per_block_cast_to_fp8, per_token_cast_to_fp8
 
 gpu = pytest.mark.gpu
@@ -140,7 +140,7 @@ def test_masked_heuristic_plans_per_group() -> None:
     # Masked plans model each group's rows and B (num_groups): 64-row blocks exactly when a group's rows fit one
     # (run 41 on the H200: groups of 20 rows 5-13 % faster than in 128-row blocks, groups of 192 rows 1.4x slower)
     config = deep_gemm._C.get_gemm_config
-    h200 = dict(cluster_ctas=[132, 132, 117, 120, 110, 102, 105, 120], gemm_type=3, grouped_alignment=128)
+    h200 = dict(cluster_ctas=H200_CLUSTER_CTAS, gemm_type=3, grouped_alignment=128)
     for bf16 in (False, True):
         for g, m in ((32, 20), (6, 20), (16, 1), (32, 64)):
             assert config(g * m, 4096, 7168, num_groups=g, bf16=bf16, **h200)["block_m"] == 64, (g, m, bf16)

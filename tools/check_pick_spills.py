@@ -19,9 +19,8 @@ from deep_gemm.bench.bf16_grouped import BF16_CONTIGUOUS_SHAPES, BF16_MASKED_SHA
 from deep_gemm.bench.fp8_gemm import DENSE_SHAPES
 from deep_gemm.bench.grouped import CONTIGUOUS_SHAPES, MASKED_SHAPES
 from deep_gemm.bench.k_grouped import K_GROUPED_SHAPES
+from deep_gemm.testing import H200_CLUSTER_CTAS
 
-# CTAs that whole clusters of 1 .. 8 CTAs fill on the H200 (docs/perf/h200.md, run 39)
-H200_CLUSTER_CTAS = [132, 132, 117, 120, 110, 102, 105, 120]
 _CONFIG_KEYS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "use_tma_store")
 _OPERAND_KEYS = ("per_row_sfb", "bf16", "mn_major_a", "mn_major_b", "fp32_out", "has_c")
 
@@ -69,9 +68,11 @@ def picks(suites: list[str]) -> dict[tuple, str]:
         for g, m, n, k in K_GROUPED_SHAPES:
             if g == 0:  # the dense recipe (1, 1, 128) with C
                 add(f"kgrouped dense {m}x{n}x{k}", _pick(m, n, k, per_row_sfb=True, has_c=True))
-            else:  # (planned for a typical K of 4096; M and N compiled in, a capacity of 8 or more groups)
+            else:  # (planned for a typical K of 4096; M and N compiled in)
                 params = _pick(g * m, n, 4096, "", per_row_sfb=True, gemm_type=4)
-                params.update(shape_m=m, shape_n=n, max_k_groups=max(8, 1 << (g - 1).bit_length()))
+                # (the capacities of k_grouped_capacity, csrc/jit_kernels/heuristics/sm90_gemm.hpp)
+                capacity = next(c for c in (8, 16, 32, 64, 120) if g <= c)
+                params.update(shape_m=m, shape_n=n, max_k_groups=capacity)
                 add(f"kgrouped {g}x{m}x{n}x{k}", params)
     return out
 

@@ -41,10 +41,11 @@ def main() -> None:
         # (in place: D starts as C and every call adds the product once more)
         ref = c + ref * (args.calls if args.in_place else 1)
     suffix = " + c" + (" (in place)" if args.in_place else "") if c is not None else ""
-    d_fp32 = c.clone() if args.in_place else torch.empty(args.m, args.n, device="cuda")
-    c_arg = d_fp32 if args.in_place else c
+    # D: FP32 with recipe (1, 1, 128) or a C (C itself in place), else BF16
+    d_dtype = torch.float32 if args.per_row or args.fp32_c else torch.bfloat16
+    d = c.clone() if args.in_place else torch.empty(args.m, args.n, device="cuda", dtype=d_dtype)
+    c_arg = d if args.in_place else c
     if args.bf16:
-        d = d_fp32 if args.fp32_c else torch.empty(args.m, args.n, device="cuda", dtype=torch.bfloat16)
         for _ in range(args.calls):
             deep_gemm.bf16_gemm_nt(a_bf16, b_bf16, d, c_arg)
         name = "bf16_gemm_nt" + suffix
@@ -52,7 +53,6 @@ def main() -> None:
         (a, sfa), (b, sfb) = per_token_cast_to_fp8(a_bf16), per_token_cast_to_fp8(b_bf16)
         sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
         sfb = deep_gemm.get_mn_major_tma_aligned_tensor(sfb)
-        d = d_fp32
         for _ in range(args.calls):
             deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c_arg, recipe=(1, 1, 128))
         name = "fp8_gemm_nt (1, 1, 128)" + suffix
@@ -60,7 +60,6 @@ def main() -> None:
         a, sfa = per_token_cast_to_fp8(a_bf16)
         b, sfb = per_block_cast_to_fp8(b_bf16)
         sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
-        d = torch.empty(args.m, args.n, device="cuda", dtype=torch.bfloat16)
         for _ in range(args.calls):
             deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
         name = "fp8_gemm_nt"
