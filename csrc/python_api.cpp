@@ -244,7 +244,8 @@ PYBIND11_MODULE(_C, m) {
                   operands, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment, &capacity, num_groups);
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
-                              "store_chunk_n"_a = c.store_chunk_n, "smem_bytes"_a = c.smem_bytes,
+                              "store_chunk_n"_a = c.store_chunk_n, "fp32_buffers"_a = c.fp32_buffers,
+                              "smem_bytes"_a = c.smem_bytes,
                               "num_multicast"_a = c.num_multicast, "is_multicast_on_a"_a = c.is_multicast_on_a,
                               "num_splits"_a = c.num_splits, "overlap_promotion"_a = c.overlap_promotion, "use_tma_store"_a = c.use_tma_store,
                               "per_row_sfb"_a = c.operands.per_row_sfb(), "bf16"_a = !c.operands.is_fp8(),

@@ -506,24 +506,30 @@ def test_gemm_fp32_c_storages(layout: str, m: int, n: int, k: int) -> None:
 
 
 @gpu
-@pytest.mark.parametrize("block_n", [96, 160, 224])
-def test_gemm_fp32_c_odd_chunk_counts(block_n: int) -> None:
-    # BLOCK_N = 96, 160, 224: an odd number of 32-column chunks (3, 5, 7) per tile, so that C's loads alternate
-    # staging buffers across tiles differently; forced per process (DG_FP8_GEMM_BLOCK_N is read once)
+@pytest.mark.parametrize(("block_n", "fp32_buffers"), [(96, None), (160, 2), (224, 4), (128, 1)])
+def test_gemm_fp32_c_odd_chunk_counts(block_n: int, fp32_buffers: int | None) -> None:
+    # BLOCK_N = 96, 160, 224: an odd number of 32-column chunks (3, 5, 7) per tile; with fewer staging buffers than
+    # chunks (forced: 2 of 5, 4 of 7) the ring's position moves on from tile to tile, so that C's loads and D's
+    # stores use the buffers in a different order in each tile; one buffer: every chunk waits for the last store.
+    # Forced per process (the DG_FP8_GEMM_* choices are read when a shape is first planned).
     script = (
         "import test_bf16_gemm as t\nt.run_fp32_c_storages(1000, 1000, 1024)\nt.run_fp32_c_storages(256, 2112, 512)\n"
     )
+    env = dict(os.environ, DG_FP8_GEMM_BLOCK_N=str(block_n), DG_PRINT_CONFIGS="1")
+    if fp32_buffers is not None:
+        env["DG_FP8_GEMM_FP32_BUFFERS"] = str(fp32_buffers)
     out = subprocess.run(
         [sys.executable, "-c", script],
         cwd=os.path.dirname(__file__),
-        env=dict(os.environ, DG_FP8_GEMM_BLOCK_N=str(block_n), DG_PRINT_CONFIGS="1"),
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     plans = [line for line in out.stderr.splitlines() if "sm90_gemm" in line and "d=fp32" in line]
-    assert plans and all(f"BLOCK_N={block_n} " in line for line in plans), out.stderr
+    buffers = f"fp32_buffers={fp32_buffers if fp32_buffers is not None else block_n // 32} "
+    assert plans and all(f"BLOCK_N={block_n} " in line and buffers in line for line in plans), out.stderr
 
 
 @gpu

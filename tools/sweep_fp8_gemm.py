@@ -7,7 +7,8 @@ dense recipe (1, 1, 128)) under forced configs, to calibrate the heuristic (run 
     python tools/sweep_fp8_gemm.py --suite kgrouped --shapes 0x4096x7168x7168 4x4096x7168x8192 --configs auto bm256-bn64
 
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
-(BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on), ov0/ov1 (overlapped promotion off/on). Each config runs in its own process (the
+(BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on), ov0/ov1 (overlapped promotion off/on), fbN (FP32 D's
+staging buffers per math warpgroup). Each config runs in its own process (the
 choices are read when a shape's plan is made) through `python -m deep_gemm.bench --no-baselines`;
 shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
 fastest config per shape marked with '*', and what the heuristic picked.
@@ -26,6 +27,7 @@ KEYS = {
     "s": "DG_FP8_GEMM_SPLIT_K",
     "mc": "DG_FP8_GEMM_MULTICAST",
     "ov": "DG_FP8_GEMM_OVERLAP",
+    "fb": "DG_FP8_GEMM_FP32_BUFFERS",
 }
 
 
@@ -36,7 +38,7 @@ def config_env(config: str) -> dict[str, str]:
     for part in config.split("-"):
         key = part.rstrip("0123456789")
         if key not in KEYS or key == part:
-            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN or ovN")
+            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN, ovN or fbN")
         env[KEYS[key]] = part[len(key) :]
     return env
 

@@ -106,6 +106,7 @@ struct GemmConfig {
     uint32_t max_k_groups = 0;        // k-grouped: capacity of the per-group TMA map parameter (else 0)
     bool is_multicast_on_a = false;   // the shared operand: A (pairs along N) or B (pairs along M)
     uint32_t store_chunk_n = 64;
+    uint32_t fp32_buffers = 0;        // FP32 D through TMA: staging buffers (32-column chunks) per math warpgroup
     bool use_tma_store = true;
     uint32_t num_sms = 132;
     uint32_t smem_bytes = 0;
@@ -114,10 +115,10 @@ struct GemmConfig {
     std::string describe() const {
         static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16"};
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} overlap={} stages={} math_wgs={} group_n={} multicast={}{} "
-                           "store_chunk_n={} tma_store={} operands={} layout={}{} d={}{} type={} max_k_groups={} sms={} "
+                           "store_chunk_n={} fp32_buffers={} tma_store={} operands={} layout={}{} d={}{} type={} max_k_groups={} sms={} "
                            "smem={} compiled_mnk=({},{},{})",
                            block_m, block_n, num_splits, overlap_promotion, num_stages, num_math_warpgroups, num_group_n, num_multicast,
-                           num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "", store_chunk_n, use_tma_store,
+                           num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "", store_chunk_n, fp32_buffers, use_tma_store,
                            kKinds[static_cast<uint32_t>(operands.kind)], operands.mn_major_a ? "t" : "n",
                            operands.mn_major_b ? "n" : "t", operands.fp32_out ? "fp32" : "bf16",
                            operands.has_c ? "+c" : "", static_cast<uint32_t>(gemm_type), max_k_groups, num_sms,
@@ -164,19 +165,58 @@ inline uint32_t gemm_split_slot_bytes(uint32_t block_m, uint32_t block_n, uint32
 }
 
 // Shared memory the kernel needs (mirrors Sm90Gemm::SMEM_SIZE): per stage 128 bytes of K per row of A and B,
-// FP8 scales; split-K's exchange slots and barriers.
+// FP8 scales; the D staging (FP32: `fp32_buffers` 32-column chunks of 128-byte rows per row of the tile);
+// split-K's exchange slots and barriers.
 inline uint32_t gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,
-                                const GemmOperands& operands = {}, uint32_t num_splits = 1) {
-    // (FP32: two 32-column chunks of 128-byte rows per row of the tile)
-    const uint32_t d = !use_tma_store ? 0 : operands.fp32_out ? block_m * 2 * 128 : block_m * block_n * 2;
+                                const GemmOperands& operands = {}, uint32_t num_splits = 1, uint32_t fp32_buffers = 0) {
+    const bool fp32_tma = use_tma_store && operands.fp32_out;
+    DG_CHECK_INPUT(fp32_tma ? fp32_buffers >= 1 && fp32_buffers <= block_n / 32 : fp32_buffers == 0,
+                   "fp32_buffers must be 1..BLOCK_N / 32 ({}) for FP32 D through TMA, 0 otherwise; got {}",
+                   block_n / 32, fp32_buffers);
+    const uint32_t d = !use_tma_store ? 0 : operands.fp32_out ? block_m * fp32_buffers * 128 : block_m * block_n * 2;
     const uint32_t sfa = operands.is_fp8() ? (block_m * 4 + 127) / 128 * 128 : 0;
     // a column's scales, the tile's pair, or none
     const uint32_t sfb = operands.per_row_sfb() ? (block_n * 4 + 127) / 128 * 128 : operands.block_sfb() ? 8 : 0;
-    // (FP32 D through TMA: a barrier for C's loads into each of the (at most three) math warpgroups' two
-    // staging buffers)
-    const uint32_t c_barriers = use_tma_store && operands.fp32_out ? 3 * 2 * 8 : 0;
+    // (FP32 D through TMA: a barrier for C's loads into each staging buffer of each math warpgroup)
+    const uint32_t c_barriers = fp32_tma ? gemm_math_warpgroups(block_m) * fp32_buffers * 8 : 0;
     const uint32_t split = num_splits > 1 ? gemm_split_slot_bytes(block_m, block_n, num_splits) + 2 * 8 : 0;
     return 1024 + d + split + num_stages * (block_m * 128 + block_n * 128 + sfa + sfb + 16) + c_barriers;  // + 2 barriers
+}
+
+// The most stages (2 .. 8) that fit in shared memory, 0 if not even two do.
+inline uint32_t gemm_max_stages(uint32_t block_m, uint32_t block_n, bool use_tma_store, const GemmOperands& operands,
+                                uint32_t num_splits, uint32_t fp32_buffers) {
+    uint32_t stages = 0;
+    for (uint32_t s = 2; s <= 8; ++s)
+        if (gemm_smem_bytes(block_m, block_n, s, use_tma_store, operands, num_splits, fp32_buffers) <= kSm90MaxSmemBytes)
+            stages = s;
+    return stages;
+}
+
+// FP32 D through TMA: the fewest staging buffers per math warpgroup the kernel runs with (two: one is written
+// while the other's store drains; one for a 32-column tile), or 0 where D does not go that way.
+inline uint32_t gemm_min_fp32_buffers(uint32_t block_n, bool use_tma_store, const GemmOperands& operands) {
+    return use_tma_store && operands.fp32_out ? std::min(2u, block_n / 32) : 0;
+}
+
+// FP32 D through TMA: a buffer per 32-column chunk of the tile, so that the epilogue never waits for its own
+// stores (they drain during the next tile's K loop; with two, each chunk waits for the store two back to have
+// read its buffer), unless that leaves fewer than kMinFp32RingStages stages where the fewest buffers leave more;
+// then the most buffers that keep them.
+constexpr uint32_t kMinFp32RingStages = 4;
+inline uint32_t gemm_fp32_buffers(uint32_t block_m, uint32_t block_n, bool use_tma_store, const GemmOperands& operands,
+                                  uint32_t num_splits) {
+    const uint32_t fewest = gemm_min_fp32_buffers(block_n, use_tma_store, operands);
+    if (fewest == 0)
+        return 0;
+    const auto stages = [&](uint32_t buffers) {
+        return gemm_max_stages(block_m, block_n, use_tma_store, operands, num_splits, buffers);
+    };
+    const uint32_t floor = std::min(kMinFp32RingStages, stages(fewest));
+    for (uint32_t buffers = block_n / 32; buffers > fewest; --buffers)
+        if (stages(buffers) >= floor)
+            return buffers;
+    return fewest;
 }
 
 // Widest 16/32/64-column chunk dividing BLOCK_N (TMA store box with a 32/64/128-byte swizzle).
@@ -223,9 +263,12 @@ inline bool gemm_fits_overlap(uint32_t block_m, uint32_t block_n, uint32_t num_m
 // Forced choices (0: the heuristic decides), from DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K: for
 // tuning sweeps and for reproducing a config; a forced value no candidate can take is an error.
 // DG_FP8_GEMM_OVERLAP: 1 = overlapped promotion (an error where it does not fit), 0 = never, unset = the heuristic.
+// DG_FP8_GEMM_FP32_BUFFERS: FP32 D through TMA, staging buffers per math warpgroup (capped at BLOCK_N / 32; an error
+// where not even two stages fit then; kernels without FP32 D through TMA have none).
 struct GemmOverrides {
     uint32_t block_m = 0, block_n = 0, num_splits = 0;
     int32_t overlap = -1;
+    uint32_t fp32_buffers = 0;
 };
 
 // Estimated time, in SM cycles, of one candidate (see the model at the top of this file).
@@ -280,7 +323,8 @@ struct GemmCostModel {
 inline GemmOverrides forced_config() {
     const auto read = [](const char* name) { return get_env_uint(name, 0, 4096, "a small non-negative integer"); };
     const int32_t forced_overlap = get_env("DG_FP8_GEMM_OVERLAP").empty() ? -1 : get_env_flag("DG_FP8_GEMM_OVERLAP");
-    return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K"), forced_overlap};
+    return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K"), forced_overlap,
+            read("DG_FP8_GEMM_FP32_BUFFERS")};
 }
 
 constexpr uint32_t kMaxSplits = 8;  // (the CTAs of a tile's splits form one cluster: at most 8, portably)
@@ -372,7 +416,8 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 if (splits > num_k_blocks || (splits > 1 && grouped))
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
-                if (gemm_smem_bytes(block_m, block_n, 2, tma_store, operands, splits) > kSm90MaxSmemBytes)
+                if (gemm_max_stages(block_m, block_n, tma_store, operands, splits,
+                                    gemm_min_fp32_buffers(block_n, tma_store, operands)) == 0)
                     continue;
                 // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
                 const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2;
@@ -417,12 +462,16 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
     best.operands = operands;
     best.gemm_type = gemm_type;
     best.store_chunk_n = gemm_store_chunk(best.block_n);
-    best.num_stages = 2;
-    while (best.num_stages < 8 && gemm_smem_bytes(best.block_m, best.block_n, best.num_stages + 1,
-                                                  best.use_tma_store, operands, best.num_splits) <= kSm90MaxSmemBytes)
-        ++best.num_stages;
+    best.fp32_buffers = gemm_fp32_buffers(best.block_m, best.block_n, best.use_tma_store, operands, best.num_splits);
+    if (forced.fp32_buffers != 0 && best.fp32_buffers != 0)
+        best.fp32_buffers = std::min(forced.fp32_buffers, best.block_n / 32);
+    best.num_stages = gemm_max_stages(best.block_m, best.block_n, best.use_tma_store, operands, best.num_splits,
+                                      best.fp32_buffers);
+    DG_CHECK_INPUT(best.num_stages >= 2, "DG_FP8_GEMM_FP32_BUFFERS={}: BLOCK_M={} BLOCK_N={} with {} FP32 staging "
+                   "buffers per math warpgroup leaves no room for two stages", forced.fp32_buffers, best.block_m,
+                   best.block_n, best.fp32_buffers);
     best.smem_bytes = gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store, operands,
-                                      best.num_splits);
+                                      best.num_splits, best.fp32_buffers);
     best.num_sms = num_sms;
     best.shape_m = compile_m ? m : 0;
     best.shape_n = compile_n ? n : 0;

@@ -29,9 +29,10 @@ namespace dg::kernels {
 inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
     const auto b = [](bool value) { return value ? "true" : "false"; };
     const std::string args =
-        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", c.shape_m, c.shape_n,
-                    c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups, c.num_group_n, c.num_multicast,
-                    b(c.is_multicast_on_a), c.store_chunk_n, b(c.use_tma_store), c.num_splits,
+        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", c.shape_m,
+                    c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups, c.num_group_n,
+                    c.num_multicast, b(c.is_multicast_on_a), c.store_chunk_n, c.fp32_buffers, b(c.use_tma_store),
+                    c.num_splits,
                     operand_kind_name(c.operands.kind), b(c.operands.mn_major_a), b(c.operands.mn_major_b),
                     b(c.operands.fp32_out || c.operands.per_row_sfb()), gemm_type_name(c.gemm_type), c.max_k_groups,
                     b(c.overlap_promotion));
@@ -80,7 +81,9 @@ inline GemmConfig config_from_params(const std::map<std::string, int64_t>& param
     c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.operands.direct_store() &&
                                            !(c.operands.fp32_out && c.block_n % 32 != 0)) != 0;
     c.store_chunk_n = get("store_chunk_n", gemm_store_chunk(c.block_n));
-    c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands, c.num_splits);
+    c.fp32_buffers = get("fp32_buffers", gemm_min_fp32_buffers(c.block_n, c.use_tma_store, c.operands));
+    c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands, c.num_splits,
+                                   c.fp32_buffers);
     return c;
 }
 

@@ -42,18 +42,19 @@
 //   so); columns left of `boundary` take the first, the others the second (TileSfb). `boundary` takes
 //   one of 128 / gcd(BLOCK_N, 128) values, and the promotion is compiled once per value (selected per
 //   K block by a warp-uniform branch), so it holds no per-column selection.
-// Shared memory: [D staging (TMA store): BLOCK_M x BLOCK_N BF16, or FP32 2 x BLOCK_M x 32] [split-K slots]
+// Shared memory: [D staging (TMA store): BLOCK_M x BLOCK_N BF16, or FP32 kNumFp32Buffers x BLOCK_M x 32] [split-K slots]
 //   [A x stages] [B x stages] [sfa x stages] [sfb x stages] [full, empty barriers] [FP32 D: C-load barriers]
 //   [split-K: exchange barriers], 1024-byte aligned.
 // Epilogue (kUseTmaStore, BF16 D without C): each math warpgroup converts its accumulators to BF16, writes them
 //   with stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
 //   read shared memory before overwriting it, so the store of tile i overlaps the K loop of tile i+1.
-//   FP32 D (kUseTmaStore): per 32-column chunk, each math warpgroup writes its rows into one of two 128B-swizzled
-//   staging buffers and one thread stores the chunk by TMA; in place (C is D) TMA adds the chunk into D instead
-//   (cp.reduce.async.bulk .add: no C read by the threads); another C is TMA-loaded chunk by chunk into the
-//   same buffers (the first two chunks during the tile's K loop, each further one once the store two chunks
-//   back has read its buffer) and added there (a C whose rows TMA cannot address: from global memory).
+//   FP32 D (kUseTmaStore): per 32-column chunk, each math warpgroup writes its rows into the next of a ring of
+//   kNumFp32Buffers 128B-swizzled staging buffers and one thread stores the chunk by TMA; in place (C is D) TMA
+//   adds the chunk into D instead (cp.reduce.async.bulk .add: no C read by the threads); another C is TMA-loaded
+//   chunk by chunk into the same buffers (the first kNumFp32Buffers chunks during the tile's K loop, each
+//   further one once the store that many chunks back has read its buffer) and added there (a C whose rows TMA
+//   cannot address: from global memory). With a buffer per chunk the stores drain during the next K loop.
 //   Otherwise (D's row stride not 16-byte aligned, BF16 D with a C) threads store directly with bounds
 //   checks, after reading all of their C.
 // Split-K (kNumSplits > 1, small M): a tile's kNumSplits units, over consecutive near-equal K ranges, run in the
@@ -101,7 +102,8 @@ enum class OperandKind : uint32_t {
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, OperandKind kOperands,
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, uint32_t kNumFp32Buffers, bool kUseTmaStore, uint32_t kNumSplits,
+          OperandKind kOperands,
           bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups,
           bool kOverlapPromotion>
 struct Sm90Gemm {
@@ -126,13 +128,14 @@ struct Sm90Gemm {
     using KGroups = KGroupedParams<kMaxKGroups>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
 
-    // TMA store staging: the BF16 tile, or for FP32 D a ring of two 32-column chunks per math warpgroup
+    // TMA store staging: the BF16 tile, or for FP32 D a ring of kNumFp32Buffers 32-column chunks per math warpgroup
     static constexpr uint32_t kFp32ChunkCols = 32;  // 128-byte rows
-    static constexpr uint32_t SMEM_D_SIZE = !kUseTmaStore ? 0 : kFp32Out ? BLOCK_M * 2 * 128 : BLOCK_M * BLOCK_N * 2;
+    static constexpr uint32_t SMEM_D_SIZE =
+        !kUseTmaStore ? 0 : kFp32Out ? BLOCK_M * kNumFp32Buffers * 128 : BLOCK_M * BLOCK_N * 2;
     static constexpr uint32_t kFp32ChunkBytes = WG_M * 128;  // one math warpgroup's rows of a 32-column chunk
     // FP32 D through TMA: one barrier per staging buffer of each math warpgroup, for the TMA loads of C into it
     static constexpr bool kFp32TmaStore = kFp32Out && kUseTmaStore;
-    static constexpr uint32_t kNumCBarriers = kFp32TmaStore ? 2 * kNumMathWarpgroups : 0;
+    static constexpr uint32_t kNumCBarriers = kFp32TmaStore ? kNumFp32Buffers * kNumMathWarpgroups : 0;
     static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K * kElemBytes;
     static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K * kElemBytes;
     static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kIsFp8 ? align_up(BLOCK_M * 4u, 128u) : 0;
@@ -177,6 +180,9 @@ struct Sm90Gemm {
                   "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) BF16; BF16 GEMMs either");
     static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % kFp32ChunkCols == 0,
                   "FP32 TMA stores go in 32-column chunks: BLOCK_N must be a multiple of 32");
+    static_assert(kFp32TmaStore ? kNumFp32Buffers >= 1 && kNumFp32Buffers <= BLOCK_N / kFp32ChunkCols
+                                : kNumFp32Buffers == 0,
+                  "FP32 D through TMA stages 1 .. BLOCK_N / 32 chunks per math warpgroup; other kernels none");
     static_assert(kIsFp8 ? !kMnMajorA && !kMnMajorB : true, "FP8 wgmma reads K-major operands only");
     static_assert(!kOverlapPromotion || kIsFp8, "only FP8 promotes partial sums (BF16 accumulates in the wgmmas)");
     static_assert(!kMnMajorB || BLOCK_N % 64 == 0, "an MN-major B tile is loaded in boxes of 64 columns");
@@ -212,12 +218,13 @@ struct Sm90Gemm {
                                                SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE)) + stage;
         }
         __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
-        // FP32 D: staging buffer `buffer` (0 or 1) of math warpgroup `wg`, and the barrier of C's loads into it
+        // FP32 D: staging buffer `buffer` (0 .. kNumFp32Buffers - 1) of math warpgroup `wg`, and the barrier of
+        // C's loads into it
         __device__ __forceinline__ uint8_t* fp32_buffer(uint32_t wg, uint32_t buffer) const {
-            return base + (wg * 2 + buffer) * kFp32ChunkBytes;
+            return base + (wg * kNumFp32Buffers + buffer) * kFp32ChunkBytes;
         }
         __device__ __forceinline__ uint64_t* c_full(uint32_t wg, uint32_t buffer) const {
-            return full(2 * kNumStages + wg * 2 + buffer);
+            return full(2 * kNumStages + wg * kNumFp32Buffers + buffer);
         }
         // Split-K: the slots of the pairs this CTA reduces, [kNumSplits][kPairsPerOwner][kNumMathThreads] float2;
         // split_full: each CTA of the cluster has stored its pairs here; split_free: each owner has read this CTA's
@@ -579,21 +586,20 @@ struct Sm90Gemm {
         float partial_next[kNumWgmmaM][kNumAccum];
         const uint64_t desc_a = make_desc<kMnMajorA>(s.a(0) + wg_idx * WG_M * 128);
         const uint64_t desc_b = make_desc<kMnMajorB>(s.b(0));
-        // FP32 D through TMA with a C: how C is added (the same for every tile), and the phases of the C-load
-        // barriers (bit b: staging buffer b)
+        // FP32 D through TMA with a C: how C is added (the same for every tile), the phases of the C-load
+        // barriers (bit b: staging buffer b), and the staging ring's position (see store_tile_tma_fp32)
         const CMode c_mode = fp32_c_mode(c, ldc, d, ldd);
-        uint32_t c_phases = 0;
+        uint32_t c_phases = 0, fp32_ring = 0;
         uint32_t tile_count = 0;  // (split-K: the exchange barriers' phases)
         GemmTile tile;
         for (; scheduler.next(tile); ++tile_count) {
             const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
             const uint32_t n0 = tile.n_block * BLOCK_N;
             const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
-            // C's first two chunks land during the K loop
-            if (c_mode == CMode::kLoad && threadIdx.x % 128 == 0) {
-                #pragma unroll
-                for (uint32_t chunk = 0; chunk < 2 && chunk < kNumFp32Chunks; ++chunk)
-                    load_c_chunk(s, tma_c, chunk, m0, n0, tile.group, wg_idx);
+            // C's first chunks land during the K loop
+            if constexpr (kFp32TmaStore) {
+                if (c_mode == CMode::kLoad && threadIdx.x % 128 == 0)
+                    load_c_prefetch(s, tma_c, fp32_ring, m0, n0, tile.group, wg_idx);
             }
 
             #pragma unroll
@@ -664,7 +670,8 @@ struct Sm90Gemm {
             }
 
             if constexpr (kNumSplits > 1) {
-                reduce_split_tile(s, accum, tile, tile_count, shape_m, shape_n, static_cast<Out*>(d), ldd, c, ldc);
+                reduce_split_tile(s, accum, tile, tile_count, m0, n0, shape_m, shape_n, static_cast<Out*>(d), ldd, c, ldc,
+                                  warp_in_wg, lane);
             } else if constexpr (kFp32Out) {
                 // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
                 const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
@@ -673,7 +680,7 @@ struct Sm90Gemm {
                 if constexpr (kUseTmaStore) {
                     if (c_mode == CMode::kRegisters)
                         add_c(accum, m0, n0, shape_m, shape_n, c_group, ldc, warp_in_wg, lane);
-                    store_tile_tma_fp32(s, accum, m0, n0, tile.group, tma_d, tma_c, c_mode, c_phases, wg_idx,
+                    store_tile_tma_fp32(s, accum, m0, n0, tile.group, tma_d, tma_c, c_mode, c_phases, fp32_ring, wg_idx,
                                         warp_in_wg, lane);
                 } else {
                     store_tile_direct(accum, m0, n0, shape_m, shape_n, d_group, ldd, c_group, ldc, warp_in_wg, lane);
@@ -711,14 +718,17 @@ struct Sm90Gemm {
     // Every math thread holds the same fragment pairs p of the tile in each of them; pair p is reduced by CTA
     // p % kNumSplits. Each CTA stores its pairs straight into their owners' slots (remote stores into distributed
     // shared memory: nothing waits on their latency), then every owner adds its pairs' kNumSplits slots in split
-    // order (the sum does not depend on timing: deterministic), adds C and stores D directly. Per tile, in each
-    // CTA: split_full completes when all kNumSplits CTAs have stored their pairs into it (one arrival each, after
-    // a cluster-scope fence), split_free when all owners have read the pairs this CTA sent them (the next tile's
-    // stores wait for it).
+    // order (the sum does not depend on timing: deterministic) into its accumulators, frees its slots, and stores
+    // its pairs with the direct store (which reads all of C before writing D: no load waits behind a store). Per
+    // tile, in each CTA: split_full completes when all kNumSplits CTAs have stored their pairs into it (one
+    // arrival each, after a cluster-scope fence), split_free when all owners have read the pairs this CTA sent
+    // them (the next tile's stores wait for it).
     __device__ __forceinline__ static void reduce_split_tile(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
-                                                             const GemmTile& tile, uint32_t tile_count, uint32_t shape_m,
-                                                             uint32_t shape_n, Out* d, uint32_t ldd, const Out* c,
-                                                             uint32_t ldc) {
+                                                             const GemmTile& tile, uint32_t tile_count, uint32_t m0,
+                                                             uint32_t n0, uint32_t shape_m, uint32_t shape_n, Out* d,
+                                                             uint32_t ldd, const Out* c, uint32_t ldc,
+                                                             uint32_t warp_in_wg, uint32_t lane) {
+        constexpr uint32_t kPairsPerRowBlock = kNumAccum / 2;
         const uint32_t thread = threadIdx.x;  // (a math thread: 0 .. kNumMathThreads - 1)
         const uint32_t split = tile.split;
         if (tile_count > 0)
@@ -726,7 +736,6 @@ struct Sm90Gemm {
         const uint32_t slots = ptx::smem_addr(s.split_slots());
         #pragma unroll
         for (uint32_t p = 0; p < kNumPairs; ++p) {
-            constexpr uint32_t kPairsPerRowBlock = kNumAccum / 2;
             const uint32_t slot = (split * kPairsPerOwner + p / kNumSplits) * kNumMathThreads + thread;
             ptx::st_cluster_v2(ptx::map_to_cta(slots + slot * 8, p % kNumSplits),
                                accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2],
@@ -738,37 +747,21 @@ struct Sm90Gemm {
             ptx::mbarrier_arrive_cluster(s.split_full(), thread);
         ptx::mbarrier_wait_cluster(s.split_full(), tile_count & 1);
 
-        // This CTA's pairs p = split + kNumSplits * j; a pair is two adjacent columns of one row
-        const uint32_t warp_in_wg = (thread / 32) % 4, lane = thread % 32;
-        const uint32_t row0 = tile.m_block * BLOCK_M + (thread / 128) * WG_M + warp_in_wg * 16 + lane / 4;
-        const uint32_t col0 = tile.n_block * BLOCK_N + (lane % 4) * 2;
+        // This CTA's pairs p = split + kNumSplits * j: the sum of their slots replaces their accumulators
         const float2* own = s.split_slots();
-        #pragma unroll 4
-        for (uint32_t j = 0; j < kPairsPerOwner; ++j) {
-            const uint32_t p = split + kNumSplits * j;
-            if (p >= kNumPairs)
-                break;
+        #pragma unroll
+        for (uint32_t p = 0; p < kNumPairs; ++p) {
+            if (p % kNumSplits != split)
+                continue;
+            const uint32_t j = p / kNumSplits;
             float2 sum = own[j * kNumMathThreads + thread];
             #pragma unroll
             for (uint32_t q = 1; q < kNumSplits; ++q) {
                 const float2 v = own[(q * kPairsPerOwner + j) * kNumMathThreads + thread];
                 sum.x += v.x, sum.y += v.y;
             }
-            // (the pair's place in for_each_pair's order: accumulator index i = 4 j' + 2 half of row block im)
-            const uint32_t im = p / (kNumAccum / 2), i = (p % (kNumAccum / 2)) * 2;
-            const uint32_t row = row0 + im * 64 + ((i / 2) % 2) * 8, col = col0 + (i / 4) * 8;
-            if (row >= shape_m)
-                continue;
-            if (c != nullptr) {
-                const Out* in = c + static_cast<uint64_t>(row) * ldc + col;
-                sum.x += col < shape_n ? to_float(in[0]) : 0.0f;
-                sum.y += col + 1 < shape_n ? to_float(in[1]) : 0.0f;
-            }
-            Out* out = d + static_cast<uint64_t>(row) * ldd + col;
-            if (col < shape_n)
-                out[0] = convert<Out>(sum.x);
-            if (col + 1 < shape_n)
-                out[1] = convert<Out>(sum.y);
+            accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2] = sum.x;
+            accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2 + 1] = sum.y;
         }
         // This CTA's slots are read: each sender may overwrite its slot with the next tile's pairs
         ptx::named_barrier_sync(kSplitBarrierId, kNumMathThreads);
@@ -776,6 +769,7 @@ struct Sm90Gemm {
             ptx::fence_acq_rel_cluster();
             ptx::mbarrier_arrive_cluster(s.split_free(), thread);
         }
+        store_tile_direct<kNumSplits>(accum, m0, n0, shape_m, shape_n, d, ldd, c, ldc, warp_in_wg, lane, nullptr, split);
     }
 
     // ---------------------------------------------------------------- epilogues
@@ -849,44 +843,66 @@ struct Sm90Gemm {
         return reinterpret_cast<uintptr_t>(c) % 16 == 0 && ldc % 4 == 0 ? CMode::kLoad : CMode::kRegisters;
     }
 
-    // One thread of the warpgroup: TMA-load chunk `chunk` of C (this warpgroup's rows) into staging buffer
-    // chunk % 2, once the stores issued from it have read it. The box clips at M and N (zeros beyond).
+    // The FP32 staging ring: kNumFp32Buffers buffers per math warpgroup, used chunk after chunk across tiles (with
+    // as many buffers as chunks, or a divisor of the count, every tile starts at buffer 0 and `ring` stays 0).
     static constexpr uint32_t kNumFp32Chunks = BLOCK_N / kFp32ChunkCols;
-    __device__ __forceinline__ static void load_c_chunk(const SharedStorage& s, const TmaDescriptor* tma_c,
-                                                        uint32_t chunk, uint32_t m0, uint32_t n0, uint32_t group,
-                                                        uint32_t wg_idx) {
-        ptx::tma_store_wait_read<0>();
-        uint64_t* bar = s.c_full(wg_idx, chunk % 2);
-        ptx::mbarrier_arrive_expect_tx(bar, kFp32ChunkBytes);
-        ptx::tma_load_3d(s.fp32_buffer(wg_idx, chunk % 2), tma_c, bar, n0 + chunk * kFp32ChunkCols, m0, group);
+    static constexpr uint32_t kFp32Ring = kFp32TmaStore ? kNumFp32Buffers : 1;  // (1: no ring, unused)
+    static constexpr bool kFp32RingRotates = kNumFp32Chunks % kFp32Ring != 0;
+    static constexpr uint32_t kNumCPrefetch = kFp32Ring < kNumFp32Chunks ? kFp32Ring : kNumFp32Chunks;
+    __device__ __forceinline__ static uint32_t fp32_buffer_of(uint32_t ring, uint32_t chunk) {
+        return ((kFp32RingRotates ? ring : 0) + chunk) % kFp32Ring;
     }
 
-    // FP32 D through TMA, per 32-column chunk (128-byte rows) of this warpgroup's WG_M rows, in a ring of two
-    // staging buffers (128B-swizzled, as the box expects); one thread stores each chunk. The 3-D box (N, M,
-    // group) clips at N and M. By `c_mode`:
-    //   kNone / kRegisters (C already in accum): wait until the store issued from the buffer two chunks ago has
-    //     read it, write the chunk, fence, store.
+    // One thread of the warpgroup: TMA-load chunk `chunk` of C (this warpgroup's rows) into staging buffer
+    // `buffer`, which the store that used it last has read. The box clips at M and N (zeros beyond).
+    __device__ __forceinline__ static void load_c_chunk(const SharedStorage& s, const TmaDescriptor* tma_c,
+                                                        uint32_t chunk, uint32_t buffer, uint32_t m0, uint32_t n0,
+                                                        uint32_t group, uint32_t wg_idx) {
+        uint64_t* bar = s.c_full(wg_idx, buffer);
+        ptx::mbarrier_arrive_expect_tx(bar, kFp32ChunkBytes);
+        ptx::tma_load_3d(s.fp32_buffer(wg_idx, buffer), tma_c, bar, n0 + chunk * kFp32ChunkCols, m0, group);
+    }
+
+    // At a tile's start, one thread of the warpgroup: C's first kNumCPrefetch chunks into the ring's next buffers
+    // (they land during the K loop), once the stores that used those buffers last have read them: of this
+    // thread's last kFp32Ring stores, all but the newest kFp32Ring - kNumCPrefetch.
+    __device__ __forceinline__ static void load_c_prefetch(const SharedStorage& s, const TmaDescriptor* tma_c,
+                                                           uint32_t ring, uint32_t m0, uint32_t n0, uint32_t group,
+                                                           uint32_t wg_idx) {
+        ptx::tma_store_wait_read<kFp32Ring - kNumCPrefetch>();
+        #pragma unroll
+        for (uint32_t chunk = 0; chunk < kNumCPrefetch; ++chunk)
+            load_c_chunk(s, tma_c, chunk, fp32_buffer_of(ring, chunk), m0, n0, group, wg_idx);
+    }
+
+    // FP32 D through TMA, per 32-column chunk (128-byte rows) of this warpgroup's WG_M rows, through the staging
+    // ring (128B-swizzled, as the box expects); one thread stores each chunk. The 3-D box (N, M, group) clips at
+    // N and M. With a buffer per chunk (the host's choice where shared memory allows), the epilogue never waits
+    // for its own stores: they drain during the next tile's K loop. By `c_mode`:
+    //   kNone / kRegisters (C already in accum): wait until the store issued from the buffer kFp32Ring chunks
+    //     ago has read it, write the chunk, fence, store.
     //   kReduce (C is D): the same, but TMA adds the chunk into D (reads, adds and writes each element once).
-    //   kLoad: chunks 0 and 1 of C were loaded into the buffers at the tile's start; per chunk, wait for its C,
-    //     add it to the chunk in place in shared memory, fence, store, then (once that store has read the
-    //     buffer) load C's chunk two further on into it. `c_phases` holds the buffers' barrier phases.
+    //   kLoad: C's first kNumCPrefetch chunks were loaded at the tile's start (load_c_prefetch); per chunk, wait
+    //     for its C, add it to the chunk in place in shared memory, fence, store, then (with fewer buffers than
+    //     chunks, once that store has read the buffer) load C's chunk kFp32Ring further on into it.
+    // `c_phases` holds the buffers' C-load barrier phases, `ring` the ring's position (advanced by the tile).
     __device__ __forceinline__ static void store_tile_tma_fp32(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
                                                                uint32_t m0, uint32_t n0, uint32_t group,
                                                                const TmaDescriptor* tma_d, const TmaDescriptor* tma_c,
-                                                               CMode c_mode, uint32_t& c_phases, uint32_t wg_idx,
-                                                               uint32_t warp_in_wg, uint32_t lane) {
+                                                               CMode c_mode, uint32_t& c_phases, uint32_t& ring,
+                                                               uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
         const bool is_leader = threadIdx.x % 128 == 0;
+        const bool load_c = c_mode == CMode::kLoad;
         #pragma unroll
         for (uint32_t chunk = 0; chunk < kNumFp32Chunks; ++chunk) {
-            constexpr uint32_t kBuffers = 2;
-            uint8_t* buffer = s.fp32_buffer(wg_idx, chunk % kBuffers);
-            const bool load_c = c_mode == CMode::kLoad;
+            const uint32_t buffer_idx = fp32_buffer_of(ring, chunk);
+            uint8_t* buffer = s.fp32_buffer(wg_idx, buffer_idx);
             if (load_c) {
-                ptx::mbarrier_wait(s.c_full(wg_idx, chunk % kBuffers), (c_phases >> (chunk % kBuffers)) & 1);
-                c_phases ^= 1u << (chunk % kBuffers);
+                ptx::mbarrier_wait(s.c_full(wg_idx, buffer_idx), (c_phases >> buffer_idx) & 1);
+                c_phases ^= 1u << buffer_idx;
             } else {
                 if (is_leader)
-                    ptx::tma_store_wait_read<1>();
+                    ptx::tma_store_wait_read<kFp32Ring - 1>();
                 ptx::named_barrier_sync(1 + wg_idx, 128);
             }
             #pragma unroll
@@ -917,38 +933,49 @@ struct Sm90Gemm {
                 else
                     ptx::tma_store_3d(tma_d, buffer, n0 + chunk * kFp32ChunkCols, m0, group);
                 ptx::tma_store_commit();
-                if (load_c && chunk + kBuffers < kNumFp32Chunks)
-                    load_c_chunk(s, tma_c, chunk + kBuffers, m0, n0, group, wg_idx);
+                if (load_c && chunk + kFp32Ring < kNumFp32Chunks) {
+                    ptx::tma_store_wait_read<0>();
+                    load_c_chunk(s, tma_c, chunk + kFp32Ring, buffer_idx, m0, n0, group, wg_idx);
+                }
             }
         }
+        if constexpr (kFp32RingRotates)
+            ring = (ring + kNumFp32Chunks) % kFp32Ring;
     }
 
     // accum += C for this thread's elements inside rows [.., row_end) (and not padding, with `row_groups`) and
-    // columns [.., shape_n).
-    template <typename T>
+    // columns [.., shape_n), of the pairs for_each_pair visits.
+    template <uint32_t kPairStride = 1, typename T>
     __device__ __forceinline__ static void add_c(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0, uint32_t n0,
                                                  uint32_t row_end, uint32_t shape_n, const T* c, uint32_t ldc,
-                                                 uint32_t warp_in_wg, uint32_t lane, const int32_t* row_groups = nullptr) {
-        for_each_pair(accum, m0, n0, row_end, row_groups, warp_in_wg, lane,
-                      [&](uint32_t row, uint32_t col, float& v0, float& v1) {
-                          const T* in = c + static_cast<uint64_t>(row) * ldc + col;
-                          v0 += col < shape_n ? to_float(in[0]) : 0.0f;
-                          v1 += col + 1 < shape_n ? to_float(in[1]) : 0.0f;
-                      });
+                                                 uint32_t warp_in_wg, uint32_t lane, const int32_t* row_groups = nullptr,
+                                                 uint32_t pair_owner = 0) {
+        for_each_pair<kPairStride>(accum, m0, n0, row_end, row_groups, warp_in_wg, lane, pair_owner,
+                                   [&](uint32_t row, uint32_t col, float& v0, float& v1) {
+                                       const T* in = c + static_cast<uint64_t>(row) * ldc + col;
+                                       v0 += col < shape_n ? to_float(in[0]) : 0.0f;
+                                       v1 += col + 1 < shape_n ? to_float(in[1]) : 0.0f;
+                                   });
     }
 
     // body(row, col, v0, v1) for this thread's element pairs (row, col), (row, col + 1) of each accumulator pair,
-    // skipping rows at or past `row_end` and, with `row_groups` (the per-row grouped layout), padding rows.
-    template <typename Body>
+    // skipping rows at or past `row_end` and, with `row_groups` (the per-row grouped layout), padding rows. Pairs
+    // are numbered p = im * kNumAccum / 2 + i / 2 (accumulator i of row block im); with kPairStride > 1 (split-K)
+    // only those with p % kPairStride == pair_owner are visited.
+    template <uint32_t kPairStride = 1, typename Body>
     __device__ __forceinline__ static void for_each_pair(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0, uint32_t n0,
                                                          uint32_t row_end, const int32_t* row_groups,
-                                                         uint32_t warp_in_wg, uint32_t lane, Body&& body) {
+                                                         uint32_t warp_in_wg, uint32_t lane, uint32_t pair_owner,
+                                                         Body&& body) {
         #pragma unroll
         for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
             #pragma unroll
             for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
                 #pragma unroll
                 for (uint32_t half = 0; half < 2; ++half) {
+                    const uint32_t pair = im * (kNumAccum / 2) + j * 2 + half;
+                    if (kPairStride > 1 && pair % kPairStride != pair_owner)
+                        continue;
                     const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
                     const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
                     if (row >= row_end || (row_groups != nullptr && __ldg(row_groups + row) < 0))
@@ -973,31 +1000,34 @@ struct Sm90Gemm {
     // tile with padding rows), or
     // D = C + accum (FP32 D, or BF16 D with a C; C of D's type; `c` may be D itself: each element is read,
     // then written, by the same thread; null: no C). Rows at or past `row_end` are skipped, and with
-    // `row_groups` (the per-row grouped layout) rows whose group id is negative (padding).
-    template <typename T>
+    // `row_groups` (the per-row grouped layout) rows whose group id is negative (padding); with kPairStride > 1
+    // (split-K) only the pairs this CTA owns (for_each_pair).
+    template <uint32_t kPairStride = 1, typename T>
     __device__ __forceinline__ static void store_tile_direct(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0,
                                                              uint32_t n0, uint32_t row_end, uint32_t shape_n,
                                                              T* d, uint32_t ldd, const T* c, uint32_t ldc,
                                                              uint32_t warp_in_wg, uint32_t lane,
-                                                             const int32_t* row_groups = nullptr) {
+                                                             const int32_t* row_groups = nullptr,
+                                                             uint32_t pair_owner = 0) {
         // NOTES: C is read in full before D is written. C may be D itself (or alias it), so a load may not
         // move past an earlier store: interleaved, every pair would wait out a global-load latency.
         if (c != nullptr)
-            add_c(accum, m0, n0, row_end, shape_n, c, ldc, warp_in_wg, lane, row_groups);
-        for_each_pair(accum, m0, n0, row_end, row_groups, warp_in_wg, lane,
-                      [&](uint32_t row, uint32_t col, float& v0, float& v1) {
-                          T* out = d + static_cast<uint64_t>(row) * ldd + col;
-                          if (col < shape_n)
-                              out[0] = convert<T>(v0);
-                          if (col + 1 < shape_n)
-                              out[1] = convert<T>(v1);
-                      });
+            add_c<kPairStride>(accum, m0, n0, row_end, shape_n, c, ldc, warp_in_wg, lane, row_groups, pair_owner);
+        for_each_pair<kPairStride>(accum, m0, n0, row_end, row_groups, warp_in_wg, lane, pair_owner,
+                                   [&](uint32_t row, uint32_t col, float& v0, float& v1) {
+                                       T* out = d + static_cast<uint64_t>(row) * ldd + col;
+                                       if (col < shape_n)
+                                           out[0] = convert<T>(v0);
+                                       if (col + 1 < shape_n)
+                                           out[1] = convert<T>(v1);
+                                   });
     }
 };
 
 template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, bool kUseTmaStore, uint32_t kNumSplits, OperandKind kOperands,
+          bool kIsMulticastOnA, uint32_t kStoreChunkN, uint32_t kNumFp32Buffers, bool kUseTmaStore, uint32_t kNumSplits,
+          OperandKind kOperands,
           bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups,
           bool kOverlapPromotion>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
@@ -1008,7 +1038,7 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
                  const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d,
                  const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
     using Gemm = Sm90Gemm<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups, kNumGroupN,
-                          kNumMulticast, kIsMulticastOnA, kStoreChunkN, kUseTmaStore, kNumSplits, kOperands, kMnMajorA,
+                          kNumMulticast, kIsMulticastOnA, kStoreChunkN, kNumFp32Buffers, kUseTmaStore, kNumSplits, kOperands, kMnMajorA,
                           kMnMajorB, kFp32Out, kGemmType, kMaxKGroups, kOverlapPromotion>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
@@ -1041,9 +1071,11 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
             ptx::mbarrier_init(storage.full(i), Gemm::kBlockSfb ? 2 : 1);  // the TMA producer (and the sfb loader)
             ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4 * kNumMulticast);
         }
-        #pragma unroll
-        for (uint32_t i = 0; i < Gemm::kNumCBarriers; ++i)
-            ptx::mbarrier_init(storage.c_full(i / 2, i % 2), 1);  // the warpgroup's leader, with the C bytes
+        if constexpr (Gemm::kNumCBarriers > 0) {
+            #pragma unroll
+            for (uint32_t i = 0; i < Gemm::kNumCBarriers; ++i)  // (armed by the warpgroup's leader with C's bytes)
+                ptx::mbarrier_init(storage.c_full(i / kNumFp32Buffers, i % kNumFp32Buffers), 1);
+        }
         if constexpr (kNumSplits > 1) {
             ptx::mbarrier_init(storage.split_full(), kNumSplits);  // one arrival per CTA of the cluster
             ptx::mbarrier_init(storage.split_free(), kNumSplits);
