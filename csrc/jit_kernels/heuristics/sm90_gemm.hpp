@@ -289,18 +289,30 @@ struct GemmCostModel {
     static constexpr double kThreeWarpgroupMmaFactor = 0.78;
     // Where that was measured: large problems (M >= 2048); below, BLOCK_M = 192 is not a candidate.
     static constexpr uint64_t kThreeWarpgroupMinM = 2048;
+    // Two math warpgroups with overlapped promotion (a second partial buffer) on 128 x 128 tiles of a dense
+    // recipe-(1, 128, 128) GEMM: a row runs at 0.94x the three-warpgroup tile's rate (run 47 sweep, M = 4096 and
+    // 8192, against 192 x 128 in the same run: 4096 x 4096 x 7168 185.7 vs 197.0 us (7.8 vs 5.3 waves of units),
+    // 4096 x 7168 x 7168 320.5 vs 323.0, 8192^3 864.5 vs 800.4, 4096 x 2112 x 7168 117.3 vs 102.8: each as that
+    // rate and the waves predict). Applied only there, where it was measured (other widths cross a scale-block
+    // boundary and ran slower: 128 x 112 231.8 us at 4096 x 4096 x 7168).
+    static constexpr double kOverlapMmaFactor = 0.83;
 
     // (a K block is 128 bytes of each row: 128 FP8 or 64 BF16 elements, the same wgmma time either way)
     // `units` run in waves of `slots`; `m` rows in `num_groups` groups of m / num_groups rows, each with its own B.
+    // `overlap`: the candidate runs the overlapped promotion; `dense`: not a grouped GEMM.
     static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
-                       uint64_t units, uint64_t slots, const GemmOperands& operands = {}, uint64_t num_groups = 1) {
+                       uint64_t units, uint64_t slots, const GemmOperands& operands = {}, uint64_t num_groups = 1,
+                       bool overlap = false, bool dense = true) {
         const uint64_t block_k = operands.block_k(), num_k_blocks = (k + block_k - 1) / block_k;
         const uint64_t group_rows = (m + num_groups - 1) / num_groups;
         // (with three warpgroups a K block costs the same at BLOCK_N 112 as at 128: measured 1216 vs 1153 cycles;
         // BF16 has no promotion: a smaller per-tile overhead)
         const double overhead = operands.is_fp8() ? 32 : 16;
+        const bool measured_overlap = overlap && dense && operands.block_sfb() && block_m == 128 && block_n == 128 &&
+                                      m >= kThreeWarpgroupMinM;
         const double mma = block_m == 192 ? 192.0 * (128 + 32) / 32 * kThreeWarpgroupMmaFactor
-                                          : double(block_m) * (block_n + overhead) / 32;
+                                          : double(block_m) * (block_n + overhead) / 32 *
+                                                (measured_overlap ? kOverlapMmaFactor : 1.0);
         const double l2 = double(std::min<uint64_t>(block_m, group_rows) + block_n) * 128 / kL2BytesPerCycle;
         // With one row block (per group), every B tile is read by one unit only: it streams from DRAM (A hits L2).
         // With more, the units sharing a B tile run at about the same time and find it in L2.
@@ -426,8 +438,9 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 const uint64_t slots = multicast ? cluster_ctas.ctas[2] / 2 : cluster_ctas.ctas[splits];
                 if (slots == 0)
                     continue;
+                const bool overlap = operands.is_fp8() && forced.overlap != 0 && gemm_fits_overlap(block_m, block_n, wgs);
                 const double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, units, slots, operands,
-                                                        num_groups);
+                                                        num_groups, overlap, !grouped);
                 // Near-ties (same split and BLOCK_M) go to the tile that keeps more SMs busy, then to the wider one:
                 // where the model sees the DRAM bound either way, more SMs pull more bytes at once (run 42: BF16
                 // masked 6 x 20 x 4096 x 7168, 64 x 96 tiles on every SM 98 us, 64 x 256 ones on 96 SMs 110 us)
