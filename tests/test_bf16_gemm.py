@@ -332,6 +332,15 @@ def test_bf16_heuristic() -> None:
                     assert cfg["num_splits"] == 1 or not cfg["use_tma_store"], cfg
                     assert not (fp32 and cfg["use_tma_store"]) or cfg["block_n"] % 32 == 0, cfg
                     assert cfg["smem_bytes"] <= 232448 and cfg["num_stages"] >= 2, cfg
+                    # FP32 D through TMA stages 1 .. BLOCK_N / 32 chunks per math warpgroup; other kernels none
+                    tma_fp32 = fp32 and cfg["use_tma_store"]
+                    assert (1 <= cfg["fp32_buffers"] <= cfg["block_n"] // 32) if tma_fp32 else not cfg["fp32_buffers"]
+    # A buffer per 32-column chunk where 4 stages still fit (128 x 96 tiles: 3 buffers, 6 stages), else as many as
+    # keep 4 (128 x 256 tiles: 2 buffers, 4 stages)
+    cfg = config(128, 24576, 1536, bf16=True, fp32_out=True, has_c=True)
+    assert (cfg["block_n"], cfg["fp32_buffers"], cfg["num_stages"]) == (96, 3, 6), cfg
+    cfg = config(4096, 4096, 7168, bf16=True, fp32_out=True, has_c=True)
+    assert (cfg["block_n"], cfg["fp32_buffers"], cfg["num_stages"]) == (256, 2, 4), cfg
     # A decode shape with few tiles splits K also with FP32 D and a C
     assert config(128, 2112, 7168, bf16=True, fp32_out=True, has_c=True)["num_splits"] > 1
     with pytest.raises(ValueError, match="mn_major_a, mn_major_b and fp32_out describe BF16 GEMMs"):
