@@ -243,6 +243,24 @@ def test_failed_compile_raises_with_log_and_leaves_no_entry(cache_dir: Path, use
     assert not tmp.exists() or not any(tmp.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("params", "pattern"),
+    [
+        # (FP32 D through TMA: 128 columns are 4 chunks)
+        (dict(bf16=1, fp32_out=1, has_c=1, block_n=128, fp32_buffers=5), r"fp32_buffers must be 1..BLOCK_N / 32 \(4\)"),
+        (dict(bf16=1, fp32_out=1, block_n=128, fp32_buffers=0), r"fp32_buffers must be 1..BLOCK_N / 32 \(4\)"),
+        # (BF16 D has no FP32 staging)
+        (dict(block_m=128, block_n=128, fp32_buffers=2), r"0 otherwise; got 2"),
+    ],
+    ids=["too-many", "none", "bf16-d"],
+)
+def test_bad_fp32_buffers_raise_before_compiling(cache_dir: Path, params: dict, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.compile_kernel("sm90_gemm", params, use_nvrtc=False)
+    kernels = cache_dir / "kernels"
+    assert not kernels.exists() or not any(kernels.iterdir())
+
+
 def test_unknown_family_raises(cache_dir: Path) -> None:
     with pytest.raises(ValueError, match="unknown kernel family 'nope'"):
         deep_gemm.compile_kernel("nope", {})
