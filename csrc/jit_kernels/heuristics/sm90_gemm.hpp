@@ -458,6 +458,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                     best.num_math_warpgroups = wgs;
                     best.num_multicast = multicast ? 2 : 1;
                     best.is_multicast_on_a = false;
+                    best.overlap_promotion = overlap;
                 }
             }
         }
@@ -467,11 +468,10 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                    forced.block_n, forced.num_splits);
 
     best.use_tma_store = use_tma_store && best.num_splits == 1;
-    const bool overlap_fits = operands.is_fp8() && gemm_fits_overlap(best.block_m, best.block_n, best.num_math_warpgroups);
-    DG_CHECK_INPUT(forced.overlap != 1 || overlap_fits, "DG_FP8_GEMM_OVERLAP=1: overlapped promotion does not fit "
-                   "BLOCK_M={} BLOCK_N={} with {} math warpgroups ({})", best.block_m, best.block_n,
+    // (with DG_FP8_GEMM_OVERLAP=1 the winner runs the overlapped promotion exactly when it fits)
+    DG_CHECK_INPUT(forced.overlap != 1 || best.overlap_promotion, "DG_FP8_GEMM_OVERLAP=1: overlapped promotion does not "
+                   "fit BLOCK_M={} BLOCK_N={} with {} math warpgroups ({})", best.block_m, best.block_n,
                    best.num_math_warpgroups, operands.is_fp8() ? "registers" : "FP8 only");
-    best.overlap_promotion = overlap_fits && forced.overlap != 0;
     best.operands = operands;
     best.gemm_type = gemm_type;
     best.store_chunk_n = gemm_store_chunk(best.block_n);

@@ -848,7 +848,6 @@ struct Sm90Gemm {
     static constexpr uint32_t kNumFp32Chunks = BLOCK_N / kFp32ChunkCols;
     static constexpr uint32_t kFp32Ring = kFp32TmaStore ? kNumFp32Buffers : 1;  // (1: no ring, unused)
     static constexpr bool kFp32RingRotates = kNumFp32Chunks % kFp32Ring != 0;
-    static constexpr uint32_t kNumCPrefetch = kFp32Ring < kNumFp32Chunks ? kFp32Ring : kNumFp32Chunks;
     __device__ __forceinline__ static uint32_t fp32_buffer_of(uint32_t ring, uint32_t chunk) {
         return ((kFp32RingRotates ? ring : 0) + chunk) % kFp32Ring;
     }
@@ -863,15 +862,15 @@ struct Sm90Gemm {
         ptx::tma_load_3d(s.fp32_buffer(wg_idx, buffer), tma_c, bar, n0 + chunk * kFp32ChunkCols, m0, group);
     }
 
-    // At a tile's start, one thread of the warpgroup: C's first kNumCPrefetch chunks into the ring's next buffers
-    // (they land during the K loop), once the stores that used those buffers last have read them: of this
-    // thread's last kFp32Ring stores, all but the newest kFp32Ring - kNumCPrefetch.
+    // At a tile's start, one thread of the warpgroup: C's first kFp32Ring chunks (one per buffer: the ring is at
+    // most a tile's chunk count) into the ring's buffers (they land during the K loop), once every store that used
+    // them has read them.
     __device__ __forceinline__ static void load_c_prefetch(const SharedStorage& s, const TmaDescriptor* tma_c,
                                                            uint32_t ring, uint32_t m0, uint32_t n0, uint32_t group,
                                                            uint32_t wg_idx) {
-        ptx::tma_store_wait_read<kFp32Ring - kNumCPrefetch>();
+        ptx::tma_store_wait_read<0>();
         #pragma unroll
-        for (uint32_t chunk = 0; chunk < kNumCPrefetch; ++chunk)
+        for (uint32_t chunk = 0; chunk < kFp32Ring; ++chunk)
             load_c_chunk(s, tma_c, chunk, fp32_buffer_of(ring, chunk), m0, n0, group, wg_idx);
     }
 
@@ -882,7 +881,7 @@ struct Sm90Gemm {
     //   kNone / kRegisters (C already in accum): wait until the store issued from the buffer kFp32Ring chunks
     //     ago has read it, write the chunk, fence, store.
     //   kReduce (C is D): the same, but TMA adds the chunk into D (reads, adds and writes each element once).
-    //   kLoad: C's first kNumCPrefetch chunks were loaded at the tile's start (load_c_prefetch); per chunk, wait
+    //   kLoad: C's first kFp32Ring chunks were loaded at the tile's start (load_c_prefetch); per chunk, wait
     //     for its C, add it to the chunk in place in shared memory, fence, store, then (with fewer buffers than
     //     chunks, once that store has read the buffer) load C's chunk kFp32Ring further on into it.
     // `c_phases` holds the buffers' C-load barrier phases, `ring` the ring's position (advanced by the tile).
