@@ -224,7 +224,7 @@ PYBIND11_MODULE(_C, m) {
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
              uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
              uint32_t grouped_alignment, bool bf16, bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c,
-             int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups) {
+             int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups, int32_t stream_k) {
               DG_CHECK_INPUT(cluster_ctas.empty() || cluster_ctas.size() == dg::kernels::kMaxSplits,
                              "cluster_ctas must list the CTAs that whole clusters of 1 .. {} CTAs fill ({} values), got {}",
                              dg::kernels::kMaxSplits, dg::kernels::kMaxSplits, cluster_ctas.size());
@@ -232,6 +232,8 @@ PYBIND11_MODULE(_C, m) {
               for (size_t i = 0; i < cluster_ctas.size(); ++i)
                   capacity.ctas[i + 1] = cluster_ctas[i];
               DG_CHECK_INPUT(overlap >= -1 && overlap <= 1, "overlap must be -1 (the heuristic), 0 or 1, got {}", overlap);
+              DG_CHECK_INPUT(stream_k >= -1 && stream_k <= 2, "stream_k must be -1 (the heuristic), 0, 1 or 2, got {}",
+                             stream_k);
               DG_CHECK_INPUT(gemm_type <= 4, "gemm_type must be 0, 1, 2, 3 or 4, got {}", gemm_type);
               DG_CHECK_INPUT(!(bf16 && per_row_sfb), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
               DG_CHECK_INPUT(bf16 || (!mn_major_a && !mn_major_b && !fp32_out),
@@ -240,14 +242,15 @@ PYBIND11_MODULE(_C, m) {
                                                                        mn_major_b, fp32_out, has_c}
                                          : dg::kernels::fp8_operands(per_row_sfb, has_c);
               const auto c = dg::kernels::get_gemm_config(
-                  m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast, {block_m, block_n, num_splits, overlap},
+                  m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast,
+                  {block_m, block_n, num_splits, overlap, 0, stream_k},
                   operands, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment, &capacity, num_groups);
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
                               "store_chunk_n"_a = c.store_chunk_n, "fp32_buffers"_a = c.fp32_buffers,
                               "smem_bytes"_a = c.smem_bytes,
                               "num_multicast"_a = c.num_multicast, "is_multicast_on_a"_a = c.is_multicast_on_a,
-                              "num_splits"_a = c.num_splits, "overlap_promotion"_a = c.overlap_promotion, "use_tma_store"_a = c.use_tma_store,
+                              "num_splits"_a = c.num_splits, "stream_k"_a = c.stream_k, "overlap_promotion"_a = c.overlap_promotion, "use_tma_store"_a = c.use_tma_store,
                               "per_row_sfb"_a = c.operands.per_row_sfb(), "bf16"_a = !c.operands.is_fp8(),
                               "gemm_type"_a = static_cast<uint32_t>(c.gemm_type));
           },
@@ -255,7 +258,7 @@ PYBIND11_MODULE(_C, m) {
           "allow_multicast"_a = dg::kernels::kMulticastByDefault, "block_m"_a = 0, "block_n"_a = 0, "num_splits"_a = 0,
           "per_row_sfb"_a = false, "gemm_type"_a = 0, "grouped_alignment"_a = 128, "bf16"_a = false,
           "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false, "overlap"_a = -1,
-          "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1,
+          "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1, "stream_k"_a = -1,
           "The config the SM90 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
           "allow_multicast lets it pair tiles into 2-CTA clusters (default: the library's default, which\n"
           "DG_FP8_GEMM_MULTICAST=0/1 overrides at run time); block_m, block_n, num_splits force those choices\n"
@@ -269,7 +272,9 @@ PYBIND11_MODULE(_C, m) {
           "promotion (block k + 1's wgmmas during block k's promotion), 0 turns it off, -1 lets the heuristic\n"
           "decide (as DG_FP8_GEMM_OVERLAP=1/0/unset); cluster_ctas: the CTAs that whole clusters of 1 .. 8 CTAs\n"
           "fill on the device (8 values; empty: whole clusters of num_sms), which sizes the split-K and multicast\n"
-          "clusters' waves. Raises ValueError when no config fits.");
+          "clusters' waves; stream_k: 1 / 2 forces stream-K of that mode where the plan can take it (1: the last\n"
+          "wave's tiles shared by all CTAs along K; 2: the last two waves'), 0 turns it off, -1 lets the heuristic\n"
+          "decide (as DG_FP8_GEMM_STREAM_K). Raises ValueError when no config fits.");
 
     // BF16 GEMMs
     m.def("bf16_gemm_nt", &dg::apis::bf16_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "nk",

@@ -109,6 +109,7 @@ struct CUlaunchConfig {
     X(cuOccupancyMaxActiveClusters, CUresult, (int*, CUfunction, const CUlaunchConfig*))                                    \
     X(cuLaunchKernelEx, CUresult, (const CUlaunchConfig*, CUfunction, void**, void**))                   \
     X(cuStreamIsCapturing, CUresult, (CUstream, int*))                                                   \
+    X(cuMemsetD32Async, CUresult, (cuuint64_t, unsigned int, size_t, CUstream))                          \
     X(cuTensorMapEncodeTiled, CUresult, (CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,            \
                                            const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,         \
                                            const cuuint32_t*, int, CUtensorMapSwizzle, int, int))           \

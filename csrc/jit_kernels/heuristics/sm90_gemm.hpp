@@ -16,7 +16,10 @@
 // bookkeeping, the epilogue; +16 for BF16, which has no promotion). A K block is 128 bytes of each row
 // (128 FP8 or 64 BF16 elements): the same wgmma time and bytes either way. Split-K (small M, fewer tiles than
 // SMs) cuts a tile's K blocks into up to 8 units, one cluster of CTAs, at the price of shared memory for the
-// exchange of their FP32 partial sums (fewer stages) and the exchange itself at the end of each unit.
+// exchange of their FP32 partial sums (fewer stages) and the exchange itself at the end of each unit. Stream-K
+// shares the last wave's tiles (or the last two waves') among all CTAs along K, at the price of partial sums
+// through L2 and a memset of the flags (GemmCostModel::stream_k_cost): by default only where it was measured
+// faster (gemm_stream_k_by_default), otherwise when forced.
 // Among the candidates that fit the registers and shared memory, the cheapest wins; near-ties go
 // to the wider tile. Stages: as many as shared memory holds (at most 8).
 #pragma once
@@ -100,6 +103,8 @@ struct GemmConfig {
     uint32_t num_group_n = 8;
     uint32_t num_multicast = 1;       // CTAs per cluster sharing one operand through TMA multicast
     uint32_t num_splits = 1;          // split-K: units per tile along K, one cluster of CTAs per tile
+    uint32_t stream_k = 0;            // stream-K: 0 off; 1 the last, partial wave's tiles shared by all CTAs along
+                                      // K (gemm_stream_k_tiles); 2 those and one whole wave before them
     bool overlap_promotion = false;   // FP8: two partial buffers, block k + 1's wgmmas run during block k's promotion
     GemmOperands operands;            // operand kind and layouts, D's type
     GemmType gemm_type = GemmType::kNormal;
@@ -114,10 +119,10 @@ struct GemmConfig {
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
     std::string describe() const {
         static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16"};
-        return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} overlap={} stages={} math_wgs={} group_n={} multicast={}{} "
-                           "store_chunk_n={} fp32_buffers={} tma_store={} operands={} layout={}{} d={}{} type={} max_k_groups={} sms={} "
-                           "smem={} compiled_mnk=({},{},{})",
-                           block_m, block_n, num_splits, overlap_promotion, num_stages, num_math_warpgroups, num_group_n, num_multicast,
+        return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stream_k={} overlap={} stages={} math_wgs={} group_n={} "
+                           "multicast={}{} store_chunk_n={} fp32_buffers={} tma_store={} operands={} layout={}{} d={}{} "
+                           "type={} max_k_groups={} sms={} smem={} compiled_mnk=({},{},{})",
+                           block_m, block_n, num_splits, stream_k, overlap_promotion, num_stages, num_math_warpgroups, num_group_n, num_multicast,
                            num_multicast > 1 ? (is_multicast_on_a ? "(A)" : "(B)") : "", store_chunk_n, fp32_buffers, use_tma_store,
                            kKinds[static_cast<uint32_t>(operands.kind)], operands.mn_major_a ? "t" : "n",
                            operands.mn_major_b ? "n" : "t", operands.fp32_out ? "fp32" : "bf16",
@@ -265,10 +270,13 @@ inline bool gemm_fits_overlap(uint32_t block_m, uint32_t block_n, uint32_t num_m
 // DG_FP8_GEMM_OVERLAP: 1 = overlapped promotion (an error where it does not fit), 0 = never, unset = the heuristic.
 // DG_FP8_GEMM_FP32_BUFFERS: FP32 D through TMA, staging buffers per math warpgroup (capped at BLOCK_N / 32; an error
 // where not even two stages fit then; kernels without FP32 D through TMA have none).
+// DG_FP8_GEMM_STREAM_K: 0 = never, 1 / 2 = stream-K of that mode wherever a plan can take it (normal GEMMs
+// without split-K or multicast, enough K blocks for every CTA), unset = the heuristic.
 struct GemmOverrides {
     uint32_t block_m = 0, block_n = 0, num_splits = 0;
     int32_t overlap = -1;
     uint32_t fp32_buffers = 0;
+    int32_t stream_k = -1;
 };
 
 // Estimated time, in SM cycles, of one candidate (see the model at the top of this file).
@@ -297,12 +305,22 @@ struct GemmCostModel {
     // boundary and ran slower: 128 x 112 231.8 us at 4096 x 4096 x 7168).
     static constexpr double kOverlapMmaFactor = 0.83;
 
+    // Stream-K (see gemm_stream_k_tiles): the flags' clearing before the launch (a memset, and the gap before the
+    // kernel) and each exchange's handshake (estimates).
+    static constexpr double kStreamKClearCycles = 3000;
+
+    // What one unit of a candidate costs (in SM cycles): a K block, the whole unit (its K blocks, fixed costs and
+    // split-K's exchange), and the unit's share of the problem's DRAM bytes at the whole device's bandwidth.
+    struct UnitTimes {
+        double per_k_block, unit_time, dram_cycles_per_unit;
+        uint64_t num_k_blocks;
+    };
     // (a K block is 128 bytes of each row: 128 FP8 or 64 BF16 elements, the same wgmma time either way)
-    // `units` run in waves of `slots`; `m` rows in `num_groups` groups of m / num_groups rows, each with its own B.
-    // `overlap`: the candidate runs the overlapped promotion; `dense`: not a grouped GEMM.
-    static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
-                       uint64_t units, uint64_t slots, const GemmOperands& operands = {}, uint64_t num_groups = 1,
-                       bool overlap = false, bool dense = true) {
+    // `m` rows in `num_groups` groups of m / num_groups rows, each with its own B, in `units` units. `overlap`: the
+    // candidate runs the overlapped promotion; `dense`: not a grouped GEMM.
+    static UnitTimes unit_times(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n,
+                                uint32_t num_splits, uint64_t units, const GemmOperands& operands, uint64_t num_groups,
+                                bool overlap, bool dense) {
         const uint64_t block_k = operands.block_k(), num_k_blocks = (k + block_k - 1) / block_k;
         const uint64_t group_rows = (m + num_groups - 1) / num_groups;
         // (with three warpgroups a K block costs the same at BLOCK_N 112 as at 128: measured 1216 vs 1153 cycles;
@@ -326,17 +344,63 @@ struct GemmCostModel {
         const double dram_cycles_per_unit =
             (operands.element_bytes() * (double(m) * k + double(num_groups) * n * k) + d_bytes) / kDramBytesPerCycle /
             double(units);
+        return {per_k_block, unit_time, dram_cycles_per_unit, num_k_blocks};
+    }
+
+    // `units` run in waves of `slots` (see unit_times for the rest).
+    static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
+                       uint64_t units, uint64_t slots, const GemmOperands& operands = {}, uint64_t num_groups = 1,
+                       bool overlap = false, bool dense = true) {
+        const UnitTimes t = unit_times(m, n, k, block_m, block_n, num_splits, units, operands, num_groups, overlap, dense);
         const uint64_t full_waves = units / slots, last_wave = units % slots;
-        return double(full_waves) * std::max(unit_time, double(slots) * dram_cycles_per_unit) +
-               (last_wave > 0 ? std::max(unit_time, double(last_wave) * dram_cycles_per_unit) : 0.0);
+        return double(full_waves) * std::max(t.unit_time, double(slots) * t.dram_cycles_per_unit) +
+               (last_wave > 0 ? std::max(t.unit_time, double(last_wave) * t.dram_cycles_per_unit) : 0.0);
+    }
+
+    // Stream-K over the last `stream_k_tiles` of `tiles` tiles on `slots` CTAs (a normal GEMM, no split-K): the whole
+    // tiles' waves, then each CTA's share of the stream-K tiles' K blocks, its segments' fixed costs, the exchange
+    // (a contribution stored to L2, the owner reading up to as many as a tile holds ranges) and the flags' clearing.
+    static double stream_k_cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint64_t tiles,
+                                uint64_t slots, uint64_t stream_k_tiles, const GemmOperands& operands, bool overlap) {
+        const UnitTimes t = unit_times(m, n, k, block_m, block_n, 1, tiles, operands, 1, overlap, true);
+        const uint64_t whole_waves = (tiles - stream_k_tiles) / slots;
+        const uint64_t share = (stream_k_tiles * t.num_k_blocks + slots - 1) / slots;
+        const uint64_t segments = std::min(share, (share + t.num_k_blocks - 1) / t.num_k_blocks + 1);
+        const uint64_t contributors = (t.num_k_blocks + share - 1) / share;
+        const double exchange = double(block_m) * block_n * 4 / kL2BytesPerCycle * double(1 + contributors);
+        const double stream_k = double(share) * t.per_k_block + double(segments) * kUnitOverheadCycles + exchange +
+                                kStreamKClearCycles;
+        return double(whole_waves) * std::max(t.unit_time, double(slots) * t.dram_cycles_per_unit) +
+               std::max(stream_k, double(stream_k_tiles) * t.dram_cycles_per_unit);
     }
 };
+
+// Stream-K's tiles (the last ones of the tile order) of `tiles` tiles on `ctas` CTAs in mode 1 (the last wave's,
+// partial or whole) or 2 (those and the whole wave before them), so that the tiles given whole fill whole waves;
+// 0 for mode 0. Every CTA's range must hold at least kMinStreamKBlocksPerCta K blocks (gemm_stream_k_fits).
+constexpr uint64_t kMinStreamKBlocksPerCta = 2;
+inline uint64_t gemm_stream_k_tiles(uint64_t tiles, uint64_t ctas, uint32_t mode) {
+    if (mode == 0 || tiles == 0 || ctas == 0)
+        return 0;
+    const uint64_t whole_waves = (tiles - 1) / ctas;
+    return tiles - (whole_waves - std::min<uint64_t>(whole_waves, mode - 1)) * ctas;
+}
+// (the scheduler computes a CTA's range as cta x total / CTAs in 32 bits: the product must fit)
+inline bool gemm_stream_k_fits(uint64_t tiles, uint64_t ctas, uint32_t mode, uint64_t num_k_blocks) {
+    const uint64_t stream_k_tiles = gemm_stream_k_tiles(tiles, ctas, mode);
+    const uint64_t total = stream_k_tiles * num_k_blocks;
+    return stream_k_tiles > 0 && total >= ctas * kMinStreamKBlocksPerCta && ctas * total < (uint64_t(1) << 32) &&
+           (mode == 1 || stream_k_tiles > ctas);
+}
 
 inline GemmOverrides forced_config() {
     const auto read = [](const char* name) { return get_env_uint(name, 0, 4096, "a small non-negative integer"); };
     const int32_t forced_overlap = get_env("DG_FP8_GEMM_OVERLAP").empty() ? -1 : get_env_flag("DG_FP8_GEMM_OVERLAP");
+    const int32_t forced_stream_k = get_env("DG_FP8_GEMM_STREAM_K").empty()
+                                        ? -1
+                                        : static_cast<int32_t>(get_env_uint("DG_FP8_GEMM_STREAM_K", 0, 2, "0, 1 or 2"));
     return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K"), forced_overlap,
-            read("DG_FP8_GEMM_FP32_BUFFERS")};
+            read("DG_FP8_GEMM_FP32_BUFFERS"), forced_stream_k};
 }
 
 constexpr uint32_t kMaxSplits = 8;  // (the CTAs of a tile's splits form one cluster: at most 8, portably)
@@ -355,6 +419,20 @@ struct ClusterCapacity {
     }
 };
 constexpr uint32_t kMinKBlocksPerSplit = 2;
+// Stream-K by default (mode 1): where run 50 measured it faster than the same shape without, FP8 with 128 x 128
+// block scales at M >= 2048 whose tiles fill at least kStreamKMinWholeWaves whole waves, over at least
+// kStreamKMinKBlocks K blocks: 4096 x 4096 x 7168 186.4 vs 191.0 us, 4096 x 7168 x 16384 708.4 vs 760.7,
+// 4096 x 24576 x 1536 245.4 vs 248.7, 8192^3 806.4 vs 822.3, 4096 x 7168 x 2048 104.4 vs 105.7. Not elsewhere:
+// 4096 x 2112 x 7168 (2.8 waves) 110.1 vs 105.0; M = 64 / 128 x 7168 x 16384 (one row block) 47.2 vs 41.2 and
+// 49.3 vs 44.9; BF16 slower on every row measured (128 x 24576 x 1536 40.4 vs 30.2, 4096 x 7168 x 16384 1323 vs
+// 1209). Mode 2 (the last two waves) only when forced (faster on 128 x 129280 x 7168, 249.1 vs 256.6, slower on
+// 4096 x 2112 x 7168 and every BF16 row).
+constexpr uint64_t kStreamKMinWholeWaves = 4, kStreamKMinKBlocks = 16, kStreamKMinM = 2048;
+inline bool gemm_stream_k_by_default(uint64_t m, uint64_t tiles, uint64_t ctas, uint64_t num_k_blocks,
+                                     const GemmOperands& operands) {
+    return operands.block_sfb() && m >= kStreamKMinM && tiles >= kStreamKMinWholeWaves * ctas &&
+           num_k_blocks >= kStreamKMinKBlocks && gemm_stream_k_fits(tiles, ctas, 1, num_k_blocks);
+}
 
 // operands: FP8 (recipe (1, 128, 128) or (1, 1, 128)) or BF16; FP32 D through TMA in 32-column chunks; BF16 D
 // with a C written directly (no TMA store); split-K for any dense GEMM (the reduction adds C). BF16: no three-warpgroup tiles (they hide FP8's promotion), an MN-major B takes BLOCK_N in
@@ -439,12 +517,29 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 if (slots == 0)
                     continue;
                 const bool overlap = operands.is_fp8() && forced.overlap != 0 && gemm_fits_overlap(block_m, block_n, wgs);
-                const double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, units, slots, operands,
-                                                        num_groups, overlap, !grouped);
+                double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, units, slots, operands, num_groups,
+                                                  overlap, !grouped);
+                // Stream-K: where forced (each mode that fits), or by default where it was measured faster
+                // (gemm_stream_k_by_default); the model's cost of it counts where lower
+                uint32_t stream_k = 0;
+                if (splits == 1 && !multicast && !grouped && forced.stream_k > 0) {
+                    const uint32_t mode = uint32_t(forced.stream_k);
+                    if (gemm_stream_k_fits(units, slots, mode, num_k_blocks)) {
+                        cost = GemmCostModel::stream_k_cost(m, n, k, block_m, block_n, units, slots,
+                                                            gemm_stream_k_tiles(units, slots, mode), operands, overlap);
+                        stream_k = mode;
+                    }
+                } else if (splits == 1 && !multicast && !grouped && forced.stream_k < 0 &&
+                           gemm_stream_k_by_default(m, units, slots, num_k_blocks, operands)) {
+                    cost = std::min(cost, GemmCostModel::stream_k_cost(m, n, k, block_m, block_n, units, slots,
+                                                                       gemm_stream_k_tiles(units, slots, 1), operands,
+                                                                       overlap));
+                    stream_k = 1;
+                }
                 // Near-ties (same split and BLOCK_M) go to the tile that keeps more SMs busy, then to the wider one:
                 // where the model sees the DRAM bound either way, more SMs pull more bytes at once (run 42: BF16
                 // masked 6 x 20 x 4096 x 7168, 64 x 96 tiles on every SM 98 us, 64 x 256 ones on 96 SMs 110 us)
-                const uint64_t busy = std::min(units, slots);
+                const uint64_t busy = stream_k ? slots : std::min(units, slots);
                 const bool better = best_cost < 0 || cost < best_cost * 0.999 ||
                                     (cost <= best_cost * 1.001 && splits == best.num_splits &&
                                      block_m == best.block_m &&
@@ -455,6 +550,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                     best.block_m = block_m;
                     best.block_n = block_n;
                     best.num_splits = splits;
+                    best.stream_k = stream_k;
                     best.num_math_warpgroups = wgs;
                     best.num_multicast = multicast ? 2 : 1;
                     best.is_multicast_on_a = false;

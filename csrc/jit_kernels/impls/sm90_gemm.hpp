@@ -29,13 +29,13 @@ namespace dg::kernels {
 inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
     const auto b = [](bool value) { return value ? "true" : "false"; };
     const std::string args =
-        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", c.shape_m,
+        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", c.shape_m,
                     c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups, c.num_group_n,
                     c.num_multicast, b(c.is_multicast_on_a), c.store_chunk_n, c.fp32_buffers, b(c.use_tma_store),
                     c.num_splits,
                     operand_kind_name(c.operands.kind), b(c.operands.mn_major_a), b(c.operands.mn_major_b),
                     b(c.operands.fp32_out || c.operands.per_row_sfb()), gemm_type_name(c.gemm_type), c.max_k_groups,
-                    b(c.overlap_promotion));
+                    b(c.overlap_promotion), b(c.stream_k > 0));
     return {"sm90_gemm",
             fmt::format("#include <deep_gemm/impls/sm90_gemm.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
@@ -64,6 +64,7 @@ inline GemmConfig config_from_params(const std::map<std::string, int64_t>& param
     c.num_multicast = get("num_multicast", 1);
     c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
     c.num_splits = get("num_splits", 1);
+    c.stream_k = get("stream_k", 0);
     c.overlap_promotion = get("overlap_promotion", 0) != 0;
     const bool per_row_sfb = get("per_row_sfb", 0) != 0, bf16 = get("bf16", 0) != 0;
     DG_CHECK_INPUT(!(per_row_sfb && bf16), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
@@ -140,6 +141,14 @@ struct GroupedLayoutParam {
     const uint32_t* k_blocks;  // (set by the kernel)
 };
 static_assert(sizeof(GroupedLayoutParam) == 32);
+
+// Mirrors deep_gemm::StreamKParams (a kernel parameter passed by value).
+struct StreamKParam {
+    float* partials;
+    uint32_t* flags;
+    uint32_t num_tiles;
+};
+static_assert(sizeof(StreamKParam) == 24);
 
 // The bytes of deep_gemm::KGroupedParams<capacity>: maps a[capacity], b[capacity] (128 bytes each), then
 // k_blocks[capacity], sf_row[capacity] (uint32). Passed by address like any kernel argument; the driver
@@ -220,9 +229,24 @@ public:
         GroupedLayoutParam grouped_layout{
             args.grouped_layout != nullptr ? args.grouped_layout->data_ptr<int32_t>() : nullptr, args.num_groups,
             args.grouped_alignment, args.max_m};
+        // Stream-K: a workspace from PyTorch's allocator on this stream (so that concurrent streams and CUDA graphs
+        // each get their own), its flags cleared before the kernel
+        at::Tensor workspace;
+        StreamKParam stream_k{nullptr, nullptr, plan.stream_k_tiles};
+        if (plan.stream_k_tiles > 0) {
+            const uint64_t flag_bytes = (uint64_t(plan.stream_k_tiles) * 4 + 255) / 256 * 256;
+            const uint64_t slot_bytes = uint64_t(plan.config.block_m) * plan.config.block_n * 4;
+            workspace = at::empty({static_cast<int64_t>(flag_bytes + launch.grid[0] * slot_bytes)},
+                                  args.d.options().dtype(at::kByte));
+            auto* base = static_cast<uint8_t*>(workspace.data_ptr());
+            stream_k.flags = reinterpret_cast<uint32_t*>(base);
+            stream_k.partials = reinterpret_cast<float*>(base + flag_bytes);
+            DG_CUDA_DRIVER_CHECK(driver::api().cuMemsetD32Async(reinterpret_cast<uintptr_t>(base), 0,
+                                                                plan.stream_k_tiles, launch.stream));
+        }
         // (split-K included: the splits of a tile reduce inside their cluster, in this one kernel)
-        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc_param, grouped_layout, tma_a,
-                            tma_b, tma_sfa, tma_sfb, tma_d, tma_c, kNoKGroups);
+        plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c, ldc_param, grouped_layout,
+                            stream_k, tma_a, tma_b, tma_sfa, tma_sfb, tma_d, tma_c, kNoKGroups);
     }
 
     // K-grouped: the plan (config, kernel, grid) is keyed without K, which changes from call to call; the
@@ -282,8 +306,9 @@ public:
         void* d = args.d.data_ptr();
         const void* c_ptr = args.c != nullptr ? args.c->data_ptr() : nullptr;
         GroupedLayoutParam grouped_layout{nullptr, num_groups, 0, 0, nullptr};
+        StreamKParam no_stream_k{nullptr, nullptr, 0};
         plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, grouped_layout,
-                            unused, unused, tma_sfa, tma_sfb, tma_d, tma_c, params);
+                            no_stream_k, unused, unused, tma_sfa, tma_sfb, tma_d, tma_c, params);
     }
 
 private:
@@ -320,6 +345,7 @@ private:
         GemmConfig config;
         const jit::Kernel* kernel;
         jit::LaunchConfig launch;                   // without the stream
+        uint32_t stream_k_tiles = 0;                // stream-K: the last tiles, shared by all CTAs along K
         std::array<jit::CUtensorMap, kNumTma> tma{};   // A, B, sfa, sfb, D, C (unused ones zero)
         std::array<const void*, kNumTma> tma_bases{};  // the addresses they were encoded with
     };
@@ -538,9 +564,19 @@ private:
         const uint64_t slots = capacity->ctas[cluster] / cluster;
         DG_CHECK(slots > 0, "no {}-CTA cluster of the GEMM fits on device {}", cluster, sig.device);
         plan->launch.grid = {static_cast<unsigned>(std::min<uint64_t>(units / c.num_splits, slots) * cluster), 1, 1};
+        // Stream-K: every CTA takes a share of the stream-K tiles' K blocks (the heuristic checked that each gets
+        // kMinStreamKBlocksPerCta; the scheduler relies on every range holding one)
+        if (c.stream_k > 0) {
+            DG_CHECK(!k_grouped && cluster == 1, "stream-K runs on normal GEMMs without clusters");
+            const uint64_t num_k_blocks = (sig.k + c.operands.block_k() - 1) / c.operands.block_k();
+            DG_CHECK(gemm_stream_k_fits(units, slots, c.stream_k, num_k_blocks), "stream-K mode {} does not fit {} "
+                     "tiles of {} K blocks on {} CTAs", c.stream_k, units, num_k_blocks, slots);
+            plan->launch.grid[0] = static_cast<unsigned>(slots);
+            plan->stream_k_tiles = static_cast<uint32_t>(gemm_stream_k_tiles(units, slots, c.stream_k));
+        }
         if (get_env_flag("DG_PRINT_CONFIGS"))
-            fmt::print(stderr, "[deep_gemm] sm90_gemm m={} n={} k={}: {} grid={}\n", sig.m, sig.n, sig.k,
-                       c.describe(), plan->launch.grid[0]);
+            fmt::print(stderr, "[deep_gemm] sm90_gemm m={} n={} k={}: {} grid={} stream_k_tiles={}\n", sig.m, sig.n,
+                       sig.k, c.describe(), plan->launch.grid[0], plan->stream_k_tiles);
         return *plans.emplace(sig, std::move(plan)).first->second;
     }
 };

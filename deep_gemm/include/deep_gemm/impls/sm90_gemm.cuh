@@ -62,6 +62,11 @@
 //   lands on cluster rank `split`). After the K loop the CTAs exchange their FP32 partial sums through distributed
 //   shared memory and each adds a share of the tile's elements from all of them in split order, adds C and
 //   stores it to D directly (reduce_split_tile): one kernel, deterministic, no global workspace.
+// Stream-K (kStreamK, normal GEMMs whose tiles leave the last wave partly idle): the last stream_k.num_tiles tiles'
+//   K blocks are spread evenly over all CTAs (GemmScheduler); a CTA whose range starts inside a tile stores its
+//   FP32 partial sums to its slot of a global workspace and counts them in the tile's flag (stream_k_contribute);
+//   the tile's owner (the CTA that ran its first K blocks) waits for the count, adds the slots in K order and
+//   runs the normal epilogue (stream_k_add_contributions): deterministic, one kernel.
 // Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
 // M-grouped (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] (MN-major: [groups][K][N], a 3-D
 //   map) and sfb as [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous:
@@ -105,7 +110,7 @@ template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M
           bool kIsMulticastOnA, uint32_t kStoreChunkN, uint32_t kNumFp32Buffers, bool kUseTmaStore, uint32_t kNumSplits,
           OperandKind kOperands,
           bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups,
-          bool kOverlapPromotion>
+          bool kOverlapPromotion, bool kStreamK>
 struct Sm90Gemm {
     static constexpr bool kIsFp8 = kOperands != OperandKind::kBf16;
     static constexpr bool kBlockSfb = kOperands == OperandKind::kFp8BlockScaled;
@@ -122,7 +127,8 @@ struct Sm90Gemm {
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     using Wgmma = cuda::std::conditional_t<kIsFp8, ptx::WgmmaFp8E4m3<BLOCK_N>, ptx::WgmmaBf16<BLOCK_N>>;
     using Out = cuda::std::conditional_t<kFp32Out, float, __nv_bfloat16>;
-    using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits, kGemmType>;
+    using Scheduler =
+        GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits, kGemmType, kStreamK>;
     static constexpr bool kIsKGrouped = kGemmType == GemmType::kKGroupedContiguous;
     static constexpr bool kIsMGrouped = kGemmType != GemmType::kNormal && !kIsKGrouped;
     using KGroups = KGroupedParams<kMaxKGroups>;
@@ -148,7 +154,6 @@ struct Sm90Gemm {
     static constexpr uint32_t SMEM_SPLIT_SIZE =
         kNumSplits == 1 ? 0 : align_up(kNumSplits * kPairsPerOwner * kNumMathThreads * 8, 1024u);
     static constexpr uint32_t kNumSplitBarriers = kNumSplits == 1 ? 0 : 2;  // split_full, split_free
-    static constexpr uint32_t kSplitBarrierId = 8;  // named barrier of the math threads around the exchange
     static constexpr uint32_t kClusterSize = kNumMulticast * kNumSplits;
     // (the stage ring starts after the D staging tile and the split-K slots)
     static constexpr uint32_t SMEM_HEAD_SIZE = SMEM_D_SIZE + SMEM_SPLIT_SIZE;
@@ -248,13 +253,14 @@ struct Sm90Gemm {
     // ---------------------------------------------------------------- sfb loader (one warp)
     __device__ __forceinline__ static void sfb_loader(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                       uint32_t num_k_blocks, const float* __restrict__ sfb,
-                                                      GroupedLayout layout, uint32_t rank, uint32_t lane) {
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout);
+                                                      GroupedLayout layout, uint32_t num_stream_k_tiles,
+                                                      uint32_t rank, uint32_t lane) {
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
         PipelineState<kNumStages> pipe;
         GemmTile tile;
         // sfb [groups][ceil(N / 128)][K blocks]
         const uint32_t group_stride = ceil_div(shape_n, 128u) * num_k_blocks;
-        while (scheduler.next(tile)) {
+        while (scheduler.next(tile) || scheduler.next_stream_k(tile)) {
             const TileSfb tile_sfb(tile.n_block, shape_n);
             const float* first = sfb + tile.group * group_stride + tile_sfb.first * num_k_blocks;
             const float* last = sfb + tile.group * group_stride + tile_sfb.last * num_k_blocks;
@@ -293,17 +299,17 @@ struct Sm90Gemm {
                                                     uint32_t num_k_blocks, const TmaDescriptor* tma_a,
                                                     const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa,
                                                     const TmaDescriptor* tma_sfb, const KGroups& k_groups,
-                                                    GroupedLayout layout, uint32_t rank) {
+                                                    GroupedLayout layout, uint32_t num_stream_k_tiles, uint32_t rank) {
         // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer); with
         // M < BLOCK_M, the A and sfa boxes hold only the rows that exist (small_m_box_rows)
         const uint32_t a_rows = small_m_box_rows(shape_m, 8), sfa_rows = small_m_box_rows(shape_m, 4);
         const uint32_t stage_bytes = a_rows * BLOCK_K * kElemBytes + SMEM_B_SIZE_PER_STAGE + (kIsFp8 ? sfa_rows * 4 : 0) +
                                      (kPerRowSfb ? BLOCK_N * 4 : 0);
         constexpr uint16_t kBothCtas = 0b11;
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
         PipelineState<kNumStages> pipe;
         GemmTile tile;
-        while (scheduler.next(tile)) {
+        while (scheduler.next(tile) || scheduler.next_stream_k(tile)) {
             const uint32_t m_block = tile.m_block, n_block = tile.n_block;
             // m-grouped: B is [groups * N, K] (K-major) or [groups][K][N] (MN-major, a 3-D map); k-grouped: the
             // group's own maps of A and B, and its first row in the scale tensors [sum of K blocks, M or N]
@@ -571,14 +577,15 @@ struct Sm90Gemm {
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, void* __restrict__ d, uint32_t ldd,
                                                 const Out* c, uint32_t ldc, const TmaDescriptor* tma_d, const TmaDescriptor* tma_c,
-                                                GroupedLayout layout, uint32_t rank) {
+                                                GroupedLayout layout, const StreamKParams& stream_k, uint32_t rank) {
+        const uint32_t num_stream_k_tiles = stream_k.num_tiles;
         // (through a shuffle, so that the compiler knows it is warp-uniform: the A descriptors built from it
         // then live in uniform registers, as wgmma needs them)
         const uint32_t wg_idx = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
 
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
@@ -591,14 +598,14 @@ struct Sm90Gemm {
         const CMode c_mode = fp32_c_mode(c, ldc, d, ldd);
         uint32_t c_phases = 0, fp32_ring = 0;
         uint32_t tile_count = 0;  // (split-K: the exchange barriers' phases)
-        GemmTile tile;
-        for (; scheduler.next(tile); ++tile_count) {
+        // One unit: its K loop, then its epilogue (a stream-K contribution: its partial sums to the workspace)
+        const auto run_unit = [&](const GemmTile& tile) {
             const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
             const uint32_t n0 = tile.n_block * BLOCK_N;
             const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
             // C's first chunks land during the K loop
             if constexpr (kFp32TmaStore) {
-                if (c_mode == CMode::kLoad && threadIdx.x % 128 == 0)
+                if (c_mode == CMode::kLoad && !Scheduler::is_stream_k_contribution(tile) && threadIdx.x % 128 == 0)
                     load_c_prefetch(s, tma_c, fp32_ring, m0, n0, tile.group, wg_idx);
             }
 
@@ -669,6 +676,16 @@ struct Sm90Gemm {
                     release_stage(s, pending, lane, rank);
             }
 
+            // Stream-K: a contribution goes to the workspace (no D); an owner adds the contributions first
+            if constexpr (kStreamK) {
+                if (Scheduler::is_stream_k_contribution(tile)) {
+                    stream_k_contribute(stream_k, accum, scheduler.stream_k_tile());
+                    return;
+                }
+                if (const uint32_t num_contributors = scheduler.stream_k_contributors(tile); num_contributors > 0)
+                    stream_k_add_contributions(stream_k, accum, scheduler.stream_k_tile(), num_contributors);
+            }
+
             if constexpr (kNumSplits > 1) {
                 reduce_split_tile(s, accum, tile, tile_count, m0, n0, shape_m, shape_n, static_cast<Out*>(d), ldd, c, ldc,
                                   warp_in_wg, lane);
@@ -693,6 +710,16 @@ struct Sm90Gemm {
                 store_tile_bf16(s, accum, tile, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, tma_d,
                                 layout, wg_idx, warp_in_wg, lane);
             }
+        };
+        // Whole tiles, then (stream-K) the segments of the shared tiles: two loops, each with its own copy of the
+        // unit. In one loop, ptxas no longer kept the pipeline state and the wgmma descriptors in uniform registers
+        // (16 R2UR and ~60 more instructions per K block; 20 % slower on every tile, measured in run 49).
+        GemmTile tile;
+        for (; scheduler.next(tile); ++tile_count)
+            run_unit(tile);
+        if constexpr (kStreamK) {
+            for (; scheduler.next_stream_k(tile); ++tile_count)
+                run_unit(tile);
         }
         if constexpr (kUseTmaStore) {
             if (threadIdx.x % 128 == 0)
@@ -711,6 +738,76 @@ struct Sm90Gemm {
             return last_row < tile.row_end;
         else
             return true;
+    }
+
+    // ---------------------------------------------------------------- stream-K exchange through global memory
+    // A contribution: every math thread stores its accumulators float4 by float4 into its CTA's slot (float4 q of
+    // thread t at [q][t]: a warp stores 512 contiguous bytes), bypassing L1; once all have (the math threads'
+    // barrier), one thread publishes them: a GPU-scope fence, then the tile's count + 1 (the pattern of a grid
+    // barrier). The owner's first math thread waits until the count shows every contribution, resets it to 0
+    // (nothing else touches it in this launch, so the next one finds it zero), and after the barrier every thread
+    // adds the slots to its accumulators in K order (the CTAs after the owner, one by one): the sum does not
+    // depend on timing. Contributors never wait, and every CTA of the grid is resident (one per SM, at most
+    // #SMs), so the owner's wait ends.
+    static constexpr uint32_t kAccumPerThread = kNumWgmmaM * kNumAccum;
+    static_assert(kNumAccum % 4 == 0, "a float4 of accumulators lies in one wgmma row block");
+    static constexpr uint32_t kExchangeBarrierId = 8;  // named barrier of the math threads (split-K or stream-K)
+
+    __device__ __forceinline__ static float4* stream_k_slot(const StreamKParams& stream_k, uint32_t cta) {
+        return reinterpret_cast<float4*>(stream_k.partials + static_cast<uint64_t>(cta) * BLOCK_M * BLOCK_N);
+    }
+
+    __device__ __forceinline__ static void stream_k_contribute(const StreamKParams& stream_k,
+                                                               float (&accum)[kNumWgmmaM][kNumAccum],
+                                                               uint32_t stream_k_tile) {
+        const uint32_t thread = threadIdx.x;  // (a math thread)
+        float4* slot = stream_k_slot(stream_k, blockIdx.x);
+        #pragma unroll
+        for (uint32_t q = 0; q < kAccumPerThread / 4; ++q) {
+            const float* v = &accum[q * 4 / kNumAccum][q * 4 % kNumAccum];
+            __stcg(slot + q * kNumMathThreads + thread, make_float4(v[0], v[1], v[2], v[3]));
+        }
+        ptx::named_barrier_sync(kExchangeBarrierId, kNumMathThreads);
+        if (thread == 0) {
+            ptx::fence_acq_rel_gpu();
+            ptx::red_add_relaxed_gpu(stream_k.flags + stream_k_tile, 1);
+        }
+    }
+
+    __device__ __forceinline__ static void stream_k_add_contributions(const StreamKParams& stream_k,
+                                                                      float (&accum)[kNumWgmmaM][kNumAccum],
+                                                                      uint32_t stream_k_tile, uint32_t num_contributors) {
+        const uint32_t thread = threadIdx.x;
+        if (thread == 0) {
+            uint32_t* flag = stream_k.flags + stream_k_tile;
+            while (ptx::ld_acquire_gpu(flag) != num_contributors)
+                __nanosleep(32);
+            ptx::st_relaxed_gpu(flag, 0);
+        }
+        ptx::named_barrier_sync(kExchangeBarrierId, kNumMathThreads);
+        // (loads in batches of kBatch float4s, all in flight before their adds: few registers beyond the
+        // accumulators, which three math warpgroups' 128 registers per thread leave no room for)
+        // (the last batch may be short: BLOCK_N = 176 gives 22 float4s per thread)
+        constexpr uint32_t kBatch = 4, kNumQuads = kAccumPerThread / 4;
+        #pragma unroll 1
+        for (uint32_t j = 1; j <= num_contributors; ++j) {
+            const float4* slot = stream_k_slot(stream_k, blockIdx.x + j);
+            #pragma unroll
+            for (uint32_t q0 = 0; q0 < kNumQuads; q0 += kBatch) {
+                float4 parts[kBatch];
+                #pragma unroll
+                for (uint32_t i = 0; i < kBatch; ++i)
+                    if (q0 + i < kNumQuads)
+                        parts[i] = __ldcg(slot + (q0 + i) * kNumMathThreads + thread);
+                #pragma unroll
+                for (uint32_t i = 0; i < kBatch; ++i) {
+                    if (q0 + i < kNumQuads) {
+                        float* v = &accum[(q0 + i) * 4 / kNumAccum][(q0 + i) * 4 % kNumAccum];
+                        v[0] += parts[i].x, v[1] += parts[i].y, v[2] += parts[i].z, v[3] += parts[i].w;
+                    }
+                }
+            }
+        }
     }
 
     // ---------------------------------------------------------------- split-K reduction in the cluster
@@ -742,7 +839,7 @@ struct Sm90Gemm {
                                accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2 + 1]);
         }
         ptx::fence_acq_rel_cluster();
-        ptx::named_barrier_sync(kSplitBarrierId, kNumMathThreads);
+        ptx::named_barrier_sync(kExchangeBarrierId, kNumMathThreads);
         if (thread < kNumSplits)
             ptx::mbarrier_arrive_cluster(s.split_full(), thread);
         ptx::mbarrier_wait_cluster(s.split_full(), tile_count & 1);
@@ -764,7 +861,7 @@ struct Sm90Gemm {
             accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2 + 1] = sum.y;
         }
         // This CTA's slots are read: each sender may overwrite its slot with the next tile's pairs
-        ptx::named_barrier_sync(kSplitBarrierId, kNumMathThreads);
+        ptx::named_barrier_sync(kExchangeBarrierId, kNumMathThreads);
         if (thread < kNumSplits) {
             ptx::fence_acq_rel_cluster();
             ptx::mbarrier_arrive_cluster(s.split_free(), thread);
@@ -1028,17 +1125,17 @@ template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M
           bool kIsMulticastOnA, uint32_t kStoreChunkN, uint32_t kNumFp32Buffers, bool kUseTmaStore, uint32_t kNumSplits,
           OperandKind kOperands,
           bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups,
-          bool kOverlapPromotion>
+          bool kOverlapPromotion, bool kStreamK>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
                  void* __restrict__ d, uint32_t ldd, const void* c, uint32_t ldc, GroupedLayout grouped_layout,
-                 const __grid_constant__ TmaDescriptor tma_a,
+                 StreamKParams stream_k, const __grid_constant__ TmaDescriptor tma_a,
                  const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
                  const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d,
                  const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
     using Gemm = Sm90Gemm<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups, kNumGroupN,
                           kNumMulticast, kIsMulticastOnA, kStoreChunkN, kNumFp32Buffers, kUseTmaStore, kNumSplits, kOperands, kMnMajorA,
-                          kMnMajorB, kFp32Out, kGemmType, kMaxKGroups, kOverlapPromotion>;
+                          kMnMajorB, kFp32Out, kGemmType, kMaxKGroups, kOverlapPromotion, kStreamK>;
     shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
     shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
     shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
@@ -1097,13 +1194,14 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
         const uint32_t producer_warp = (threadIdx.x - Gemm::kNumMathThreads) / 32;
         if (threadIdx.x == Gemm::kNumMathThreads)
             Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, k_groups,
-                           grouped_layout, rank);
+                           grouped_layout, stream_k.num_tiles, rank);
         else if (Gemm::kBlockSfb && producer_warp == 1)
-            Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, grouped_layout, rank, threadIdx.x % 32);
+            Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, grouped_layout, stream_k.num_tiles, rank,
+                             threadIdx.x % 32);
     } else {
         ptx::warpgroup_reg_alloc<Gemm::kMathRegs>();
         Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, static_cast<const typename Gemm::Out*>(c), ldc,
-                   &tma_d, &tma_c, grouped_layout, rank);
+                   &tma_d, &tma_c, grouped_layout, stream_k, rank);
     }
     // No CTA may leave while a peer can still arrive on its barriers or store into its shared memory
     if constexpr (Gemm::kClusterSize > 1)

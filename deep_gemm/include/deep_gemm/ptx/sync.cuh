@@ -1,5 +1,5 @@
 // Warp-specialization and synchronization primitives: register reallocation, named barriers,
-// stmatrix, and programmatic dependent launch.
+// stmatrix, programmatic dependent launch, and GPU-scope flags.
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
@@ -40,6 +40,25 @@ __device__ __forceinline__ void grid_dependency_wait() {
 
 __device__ __forceinline__ void grid_dependency_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// GPU-scope flags between CTAs (stream-K): publish after a fence.acq_rel.gpu, read with acquire semantics, reset.
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+__device__ __forceinline__ void red_add_relaxed_gpu(uint32_t* ptr, uint32_t value) {
+    asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* ptr) {
+    uint32_t value;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+    return value;
+}
+
+__device__ __forceinline__ void st_relaxed_gpu(uint32_t* ptr, uint32_t value) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {

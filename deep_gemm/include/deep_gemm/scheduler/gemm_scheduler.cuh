@@ -25,6 +25,14 @@
 // K-grouped GEMMs (kKGroupedContiguous, MoE weight gradients): num_groups GEMMs of the same M x N, each
 // over its own K; the units are the groups' tiles one group after the other (rasterized inside a group),
 // and a tile's K range is [0, K blocks of its group) (an empty group's tiles have none: D = C).
+// Stream-K (kStreamK, normal GEMMs without split-K or multicast): the first `tiles - num_stream_k_tiles` tiles
+// (a multiple of the grid) are given whole, round robin; the K blocks of the last num_stream_k_tiles tiles, as
+// one sequence (tile after tile), are cut into gridDim.x near-equal ranges, range c to CTA c. A range falls
+// into segments, one per tile it touches: a segment that starts a tile at K block 0 but ends inside it makes
+// its CTA the tile's owner; one that starts inside a tile makes its CTA a contributor (only a CTA's first
+// segment can), which hands its partial sums to the owner through a global workspace (StreamKParams). A
+// tile's contributors are the CTAs right after its owner, in K order. The host keeps every range at least a
+// K block long (so every CTA counted as a contributor makes its contribution).
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
@@ -45,6 +53,8 @@ struct GemmTile {
     uint32_t k_begin, k_end;    // K blocks [k_begin, k_end)
     uint32_t group;             // the group (expert) of the rows (0 without groups)
     uint32_t row_end;           // rows at or past this are not written (M without groups)
+    // (stream-K: what else a unit is, GemmScheduler tells from k_begin / k_end and its cursor, not kept here: the
+    // math warpgroups hold tiles through the K loop, where three of them have no register to spare)
 };
 
 // The device-side description of a grouped layout (unused by normal GEMMs).
@@ -60,6 +70,16 @@ struct GroupedLayout {
 // K-grouped GEMMs: each group's A [M, K_g] and B [N, K_g] have their own row stride, so the host encodes
 // one TMA map per group and operand, and passes them by value (kernel parameters may take up to 32764
 // bytes: kMaxGroups <= 120). sf_row[g]: the group's first row in the scale tensors [sum of K blocks, M or N].
+// Stream-K's kernel parameter: the global workspace its CTAs exchange partial sums through (unused without
+// stream-K). partials: one slot of BLOCK_M x BLOCK_N floats per CTA, for its contribution (a CTA makes at most
+// one: its range's first segment); flags: per stream-K tile, how many contributions were stored (zero when
+// the kernel starts: the host clears them; each owner resets its tile's count once it has seen all).
+struct StreamKParams {
+    float* partials;
+    uint32_t* flags;
+    uint32_t num_tiles;  // the stream-K tiles (the last ones in the tile order), 0 for none
+};
+
 template <uint32_t kMaxGroups>
 struct KGroupedParams {
     TmaDescriptor a[kMaxGroups];
@@ -73,11 +93,13 @@ struct KGroupedParams<0> {  // (not k-grouped)
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumGroupN, uint32_t kNumMulticast, bool kIsMulticastOnA,
-          uint32_t kNumSplits = 1, GemmType kGemmType = GemmType::kNormal>
+          uint32_t kNumSplits = 1, GemmType kGemmType = GemmType::kNormal, bool kStreamK = false>
 struct GemmScheduler {
     static_assert(kNumSplits >= 1 && (kNumSplits == 1 || kNumMulticast == 1), "split-K runs without multicast");
     static_assert(kGemmType == GemmType::kNormal || (kNumSplits == 1 && kNumMulticast == 1),
                   "grouped GEMMs run without split-K and without multicast (a pair could span two groups)");
+    static_assert(!kStreamK || (kGemmType == GemmType::kNormal && kNumSplits == 1 && kNumMulticast == 1),
+                  "stream-K runs on normal GEMMs, without split-K and without multicast");
     static constexpr bool kIsKGrouped = kGemmType == GemmType::kKGroupedContiguous;
 
     uint32_t num_m_units;  // rows of the unit grid (tiles, or pairs along M)
@@ -90,9 +112,13 @@ struct GemmScheduler {
     GroupedLayout layout;
     // Masked mode's cursor: the group holding unit `first_unit` .. `first_unit + group_units - 1`
     uint32_t num_n_blocks, cur_group = 0, first_unit = 0, group_units = 0, group_m_blocks = 0;
+    // Stream-K: the tiles given whole (units [0, num_whole_tiles)), and this CTA's range [sk_next, sk_end) of the
+    // stream-K tiles' K blocks (counted over those tiles one after the other)
+    uint32_t num_whole_tiles = 0, sk_next = 0, sk_end = 0;
 
     __device__ __forceinline__ GemmScheduler(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks,
-                                             uint32_t cta_rank, GroupedLayout grouped_layout = {}) {
+                                             uint32_t cta_rank, GroupedLayout grouped_layout = {},
+                                             uint32_t num_stream_k_tiles = 0) {
         const uint32_t num_m_blocks = ceil_div(shape_m, BLOCK_M);
         const uint32_t num_n_blocks = ceil_div(shape_n, BLOCK_N);
         const bool pair_along_m = kNumMulticast > 1 && !kIsMulticastOnA;
@@ -108,6 +134,21 @@ struct GemmScheduler {
         this->num_n_blocks = num_n_blocks;
         if constexpr (kGemmType == GemmType::kMGroupedMasked)
             enter_group(0);
+        if constexpr (kStreamK) {
+            num_whole_tiles = num_units - num_stream_k_tiles;
+            sk_next = stream_k_range_start(blockIdx.x);
+            sk_end = stream_k_range_start(blockIdx.x + 1);
+        }
+    }
+
+    // Stream-K: where CTA `cta`'s range of the stream-K K blocks starts (CTA gridDim.x: the end of all)
+    // (the total, recomputed rather than kept: the math warpgroups' registers are scarce. In 32 bits: the host
+    // keeps gridDim.x x total below 2^32 (gemm_stream_k_fits); a 64-bit division would be a subroutine call,
+    // whose results the compiler no longer knows to be warp-uniform, and the K loop's wgmma descriptors then
+    // leave the uniform registers: 20 % slower, measured)
+    __device__ __forceinline__ uint32_t stream_k_range_start(uint32_t cta) const {
+        const uint32_t total = (num_units - num_whole_tiles) * num_k_blocks;
+        return cta * total / gridDim.x;
     }
 
     // Masked mode: make group g current (its tile count from masked_m, clamped to [0, max_m]).
@@ -164,7 +205,7 @@ struct GemmScheduler {
     __device__ __forceinline__ bool next_unit(GemmTile& tile) {
         if constexpr (kGemmType == GemmType::kMGroupedMasked)
             return next_masked_unit(tile);
-        if (unit_idx >= num_units)
+        if (unit_idx >= (kStreamK ? num_whole_tiles : num_units))
             return false;
         const uint32_t split = unit_idx % kNumSplits;
         uint32_t tile_idx = unit_idx / kNumSplits;
@@ -174,6 +215,58 @@ struct GemmScheduler {
             k_group = tile_idx / (num_m_units * num_n_units);
             tile_idx -= k_group * num_m_units * num_n_units;
         }
+        place(tile_idx, tile);
+        tile.split = split;
+        if constexpr (kIsKGrouped) {
+            tile.group = k_group;
+            tile.row_end = shape_m;
+            tile.k_begin = 0;
+            tile.k_end = layout.k_blocks[k_group];
+        } else {
+            tile.k_begin = split * num_k_blocks / kNumSplits;
+            tile.k_end = (split + 1) * num_k_blocks / kNumSplits;
+        }
+        unit_idx += gridDim.x / kNumMulticast;
+        return true;
+    }
+
+    // Stream-K: the next segment of this CTA's range (see the top of this file), once next() has handed out the
+    // whole tiles (false without stream-K).
+    __device__ __forceinline__ bool next_stream_k(GemmTile& tile) {
+        if (!kStreamK || sk_next >= sk_end)
+            return false;
+        const uint32_t sk_tile = sk_next / num_k_blocks;
+        const uint32_t tile_begin = sk_tile * num_k_blocks, tile_end = tile_begin + num_k_blocks;
+        const uint32_t segment_end = min(sk_end, tile_end);
+        place(num_whole_tiles + sk_tile, tile);
+        tile.split = 0;
+        tile.k_begin = sk_next - tile_begin;
+        tile.k_end = segment_end - tile_begin;
+        sk_next = segment_end;
+        return find_group(tile);  // (a normal GEMM: group 0, rows up to M)
+    }
+
+    // Stream-K, about the unit next() handed out last. A contribution: it starts past K block 0 (whole tiles and
+    // owners start at 0; there is no split-K). Its stream-K tile (the flag's index): the one holding the segment's
+    // last K block, sk_next - 1.
+    __device__ __forceinline__ static bool is_stream_k_contribution(const GemmTile& tile) {
+        return kStreamK && tile.k_begin > 0;
+    }
+    __device__ __forceinline__ uint32_t stream_k_tile() const { return (sk_next - 1) / num_k_blocks; }
+    // How many CTAs contribute partial sums to the unit (0 unless it is an owner's segment that ends inside its
+    // tile): the CTAs after this one whose ranges start inside the tile
+    __device__ __forceinline__ uint32_t stream_k_contributors(const GemmTile& tile) const {
+        if (!kStreamK || tile.k_begin > 0 || tile.k_end == num_k_blocks)
+            return 0;
+        const uint32_t tile_end = (stream_k_tile() + 1) * num_k_blocks;
+        uint32_t cta = blockIdx.x + 1;
+        while (cta < gridDim.x && stream_k_range_start(cta) < tile_end)
+            ++cta;
+        return cta - blockIdx.x - 1;
+    }
+
+    // Tile (or pair) `tile_idx` of the rasterized order: its m_block and n_block (this CTA's tile of a pair).
+    __device__ __forceinline__ void place(uint32_t tile_idx, GemmTile& tile) const {
         const uint32_t units_per_group = num_m_units * kNumGroupN;
         const uint32_t group_idx = tile_idx / units_per_group;
         const uint32_t first_n = group_idx * kNumGroupN;
@@ -191,18 +284,6 @@ struct GemmScheduler {
             tile.m_block = m_unit;
             tile.n_block = n_unit;
         }
-        tile.split = split;
-        if constexpr (kIsKGrouped) {
-            tile.group = k_group;
-            tile.row_end = shape_m;
-            tile.k_begin = 0;
-            tile.k_end = layout.k_blocks[k_group];
-        } else {
-            tile.k_begin = split * num_k_blocks / kNumSplits;
-            tile.k_end = (split + 1) * num_k_blocks / kNumSplits;
-        }
-        unit_idx += gridDim.x / kNumMulticast;
-        return true;
     }
 
     // Masked mode: move the cursor forward to the group holding unit_idx, then place the tile in it
