@@ -337,9 +337,9 @@ def test_bf16_heuristic() -> None:
                     assert (1 <= cfg["fp32_buffers"] <= cfg["block_n"] // 32) if tma_fp32 else not cfg["fp32_buffers"]
     # A buffer per 32-column chunk where 4 stages still fit (128 x 96 tiles: 3 buffers, 6 stages), else as many as
     # keep 4 (128 x 256 tiles: 2 buffers, 4 stages)
-    cfg = config(128, 24576, 1536, bf16=True, fp32_out=True, has_c=True)
+    cfg = config(128, 24576, 1536, bf16=True, fp32_out=True, has_c=True, stream_k=0)
     assert (cfg["block_n"], cfg["fp32_buffers"], cfg["num_stages"]) == (96, 3, 6), cfg
-    cfg = config(4096, 4096, 7168, bf16=True, fp32_out=True, has_c=True)
+    cfg = config(4096, 4096, 7168, bf16=True, fp32_out=True, has_c=True, stream_k=0)
     assert (cfg["block_n"], cfg["fp32_buffers"], cfg["num_stages"]) == (256, 2, 4), cfg
     # A decode shape with few tiles splits K also with FP32 D and a C
     assert config(128, 2112, 7168, bf16=True, fp32_out=True, has_c=True)["num_splits"] > 1
@@ -539,6 +539,33 @@ def test_gemm_fp32_c_odd_chunk_counts(block_n: int, fp32_buffers: int | None) ->
     plans = [line for line in out.stderr.splitlines() if "sm90_gemm" in line and "d=fp32" in line]
     buffers = f"fp32_buffers={fp32_buffers if fp32_buffers is not None else block_n // 32} "
     assert plans and all(f"BLOCK_N={block_n} " in line and buffers in line for line in plans), out.stderr
+
+
+@gpu
+def test_gemm_stream_k_forced() -> None:
+    # Stream-K on every plan (forced; no split-K, no multicast): each layout, D dtype and C (also in place), and
+    # the FP32 C storages (TMA-loaded, read directly, in place), against float64 and bitwise repeatable
+    script = (
+        "import test_bf16_gemm as t\n"
+        "for layout in t.LAYOUTS:\n"
+        "    t.run_gemm_cases('bf16_gemm', layout, 300, 2112, 7168, t.ALL_CASES, seed=11)\n"
+        "    t.run_gemm_cases('bf16_gemm', layout, 1000, 1000, 1040, t.ALL_CASES, seed=12)\n"
+        "t.run_fp32_c_storages(1000, 1000, 1024)\n"
+    )
+    env = dict(
+        os.environ, DG_FP8_GEMM_STREAM_K="1", DG_FP8_GEMM_SPLIT_K="1", DG_FP8_GEMM_MULTICAST="0", DG_PRINT_CONFIGS="1"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=os.path.dirname(__file__),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
+    assert plans and all("stream_k=1 " in line for line in plans), out.stderr
 
 
 @gpu

@@ -206,7 +206,8 @@ def test_heuristic_split_k() -> None:
     # 33 tiles x 4 splits fill 132 SMs but not the 120 CTAs that clusters of 4 fill there: a second wave
     assert choice(64, 2112, 7168) == (64, 64, 4)
     assert config(128, 7168, 16384, **h200)["num_splits"] == 1
-    assert config(64, 7168, 16384, **h200)["block_n"] == 64  # wide tiles left SMs idle there (52 us vs 42 us)
+    # (without stream-K) wide tiles left SMs idle there (52 us vs 42 us)
+    assert config(64, 7168, 16384, stream_k=0, **h200)["block_n"] == 64
     # A cluster size the device cannot form is never chosen
     none_of_8 = H200_CLUSTER_CTAS[:7] + [0]
     assert (
@@ -243,10 +244,11 @@ def test_heuristic_forced_choices() -> None:
         assert (cfg["block_m"], cfg["block_n"], cfg["num_math_warpgroups"]) == (192, 128, 3), (m, n, k, cfg)
     # ... except where 192-row tiles leave a short last wave and 128 x 128 ones with overlapped promotion (a row at
     # 0.94x the three-warpgroup rate, run 47) do not: 4096 x 4096 x 7168 in 7.8 waves instead of 5.3 (185.7 vs 197.0 us)
-    cfg = config(4096, 4096, 7168)
+    # (without stream-K, which by default shares the 192-row tiles' last wave: test_heuristic_stream_k)
+    cfg = config(4096, 4096, 7168, stream_k=0)
     assert (cfg["block_m"], cfg["block_n"], cfg["num_math_warpgroups"], cfg["overlap_promotion"]) == (128, 128, 2, True)
     # (without the overlapped promotion the two-warpgroup rate is not the measured one)
-    assert config(4096, 4096, 7168, overlap=0)["block_m"] == 192
+    assert config(4096, 4096, 7168, overlap=0, stream_k=0)["block_m"] == 192
     assert config(1024, 4096, 7168)["block_m"] == 128
     cfg = config(1024, 7168, 7168, block_m=192)
     assert (cfg["block_m"], cfg["num_math_warpgroups"]) == (192, 3) and cfg["block_n"] <= 128
@@ -255,6 +257,41 @@ def test_heuristic_forced_choices() -> None:
         config(64, 2112, 7168, block_n=200)
     with pytest.raises(ValueError, match="DG_FP8_GEMM_BLOCK_M"):
         config(64, 2112, 7168, num_splits=57)  # more splits than K blocks
+
+
+def test_heuristic_stream_k() -> None:
+    config = deep_gemm._C.get_gemm_config
+    # Forced: taken by every candidate it fits (normal GEMMs, no split-K, no multicast, two K blocks per CTA)
+    for mode in (1, 2):
+        cfg = config(4096, 4096, 7168, stream_k=mode)
+        assert (cfg["stream_k"], cfg["num_splits"], cfg["num_multicast"]) == (mode, 1, 1), cfg
+    # By default where run 50 measured it faster (FP8 block scales, M >= 2048, at least four whole waves of tiles,
+    # at least 16 K blocks) ...
+    h200 = dict(cluster_ctas=H200_CLUSTER_CTAS)
+    for m, n, k in ((4096, 4096, 7168), (4096, 7168, 16384), (4096, 7168, 2048), (8192, 8192, 8192)):
+        cfg = config(m, n, k, **h200)
+        assert (cfg["block_m"], cfg["block_n"], cfg["stream_k"]) == (192, 128, 1), (m, n, k, cfg)
+    # ... and not where it was slower (2.8 waves, one row block, BF16) or not measured (4 K blocks, per-row scales)
+    for m, n, k, kind in (
+        (4096, 2112, 7168, {}),
+        (64, 7168, 16384, {}),
+        (128, 7168, 16384, {}),
+        (128, 129280, 7168, {}),
+        (4096, 32768, 512, {}),
+        (4096, 7168, 16384, dict(bf16=True)),
+        (4096, 7168, 7168, dict(per_row_sfb=True)),
+    ):
+        assert config(m, n, k, **kind, **h200)["stream_k"] == 0, (m, n, k, kind)
+    # Mode 2 needs more stream-K tiles than CTAs: 1 x 576 x 7168 has a few tiles, which split-K serves
+    assert config(1, 576, 7168, stream_k=2)["stream_k"] == 0
+    # Off, and never for grouped GEMMs
+    for m, n, k in ((4096, 4096, 7168), (4096, 7168, 16384), (64, 7168, 16384)):
+        assert config(m, n, k, stream_k=0)["stream_k"] == 0
+        assert config(m, n, k, stream_k=1, gemm_type=1)["stream_k"] == 0
+    # A split-K or multicast plan has none
+    assert config(4096, 4096, 7168, stream_k=1, num_splits=2)["stream_k"] == 0
+    with pytest.raises(ValueError, match="stream_k must be -1"):
+        config(4096, 4096, 7168, stream_k=3)
 
 
 def test_heuristic_overlap() -> None:
@@ -390,6 +427,19 @@ FORCED_ENVS = {
         "BLOCK_M=128 BLOCK_N=48 split_k=2 ",
         "BLOCK_M=128 BLOCK_N=48 split_k=2 ",
     ),
+    # Stream-K wherever it fits (no split-K, no multicast; every CTA a share of at least two K blocks: 640 x 3001 x
+    # 528's 28 tiles of the last wave hold 140 K blocks for 132 CTAs, 64 x 255 x 4112 has a few tiles); mode 2
+    # needs more stream-K tiles than CTAs (both checked below: some plan shows the mode)
+    "stream_k1": (
+        {"DG_FP8_GEMM_STREAM_K": "1", "DG_FP8_GEMM_SPLIT_K": "1", "DG_FP8_GEMM_MULTICAST": "0"},
+        "split_k=1 ",
+        "split_k=1 ",
+    ),
+    "stream_k2_bm192": (
+        {"DG_FP8_GEMM_STREAM_K": "2", "DG_FP8_GEMM_BLOCK_M": "192", "DG_FP8_GEMM_MULTICAST": "0"},
+        "BLOCK_M=192 ",
+        "BLOCK_M=192 ",
+    ),
 }
 
 
@@ -430,6 +480,62 @@ def test_fp8_gemm_forced_configs(name: str) -> None:
         else:
             assert (expected_large_m if m > 128 else expected_small_m) in line, line
     assert any(expected_large_m in line for line in plans), out.stderr
+    if name.startswith("stream_k"):
+        mode = name[len("stream_k")]
+        # (stream_k1: 6 of the 8 shapes; stream_k2_bm192: 4096 x 7168 x 2048 and 1000 x 4104 x 1040, each twice)
+        assert sum(f"stream_k={mode} " in line for line in plans) >= (12 if mode == "1" else 4), out.stderr
+
+
+def stream_k_graph_and_per_row_checks() -> None:
+    """(Run in a process with stream-K forced.) A CUDA graph of a stream-K GEMM replayed twice on new inputs (the
+    flags are cleared by a memset node in the graph), and the per-row recipe's FP32 D with a C, in place and not."""
+    torch.manual_seed(5)
+    m, n, k = 1000, 2112, 7168
+    _, _, a, sfa, b, sfb = make_inputs(m, n, k)
+    sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)  # warm-up
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    for _ in range(2):
+        a2_bf16, b2_bf16, a2, sfa2, b2, sfb2 = make_inputs(m, n, k)
+        a.copy_(a2), sfa.copy_(deep_gemm.get_mn_major_tma_aligned_tensor(sfa2)), b.copy_(b2), sfb.copy_(sfb2)
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_bf16 = a2_bf16.float() @ b2_bf16.float().t()
+        check_result(d, dequantized_reference(a2, sfa2, b2, sfb2), ref_bf16, "stream-k graph replay")
+    for m, n, k in ((1000, 2112, 7168), (4096, 1000, 2048)):
+        a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b_bf16 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        (a, sfa), (b, sfb) = per_token_cast_to_fp8(a_bf16), per_token_cast_to_fp8(b_bf16)
+        c = torch.randn(m, n, device="cuda")
+        ref = per_row_reference(a, sfa, b, sfb, c)
+        d = torch.full((m, n), float("nan"), device="cuda")
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c)
+        assert calc_diff(d, ref) < 1e-7, (m, n, k)
+        d2 = c.clone()
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d2, c=d2)
+        assert torch.equal(d, d2), "in-place C differs from a separate C"
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["1", "2"])
+def test_fp8_gemm_stream_k_graph_and_per_row(mode: str) -> None:
+    env = {
+        "DG_FP8_GEMM_STREAM_K": mode,
+        "DG_FP8_GEMM_SPLIT_K": "1",
+        "DG_FP8_GEMM_MULTICAST": "0",
+        "DG_PRINT_CONFIGS": "1",
+    }
+    if mode == "2":
+        env["DG_FP8_GEMM_BLOCK_M"] = "64"  # (enough tiles for two stream-K waves)
+    out = run_in_subprocess("import test_fp8_gemm as t\nt.stream_k_graph_and_per_row_checks()\n", env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
+    assert plans and all(f"stream_k={mode} " in line for line in plans), out.stderr
 
 
 @gpu

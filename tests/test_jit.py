@@ -2,6 +2,7 @@
 its disk cache is content-addressed, atomic, process-safe and self-healing."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,10 @@ GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=2048, block_m=64, block_n=112, num_stages=6, gemm_type=2),
     dict(shape_n=4096, shape_k=7168, block_m=64, block_n=128, num_stages=6, gemm_type=3),  # masked
     dict(shape_n=7168, shape_k=7168, block_m=192, block_n=128, num_stages=4),  # three math warpgroups
+    # stream-K: partial sums through a global workspace, a flag per tile
+    dict(shape_n=7168, shape_k=16384, block_m=192, block_n=128, num_stages=5, stream_k=1),
+    dict(shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, overlap_promotion=1, stream_k=1),
+    dict(shape_n=7168, shape_k=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1, stream_k=1),
     # k-grouped (weight gradients): per-group TMA maps in the parameters, recipe (1, 1, 128)
     dict(shape_m=4096, shape_n=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1, gemm_type=4),
     dict(shape_m=4096, shape_n=7168, block_m=192, block_n=128, num_stages=5, per_row_sfb=1, gemm_type=4),
@@ -78,6 +83,7 @@ BF16_GEMM_CONFIGS = [
     dict(bf16=1, shape_n=2112, shape_k=7168, block_m=64, block_n=64, num_stages=8, num_splits=4),  # split-K
     dict(bf16=1, fp32_out=1, has_c=1, shape_n=2112, shape_k=7168, block_m=128, block_n=64, num_stages=8, num_splits=3),
     dict(bf16=1, shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, num_multicast=2),
+    dict(bf16=1, fp32_out=1, has_c=1, shape_n=7168, shape_k=7168, block_m=128, block_n=256, num_stages=4, stream_k=1),
     dict(bf16=1, mn_major_b=1, shape_n=4096, shape_k=7168, block_m=128, block_n=192, num_stages=4, gemm_type=1),
     dict(bf16=1, shape_n=7168, shape_k=2048, block_m=64, block_n=256, num_stages=6, gemm_type=3),  # masked
     dict(
@@ -114,6 +120,14 @@ def check_clean(result: dict) -> None:
     assert os.path.getsize(result["cubin_path"]) > 0
 
 
+def check_stream_k_sass(cfg: dict, lines: list[str]) -> None:
+    """Stream-K kernels publish a contribution with a GPU-scope reduction and wait with GPU-scope loads; others
+    have neither."""
+    published = any("REDG.E.ADD.STRONG.GPU" in line for line in lines)
+    awaited = any("LDG.E.STRONG.GPU" in line for line in lines)
+    assert published == awaited == bool(cfg.get("stream_k")), cfg
+
+
 @pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
 @pytest.mark.parametrize(("family", "params"), HELPER_KERNELS, ids=lambda x: x if isinstance(x, str) else "")
 def test_helper_kernels_compile(cache_dir: Path, family: str, params: dict, use_nvrtc: bool) -> None:
@@ -132,18 +146,29 @@ def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: boo
     lines = sass.splitlines()
     # FP8 tensor-core MMAs, 4 per 64 rows per 128-deep K block (overlapped promotion: issued from three places,
     # the first block and each of the loop's two steps)
+    # (stream-K: the whole tiles' loop and the shared tiles' loop each have their copy)
     num_qgmma = sum("QGMMA" in line for line in lines)
     rows_per_wg = cfg["block_m"] // {64: 1, 192: 3}.get(cfg["block_m"], 2)
-    sites = 3 if cfg.get("overlap_promotion") else 1
+    sites = (3 if cfg.get("overlap_promotion") else 1) * (2 if cfg.get("stream_k") else 1)
     assert num_qgmma == 4 * (rows_per_wg // 64) * sites, f"expected QGMMA per K block, found {num_qgmma}"
+    # The wgmma descriptors are built in uniform registers, not moved there in the K loop (R2UR: run 49's
+    # stream-K kernel ran 20 % slower with 16 of them per K block). Checked where that was measured: the
+    # three-warpgroup and stream-K kernels (the grouped kernels, and 64 x 112 tiles, do have R2URs there)
+    if cfg.get("stream_k") or cfg["block_m"] == 192:
+        instructions = [line for line in lines if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+        for i, line in enumerate(instructions):
+            if "QGMMA" in line:
+                assert not any("R2UR" in prev for prev in instructions[max(0, i - 40) : i]), "R2UR before a QGMMA"
     # No wgmma wait injected by ptxas (C7517) and no serialized wgmmas (C7514): the overlap would be lost
     assert "C7517" not in result["ptxas_report"] and "C7514" not in result["ptxas_report"], result["ptxas_report"]
     if cfg.get("overlap_promotion"):
         # the steady-state loop waits with one group in flight, twice per iteration
-        assert sum("WARPGROUP.DEPBAR.LE gsb0, 0x1" in line for line in lines) == 2, (
+        copies = 2 if cfg.get("stream_k") else 1
+        assert sum("WARPGROUP.DEPBAR.LE gsb0, 0x1" in line for line in lines) == 2 * copies, (
             "expected two waits leaving one group"
         )
     assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
+    check_stream_k_sass(cfg, lines)
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     # Register reallocation between producer and math warpgroups
     assert sum("USETMAXREG" in line for line in lines) == 2
@@ -165,6 +190,7 @@ def test_bf16_gemm_compiles_with_hgmma(cache_dir: Path, cfg: dict, use_nvrtc: bo
     rows_per_wg = cfg["block_m"] // (1 if cfg["block_m"] == 64 else 2)
     assert num_hgmma > 0 and num_hgmma % (4 * (rows_per_wg // 64)) == 0, f"found {num_hgmma} HGMMA"
     assert not any("QGMMA" in line or " HMMA" in line for line in lines)
+    check_stream_k_sass(cfg, lines)
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("USETMAXREG" in line for line in lines) == 2
     assert any("UTMALDG" in line for line in lines)

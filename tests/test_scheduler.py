@@ -200,3 +200,49 @@ def test_k_grouped(scheduler_binary: Path, bm: int, bn: int, seed: int) -> None:
         for nb in range(ceil_div(n, bn))
     }
     assert set(tiles) == expected
+
+
+STREAM_K = 7
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_stream_k(scheduler_binary: Path, seed: int) -> None:
+    # Whole tiles first, then the last `sk` tiles' K blocks spread over every CTA: each tile's K range covered
+    # exactly once; one owner per stream-K tile (the segment from K block 0), its contributors the CTAs right
+    # after it in K order, each contributing at most once and only with its range's first segment
+    rng = random.Random(seed)
+    bm, bn = rng.choice([(128, 128), (64, 112)])
+    m, n, grid, kb = rng.randint(1, 3000), rng.randint(1, 3000), rng.choice([7, 66, 132]), rng.randint(1, 70)
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
+    if tiles * kb < grid:
+        kb = ceil_div(grid, tiles)
+    sk = rng.randint(min(tiles, ceil_div(grid, kb)), tiles)
+    text = f"{STREAM_K} {bm} {bn} {m} {n} {kb} {grid} 1 128 {sk} 0"
+    out = subprocess.run([str(scheduler_binary)], input=text, capture_output=True, text=True, check=True).stdout
+    lines = [tuple(int(v) for v in line.split()) for line in out.splitlines()]
+    segments: dict[tuple[int, int], list[tuple]] = {}
+    lines_of_cta: dict[int, int] = {}
+    contributions_by_cta: dict[int, int] = {}
+    for cta, mb, nb, g, end, k0, k1, sk_tile, contributors, is_contribution in lines:
+        assert (g, end) == (0, m) and 0 <= k0 < k1 <= kb
+        segments.setdefault((mb, nb), []).append((k0, k1, cta, sk_tile, contributors, is_contribution))
+        # (the CTA's whole tiles come first: units cta, cta + grid, ... below tiles - sk)
+        whole_before = max(0, (tiles - sk - cta + grid - 1) // grid)
+        if is_contribution:
+            contributions_by_cta[cta] = contributions_by_cta.get(cta, 0) + 1
+            assert lines_of_cta.get(cta, 0) == whole_before, "a contribution after the CTA's first stream-K segment"
+            assert k0 > 0
+        lines_of_cta[cta] = lines_of_cta.get(cta, 0) + 1
+    assert set(segments) == {(mb, nb) for mb in range(ceil_div(m, bm)) for nb in range(ceil_div(n, bn))}
+    assert all(c == 1 for c in contributions_by_cta.values())
+    whole = [t for t, parts in segments.items() if len(parts) == 1 and parts[0][:2] == (0, kb) and not parts[0][5]]
+    assert len(whole) >= tiles - sk
+    for parts in segments.values():
+        parts.sort()
+        # consecutive, non-overlapping, covering [0, K blocks)
+        assert parts[0][0] == 0 and parts[-1][1] == kb
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False))
+        owner = parts[0]
+        assert not owner[5] and all(p[5] for p in parts[1:])
+        assert owner[4] == len(parts) - 1
+        assert [p[2] for p in parts] == list(range(owner[2], owner[2] + len(parts)))

@@ -21,7 +21,16 @@ from deep_gemm.bench.grouped import CONTIGUOUS_SHAPES, MASKED_SHAPES
 from deep_gemm.bench.k_grouped import K_GROUPED_SHAPES
 from deep_gemm.testing import H200_CLUSTER_CTAS
 
-_CONFIG_KEYS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "use_tma_store", "fp32_buffers")
+_CONFIG_KEYS = (
+    "block_m",
+    "block_n",
+    "num_stages",
+    "num_splits",
+    "stream_k",
+    "num_multicast",
+    "use_tma_store",
+    "fp32_buffers",
+)
 _OPERAND_KEYS = ("per_row_sfb", "bf16", "mn_major_a", "mn_major_b", "fp32_out", "has_c")
 
 

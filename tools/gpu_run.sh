@@ -10,7 +10,7 @@
 #      DG_GPU_RUN_MULTICAST_SHAPES="4096x7168x2048 ..." (after the main bench, these shapes again with
 #      DG_FP8_GEMM_MULTICAST=0 and =1 (DG_GPU_RUN_MULTICAST_SETTINGS="1": only =1), to compare the
 #      two variants in one run),
-#      DG_GPU_RUN_SWEEP="--shapes ... --configs ..." (tools/sweep_fp8_gemm.py, last),
+#      DG_GPU_RUN_SWEEP="--shapes ... --configs ...[; ...]" (tools/sweep_fp8_gemm.py, last; several separated by ';'),
 #      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of the GEMMs
 #      DG_GPU_RUN_NCU_SHAPE="M N K [--bf16 | --per-row] [--fp32-c]; ...", as ncu-<i>.txt / ncu-source-<i>.csv),
 #      DG_GPU_RUN_SANITIZE_TESTS="pytest args" (memcheck of those tests, any profile setting).
@@ -32,7 +32,8 @@ OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT 
 mkdir -p "$FINAL_OUT"
 pack() {
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
-    for f in pytest.log bench.log bench.json smoke.log ncu.txt ncu-0.txt sanitizer.txt ab.log ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
+    for f in pytest.log bench.log bench.json smoke.log ncu.txt ncu-0.txt sanitizer.txt ab.log sweep-0.log sweep-1.log \
+             ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
         [[ $f == *.* ]] || f=$f.log
         [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$FINAL_OUT/"
     done
@@ -53,6 +54,7 @@ if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$O
 # Smoke: one call per kernel variant under a short timeout, so that a hanging or wrong kernel stops
 # the run in a minute instead of at every later step's timeout
 for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_FP8_GEMM_MULTICAST=1 1024 7168 2048" \
+             "DG_FP8_GEMM_STREAM_K=1 4096 4096 7168" \
              "300 2112 7168 --bf16" "1000 1000 1024 --bf16 --fp32-c"; do
     env_part=""; [[ $smoke == DG_* ]] && env_part=${smoke%% *} && smoke=${smoke#* }
     if ! env $env_part DG_PRINT_CONFIGS=1 timeout 90 python3 tools/profile_gemm.py $smoke --calls 2 >> "$OUT/smoke.log" 2>&1; then
@@ -167,6 +169,12 @@ if [[ -n "${DG_GPU_RUN_AB_ENV:-}" ]]; then
     done
 fi
 if [[ -n "${DG_GPU_RUN_SWEEP:-}" ]]; then
-    timeout 400 python3 tools/sweep_fp8_gemm.py --json "$OUT/sweep.json" $DG_GPU_RUN_SWEEP > "$OUT/sweep.log" 2>&1
-    echo "sweep exit code $?"; cat "$OUT/sweep.log" | tail -40
+    # (several sweeps separated by ';': sweep-<i>.log / .json)
+    IFS=';' read -ra sweeps <<< "$DG_GPU_RUN_SWEEP"
+    for i in "${!sweeps[@]}"; do
+        timeout ${DG_GPU_RUN_SWEEP_TIMEOUT:-400} python3 tools/sweep_fp8_gemm.py --json "$OUT/sweep-$i.json" ${sweeps[$i]} \
+            > "$OUT/sweep-$i.log" 2>&1
+        echo "sweep $i exit code $?"; tail -40 "$OUT/sweep-$i.log"
+        pack
+    done
 fi

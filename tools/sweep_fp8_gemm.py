@@ -8,7 +8,7 @@ dense recipe (1, 1, 128)) under forced configs, to calibrate the heuristic (run 
 
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
 (BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on), ov0/ov1 (overlapped promotion off/on), fbN (FP32 D's
-staging buffers per math warpgroup). Each config runs in its own process (the
+staging buffers per math warpgroup), sk0/sk1/sk2 (stream-K off / the last wave / the last two waves). Each config runs in its own process (the
 choices are read when a shape's plan is made) through `python -m deep_gemm.bench --no-baselines`;
 shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
 fastest config per shape marked with '*', and what the heuristic picked.
@@ -28,6 +28,7 @@ KEYS = {
     "mc": "DG_FP8_GEMM_MULTICAST",
     "ov": "DG_FP8_GEMM_OVERLAP",
     "fb": "DG_FP8_GEMM_FP32_BUFFERS",
+    "sk": "DG_FP8_GEMM_STREAM_K",
 }
 
 
@@ -38,7 +39,7 @@ def config_env(config: str) -> dict[str, str]:
     for part in config.split("-"):
         key = part.rstrip("0123456789")
         if key not in KEYS or key == part:
-            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN, ovN or fbN")
+            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN, ovN, fbN or skN")
         env[KEYS[key]] = part[len(key) :]
     return env
 
@@ -121,7 +122,8 @@ def main() -> None:
                 if variant.startswith("nt+c"):
                     kind.update(fp32_out=True, has_c=True)
         cfg = deep_gemm._C.get_gemm_config(m, n, k, **kind)
-        print(shape.ljust(22) + "".join(cells) + f"   bm{cfg['block_m']}-bn{cfg['block_n']}-s{cfg['num_splits']}")
+        pick = f"bm{cfg['block_m']}-bn{cfg['block_n']}-s{cfg['num_splits']}-sk{cfg['stream_k']}"
+        print(shape.ljust(22) + "".join(cells) + f"   {pick}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -3,12 +3,14 @@
 // of a virtual persistent grid is walked in turn.
 //
 // type: 0 normal, 1 contiguous, 2 psum, 3 masked, 4 normal with 3-way split-K, 5 normal with 2-CTA pairs along M,
-//       6 k-grouped (layout: each group's K block count)
+//       6 k-grouped (layout: each group's K block count), 7 normal with stream-K (max_m: the stream-K tiles)
 // stdin:  type block_m block_n shape_m shape_n num_k_blocks grid num_groups alignment max_m layout_len layout...
 // stdout: one line per tile: cta m_block n_block group row_end k_begin k_end
+//         (type 7: then stream_k_tile num_contributors is_contribution)
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #define __device__
@@ -29,27 +31,34 @@ using std::min;
 
 using namespace deep_gemm;
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1,
+          bool kStreamK = false>
 static void walk(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint32_t grid, GroupedLayout layout) {
     gridDim.x = grid;
     for (uint32_t cta = 0; cta < grid; ++cta) {
         blockIdx.x = cta;
-        GemmScheduler<BLOCK_M, BLOCK_N, 8, kNumMulticast, false, kNumSplits, kType> scheduler(
-            shape_m, shape_n, num_k_blocks, cta % kNumMulticast, layout);
+        GemmScheduler<BLOCK_M, BLOCK_N, 8, kNumMulticast, false, kNumSplits, kType, kStreamK> scheduler(
+            shape_m, shape_n, num_k_blocks, cta % kNumMulticast, layout, kStreamK ? layout.max_m : 0);
         GemmTile tile;
-        while (scheduler.next(tile))
-            std::printf("%u %u %u %u %u %u %u\n", cta, tile.m_block, tile.n_block, tile.group, tile.row_end,
+        // (each unit written over a poisoned tile: a field the scheduler leaves unset shows)
+        while (std::memset(&tile, 0xff, sizeof(tile)), scheduler.next(tile) || scheduler.next_stream_k(tile)) {
+            std::printf("%u %u %u %u %u %u %u", cta, tile.m_block, tile.n_block, tile.group, tile.row_end,
                         tile.k_begin, tile.k_end);
+            if (kStreamK)
+                std::printf(" %u %u %u", scheduler.stream_k_tile(), scheduler.stream_k_contributors(tile),
+                            decltype(scheduler)::is_stream_k_contribution(tile) ? 1u : 0u);
+            std::printf("\n");
+        }
     }
 }
 
-template <GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1>
+template <GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1, bool kStreamK = false>
 static bool dispatch_blocks(uint32_t bm, uint32_t bn, uint32_t m, uint32_t n, uint32_t kb, uint32_t grid,
                             GroupedLayout layout) {
     if (bm == 128 && bn == 128)
-        walk<128, 128, kType, kNumSplits, kNumMulticast>(m, n, kb, grid, layout);
+        walk<128, 128, kType, kNumSplits, kNumMulticast, kStreamK>(m, n, kb, grid, layout);
     else if (bm == 64 && bn == 112)
-        walk<64, 112, kType, kNumSplits, kNumMulticast>(m, n, kb, grid, layout);
+        walk<64, 112, kType, kNumSplits, kNumMulticast, kStreamK>(m, n, kb, grid, layout);
     else
         return false;
     return true;
@@ -75,6 +84,7 @@ int main() {
         case 4: ok = dispatch_blocks<GemmType::kNormal, 3>(bm, bn, m, n, kb, grid, layout); break;     // split-K 3
         case 5: ok = dispatch_blocks<GemmType::kNormal, 1, 2>(bm, bn, m, n, kb, grid, layout); break;  // pairs along M
         case 6: ok = dispatch_blocks<GemmType::kKGroupedContiguous>(bm, bn, m, n, kb, grid, layout); break;
+        case 7: ok = dispatch_blocks<GemmType::kNormal, 1, 1, true>(bm, bn, m, n, kb, grid, layout); break;
     }
     return ok ? 0 : 3;
 }
