@@ -514,6 +514,21 @@ def test_gemm_fp32_c_storages(layout: str, m: int, n: int, k: int) -> None:
     run_fp32_c_storages(m, n, k, layout)
 
 
+def run_script_printing_configs(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Python `script` in a new process (the DG_FP8_GEMM_* choices are read when a shape is first planned) with `env`
+    added and DG_PRINT_CONFIGS=1; it must succeed."""
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=os.path.dirname(__file__),
+        env=dict(os.environ, **env, DG_PRINT_CONFIGS="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
 @gpu
 @pytest.mark.parametrize(("block_n", "fp32_buffers"), [(96, None), (160, 2), (224, 4), (128, 1)])
 def test_gemm_fp32_c_odd_chunk_counts(block_n: int, fp32_buffers: int | None) -> None:
@@ -524,18 +539,10 @@ def test_gemm_fp32_c_odd_chunk_counts(block_n: int, fp32_buffers: int | None) ->
     script = (
         "import test_bf16_gemm as t\nt.run_fp32_c_storages(1000, 1000, 1024)\nt.run_fp32_c_storages(256, 2112, 512)\n"
     )
-    env = dict(os.environ, DG_FP8_GEMM_BLOCK_N=str(block_n), DG_PRINT_CONFIGS="1")
+    env = dict(DG_FP8_GEMM_BLOCK_N=str(block_n))
     if fp32_buffers is not None:
         env["DG_FP8_GEMM_FP32_BUFFERS"] = str(fp32_buffers)
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=os.path.dirname(__file__),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = run_script_printing_configs(script, env)
     plans = [line for line in out.stderr.splitlines() if "sm90_gemm" in line and "d=fp32" in line]
     buffers = f"fp32_buffers={fp32_buffers if fp32_buffers is not None else block_n // 32} "
     assert plans and all(f"BLOCK_N={block_n} " in line and buffers in line for line in plans), out.stderr
@@ -552,18 +559,9 @@ def test_gemm_stream_k_forced() -> None:
         "    t.run_gemm_cases('bf16_gemm', layout, 1000, 1000, 1040, t.ALL_CASES, seed=12)\n"
         "t.run_fp32_c_storages(1000, 1000, 1024)\n"
     )
-    env = dict(
-        os.environ, DG_FP8_GEMM_STREAM_K="1", DG_FP8_GEMM_SPLIT_K="1", DG_FP8_GEMM_MULTICAST="0", DG_PRINT_CONFIGS="1"
+    out = run_script_printing_configs(
+        script, dict(DG_FP8_GEMM_STREAM_K="1", DG_FP8_GEMM_SPLIT_K="1", DG_FP8_GEMM_MULTICAST="0")
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=os.path.dirname(__file__),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
     plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
     assert plans and all("stream_k=1 " in line for line in plans), out.stderr
 

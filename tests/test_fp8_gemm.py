@@ -486,6 +486,16 @@ def test_fp8_gemm_forced_configs(name: str) -> None:
         assert sum(f"stream_k={mode} " in line for line in plans) >= (12 if mode == "1" else 4), out.stderr
 
 
+def capture_gemm_graph(a, sfa, b, sfb, d) -> torch.cuda.CUDAGraph:
+    """fp8_gemm_nt((a, sfa), (b, sfb), d) once (warm-up: the kernel's compile), then captured in a CUDA graph."""
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    return graph
+
+
 def stream_k_graph_and_per_row_checks() -> None:
     """(Run in a process with stream-K forced.) A CUDA graph of a stream-K GEMM replayed twice on new inputs (the
     flags are cleared by a memset node in the graph), and the per-row recipe's FP32 D with a C, in place and not."""
@@ -494,11 +504,7 @@ def stream_k_graph_and_per_row_checks() -> None:
     _, _, a, sfa, b, sfb = make_inputs(m, n, k)
     sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)  # warm-up
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    graph = capture_gemm_graph(a, sfa, b, sfb, d)
     for _ in range(2):
         a2_bf16, b2_bf16, a2, sfa2, b2, sfb2 = make_inputs(m, n, k)
         a.copy_(a2), sfa.copy_(deep_gemm.get_mn_major_tma_aligned_tensor(sfa2)), b.copy_(b2), sfb.copy_(sfb2)
@@ -646,11 +652,7 @@ def test_fp8_gemm_cuda_graph_replay() -> None:
     _, _, a, sfa, b, sfb = make_inputs(m, n, k)
     sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)  # warm-up
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    graph = capture_gemm_graph(a, sfa, b, sfb, d)
     _, _, a2, sfa2, b2, sfb2 = make_inputs(m, n, k)
     a.copy_(a2), sfa.copy_(sfa2), b.copy_(b2), sfb.copy_(sfb2)
     d.fill_(float("nan"))
