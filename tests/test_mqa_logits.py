@@ -129,6 +129,8 @@ COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (6
     dict(num_heads=64, head_dim=128, ping_pong=0),
     dict(num_heads=64, head_dim=128, relu_by_abs=1),
     dict(num_heads=16, head_dim=64, relu_by_abs=1),
+    dict(num_heads=64, head_dim=128, relu_by_abs=1, signed_sum_wgmma=1),
+    dict(num_heads=32, head_dim=64, relu_by_abs=1, signed_sum_wgmma=1, is_compressed=1, out_bf16=1),
 ]
 
 
@@ -141,6 +143,7 @@ def case_id(cfg: dict) -> str:
         out_bf16="bf16",
         ping_pong="pingpong",
         relu_by_abs="abs",
+        signed_sum_wgmma="pieces",
     )
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
@@ -161,28 +164,37 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
     assert os.path.getsize(result["cubin_path"]) > 0
     lines = dump_sass(result["cubin_path"]).splitlines()
-    # One m64n256k32 FP8 wgmma per 32 of D per 64-key tile
+    # One m64n256k32 FP8 wgmma per 32 of D per 64-key tile; with the signed sums' pieces (4 rows per query) one
+    # m64n(4 x queries)k32 more
+    pieces = cfg.get("signed_sum_wgmma", 0) != 0
+    queries = 256 // cfg["num_heads"]
+    k_steps = cfg["head_dim"] // 32
     qgmma = [line for line in lines if "QGMMA" in line]
-    assert len(qgmma) == cfg["head_dim"] // 32, f"expected {cfg['head_dim'] // 32} QGMMA, found {len(qgmma)}"
-    assert all("64x256x32" in line for line in qgmma), qgmma
+    assert len(qgmma) == k_steps * (2 if pieces else 1), f"found {len(qgmma)} QGMMA"
+    assert sum("64x256x32" in line for line in qgmma) == k_steps, qgmma
+    if pieces:
+        assert sum(f"64x{4 * queries}x32" in line for line in qgmma) == k_steps, qgmma
     assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("USETMAXREG" in line for line in lines) == 2
     assert any("UTMALDG" in line for line in lines)
     # The quad reduce-scatter over the heads: 2 rounds, (256 / H) / 2 + (256 / H) / 4 shuffles per key row
-    queries = 256 // cfg["num_heads"]
     assert sum("SHFL.BFLY" in line for line in lines) == 2 * (queries // 2 + queries // 4)
-    # Ping-pong (the default): the turn barriers, one wait and at least one pass per tile
+    # Ping-pong (the default): the turn barriers, one wait and at least one pass per tile; the pieces: one more
+    # wait (each warpgroup's pieces written before its first wgmma)
     ping_pong = cfg.get("ping_pong", 1) != 0
     assert any("BAR.ARV" in line for line in lines) == ping_pong
-    assert sum("BAR.SYNC" in line for line in lines) == (2 if ping_pong else 1), [x for x in lines if "BAR." in x]
-    check_relu_form(lines, num_accum=128, by_abs=cfg.get("relu_by_abs", 0) != 0)
+    num_sync = (2 if ping_pong else 1) + pieces
+    assert sum("BAR.SYNC" in line for line in lines) == num_sync, [x for x in lines if "BAR." in x]
+    # The pieces' split takes the maximum of each lane's D / 32 values per piece (4 pieces): FMNMX, not per accumulator
+    split_fmnmx = 4 * (cfg["head_dim"] // 32) if pieces else 0
+    check_relu_form(lines, num_accum=128, by_abs=cfg.get("relu_by_abs", 0) != 0, extra_fmnmx=split_fmnmx)
 
 
-def check_relu_form(lines: list[str], num_accum: int, by_abs: bool) -> None:
+def check_relu_form(lines: list[str], num_accum: int, by_abs: bool, extra_fmnmx: int = 0) -> None:
     """The head reduction's form in SASS: one |x| FFMA per accumulator, or an FMNMX per accumulator in each of
     the two loop bodies (kv scales folded out of the relu, or applied inside)."""
-    fmnmx = sum("FMNMX" in line for line in lines)
+    fmnmx = sum("FMNMX" in line for line in lines) - extra_fmnmx
     abs_ffma = sum("FFMA" in line and "|R" in line for line in lines)
     assert (fmnmx, abs_ffma) == ((0, num_accum) if by_abs else (2 * num_accum, 0)), (fmnmx, abs_ffma)
 
@@ -222,6 +234,10 @@ def test_kernel_family_is_registered() -> None:
 def test_bad_static_config_fails_to_compile(cache_dir) -> None:
     with pytest.raises(RuntimeError, match="H must be 16, 32 or 64"):
         deep_gemm.compile_kernel("sm90_fp8_mqa_logits", dict(num_heads=8, head_dim=128))
+    # The signed sums' pieces complete the |x| form, at H = 32 or 64 only (raised before compiling)
+    for cfg in (dict(signed_sum_wgmma=1), dict(num_heads=16, relu_by_abs=1, signed_sum_wgmma=1)):
+        with pytest.raises(ValueError, match="signed_sum_wgmma needs relu_by_abs=1 and num_heads 32 or 64"):
+            deep_gemm.compile_kernel("sm90_fp8_mqa_logits", cfg)
 
 
 # ----------------------------------------------------------------------------- GPU tier
@@ -381,13 +397,78 @@ def test_negative_kv_scales(h: int) -> None:
     run_case(257, 2048, h, 128, "random", negative_scales=True)
 
 
+# Heads at which the prefill takes the signed head sums from e4m3 pieces on the tensor core by default (the
+# heuristic's signed_sum_wgmma; test_one_sign_and_mostly_negative_scores checks this against what runs)
+PIECES_BY_DEFAULT_HEADS: tuple[int, ...] = ()
+
+
+def prefill_form(h: int, env: dict | None = None) -> str:
+    """The head-reduction form fp8_mqa_logits takes at H = h under `env` (default: this process's environment):
+    "max" (FMNMX + FFMA), "abs" (two FFMAs) or "pieces" (|x| FFMA, signed sums from e4m3 pieces on the tensor core)."""
+    env = os.environ if env is None else env
+    relu, signed = env.get("DG_MQA_RELU_FORM"), env.get("DG_MQA_LOGITS_SIGNED_WGMMA")
+    if signed == "1" and h >= 32:
+        return "pieces"
+    if relu:
+        return relu
+    return "pieces" if signed != "0" and h in PIECES_BY_DEFAULT_HEADS else "max"
+
+
+def pieces_expected(h: int) -> bool:
+    """Whether fp8_mqa_logits at H = h takes the pieces, in this process's environment."""
+    return prefill_form(h) == "pieces"
+
+
+def prefill_uses_pieces(capfd: pytest.CaptureFixture | None, call) -> bool | None:
+    """Run `call` (one fp8_mqa_logits) and say whether its kernel took the signed sums from e4m3 pieces: from the
+    config line it prints under DG_PRINT_CONFIGS (capfd), or, without capfd, as pieces_expected says."""
+    if capfd is None:
+        call()
+        return None
+    capfd.readouterr()
+    os.environ["DG_PRINT_CONFIGS"] = "1"
+    try:
+        call()
+    finally:
+        del os.environ["DG_PRINT_CONFIGS"]
+    err = capfd.readouterr().err
+    assert "fp8_mqa_logits" in err, err[-2000:]
+    return "signed_sum_wgmma=true" in err
+
+
+@gpu
+@pytest.mark.parametrize(("h", "d"), [(64, 128), (32, 64)])
+def test_weights_of_wide_range(h: int, d: int) -> None:
+    # The signed sums' e4m3 pieces (H = 32, 64) scale each query's weighted Q to its own maximum: weights spread
+    # over 2^-20..2^20 per head and query (each piece holds 4 bits of what the pieces before it left), a query
+    # with all weights zero (no piece at all: exactly 0), and tiny weights (residuals below the pieces' range)
+    s, s_kv = 97, 700
+    q, kv, scales, weights, _, _ = make_inputs(s, s_kv, h, d, seed=3)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    weights = weights * torch.exp2(torch.randint(-20, 21, (s, h), device="cuda", generator=g).float())
+    weights[5] = 0.0
+    weights[6] *= 2.0**-100
+    ks, ke = key_ranges(s, s_kv, "random")
+    out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+    torch.cuda.synchronize()
+    ref = reference(q, kv, scales, weights, ks, ke)
+    for r in range(s):  # row by row: the rows' magnitudes differ by up to 2^40
+        check_logits(out[r : r + 1], ref[r : r + 1], True, 5e-6, f"row {r} vs float64 of the FP8 inputs")
+    assert bool((out[5][torch.isfinite(ref[5])] == 0).all()), "zero weights must give exactly 0"
+
+
 @gpu
 @pytest.mark.parametrize("h", [16, 64])
-def test_one_sign_and_mostly_negative_scores(h: int) -> None:
-    # In either form of the head reduction (the prefill's default FMNMX + FFMA here; the (s sum x w + |s| sum |x| w)
-    # / 2 form through DG_MQA_RELU_FORM=abs in test_env_overrides), keys whose every score has one sign must come
-    # out as with relu: exactly 0 where all x s < 0; keys where most heads score negative (where the abs form's two
-    # sums cancel) must stay within the float64 bounds.
+def test_one_sign_and_mostly_negative_scores(h: int, capfd: pytest.CaptureFixture) -> None:
+    one_sign_and_mostly_negative_scores(h, capfd)
+
+
+def one_sign_and_mostly_negative_scores(h: int, capfd: pytest.CaptureFixture | None) -> None:
+    # In every form of the head reduction (the prefill's default here; the others through DG_MQA_RELU_FORM and
+    # DG_MQA_LOGITS_SIGNED_WGMMA in test_env_overrides), keys where most heads score negative (where the |x| forms'
+    # two sums cancel) must stay within the float64 bounds, and, in the forms whose two sums come from the same
+    # FFMAs (FMNMX + FFMA, two FFMAs), keys whose every score has one sign must come out as with relu: exactly 0
+    # where all x s < 0. (The signed sums from e4m3 pieces on the tensor core cancel to ~2^-14 of the sums instead.)
     s, s_kv, d = 203, 1500, 128
     torch.manual_seed(7)
     q = torch.randn(s, h, d, device="cuda").abs().to(torch.float8_e4m3fn)  # every q >= 0
@@ -399,13 +480,20 @@ def test_one_sign_and_mostly_negative_scores(h: int) -> None:
     scales = torch.where(torch.rand(s_kv, device="cuda") < 0.3, -scales, scales)  # relu(x s) > 0 for x < 0, s < 0
     weights = torch.randn(s, h, device="cuda")
     ks, ke = key_ranges(s, s_kv, "random")
-    out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+    result = []
+    pieces = prefill_uses_pieces(
+        capfd, lambda: result.append(deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke))
+    )
+    assert pieces in (None, pieces_expected(h)), f"the kernel took pieces={pieces}, pieces_expected says otherwise"
+    pieces = pieces_expected(h)
+    out = result[0]
     torch.cuda.synchronize()
     ref = reference(q, kv, scales, weights, ks, ke, torch.arange(s, device="cuda"))
     check_logits(out, ref, True, 5e-6, "vs float64 of the FP8 inputs")
     zero = (ref == 0) & ((kind == 1) & (scales > 0) | (kind == 0) & (scales < 0))[None, :]
     assert zero.sum() > 1000, "the test must hold exact zeros"
-    assert bool((out[zero] == 0).all()), "a key whose every score is negative must give exactly 0"
+    if not pieces:
+        assert bool((out[zero] == 0).all()), "a key whose every score is negative must give exactly 0"
 
 
 @gpu
@@ -838,7 +926,7 @@ out = t.run_case(301, 1000, 64, 128, "causal")[-1]
 t.run_paged_case(8, 1, 64, 128, 64, 700)
 t.run_paged_case(8, 2, 64, 128, 64, 700, negative_scales=True)
 t.test_negative_kv_scales(16)
-t.test_one_sign_and_mostly_negative_scores(64)
+t.one_sign_and_mostly_negative_scores(64, None)
 torch.save(out.cpu(), {path!r})
 """
 
@@ -851,15 +939,33 @@ torch.save(out.cpu(), {path!r})
         ({"DG_MQA_RELU_FORM": "abs"}, None),
         ({"DG_MQA_RELU_FORM": "max"}, None),
         ({"DG_MQA_RELU_FORM": "fast"}, "DG_MQA_RELU_FORM must be 'max' or 'abs', got 'fast'"),
+        ({"DG_MQA_LOGITS_SIGNED_WGMMA": "1"}, None),
+        ({"DG_MQA_LOGITS_SIGNED_WGMMA": "0"}, None),
+        ({"DG_MQA_LOGITS_SIGNED_WGMMA": "2"}, "DG_MQA_LOGITS_SIGNED_WGMMA must be 0 or 1, got '2'"),
+        (
+            {"DG_MQA_LOGITS_SIGNED_WGMMA": "1", "DG_MQA_RELU_FORM": "max"},
+            "DG_MQA_LOGITS_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max",
+        ),
         ({"DG_PAGED_MQA_MATH_WGS": "4"}, "DG_PAGED_MQA_MATH_WGS must be 2 or 3, got '4'"),
         ({"DG_PAGED_MQA_STAGES": "7"}, "DG_PAGED_MQA_STAGES=7 must be a multiple of 2"),
     ],
-    ids=["ab-settings", "relu-abs", "relu-max", "bad-relu-form", "bad-math-wgs", "odd-stages"],
+    ids=[
+        "ab-settings",
+        "relu-abs",
+        "relu-max",
+        "bad-relu-form",
+        "pieces-on",
+        "pieces-off",
+        "bad-pieces",
+        "pieces-with-max",
+        "bad-math-wgs",
+        "odd-stages",
+    ],  # fmt: skip
 )
 def test_env_overrides(tmp_path, env: dict, error: str | None) -> None:
     # Read once per process, so each case runs in a fresh one: the A/B settings pass against float64, and
-    # ping-pong off gives the default's bits (only the order of issue changes), as does the relu form the prefill
-    # takes by default ("max"); bad values raise naming the variable
+    # ping-pong off gives the default's bits (only the order of issue changes), as does the form of the head
+    # reduction this process takes; bad values raise naming the variable
     path = tmp_path / "out.pt"
     code = ENV_OVERRIDE_SCRIPT.format(tests=os.path.dirname(__file__), path=str(path))
     result = run_python(code, env, tmp_path)
@@ -867,7 +973,7 @@ def test_env_overrides(tmp_path, env: dict, error: str | None) -> None:
         assert result.returncode != 0 and error in result.stderr, result.stderr[-2000:]
         return
     assert result.returncode == 0, result.stderr[-2000:]
-    if env.get("DG_MQA_RELU_FORM") != "abs":
+    if prefill_form(64, dict(os.environ, **env)) == prefill_form(64):
         out = run_case(301, 1000, 64, 128, "causal")[-1]
         assert torch.equal(torch.load(path).cuda(), out), f"{env} must not change a bit of the prefill output"
 

@@ -4,12 +4,15 @@
 #   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
+#   tests-pieces  the prefill GPU tests with DG_MQA_LOGITS_SIGNED_WGMMA=1 (the signed sums from e4m3 pieces)
+#   ab-pieces   the prefill rows (and the H = 32 row) with DG_MQA_LOGITS_SIGNED_WGMMA=1 (mqa-pieces.json)
 #   ab-relu     every row with the head reduction's other form (DG_MQA_RELU_FORM): abs for the prefill, max for
 #               paged next_n = 1, abs for paged next_n = 2
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
 #   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of the kernels named in
 #             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
-#             "paged-short": the paged kernel on 64 x 2 x 8192)
+#             "paged-short": the paged kernel on 64 x 2 x 8192; "prefill-long", "prefill-long-pieces": 2048 x 65536
+#             causal, the second with DG_MQA_LOGITS_SIGNED_WGMMA=1)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
 #   micro     tools/microbench_head_sum.cu: per-SM throughput of F2FP (relu + BF16 pack), FMNMX, FFMA, and the
 #             cycles of a register-A wgmma m64n8k16 and of an m64n256k32 FP8 wgmma (micro.txt, in the summary)
@@ -46,7 +49,13 @@ if [[ $STEPS == *" tests "* ]]; then
         -k "paged_against or paged_any or paged_unclean or paged_clean" test_mqa_logits.py > "$L/pytest-stages6.log" 2>&1)
     note "pytest stages=6 rc=$? $(tail -1 "$L/pytest-stages6.log")"
 fi
+if [[ $STEPS == *" tests-pieces "* ]]; then
+    (cd tests && DG_MQA_LOGITS_SIGNED_WGMMA=1 timeout 240 python3 -m pytest -q -m gpu -k "not paged and not env_overrides" \
+        test_mqa_logits.py > "$L/pytest-pieces.log" 2>&1)
+    note "pytest pieces rc=$? $(tail -1 "$L/pytest-pieces.log")"
+fi
 [[ $STEPS == *" bench "* ]] && bench mqa
+[[ $STEPS == *" ab-pieces "* ]] && DG_MQA_LOGITS_SIGNED_WGMMA=1 bench mqa-pieces $PREFILL 4096x16384x32x128
 [[ $STEPS == *" ab-prefill "* ]] && DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
 [[ $STEPS == *" ab-paged "* ]] && DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
 if [[ $STEPS == *" ab-relu "* ]]; then
@@ -84,10 +93,12 @@ if [[ $STEPS == *" ncu "* ]]; then
     for spec in "paged sm90_fp8_paged_mqa_logits_kernel paged:64x1x65536" \
                 "prefill sm90_fp8_mqa_logits_kernel 2048x8192x64x128-causal" \
                 "meta paged_mqa_schedule_kernel paged:64x1x8192" \
-                "paged-short sm90_fp8_paged_mqa_logits_kernel paged:64x2x8192"; do
-        read -r name kernel shape <<< "$spec"
+                "paged-short sm90_fp8_paged_mqa_logits_kernel paged:64x2x8192" \
+                "prefill-long sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal" \
+                "prefill-long-pieces sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal DG_MQA_LOGITS_SIGNED_WGMMA=1"; do
+        read -r name kernel shape env_part <<< "$spec"
         [[ " ${DG_NCU_KERNELS:-paged prefill} " == *" $name "* ]] || continue
-        (cd /tmp && DG_JIT_WITH_LINEINFO=1 timeout 150 ncu --clock-control none --section SpeedOfLight \
+        (cd /tmp && env ${env_part:-} DG_JIT_WITH_LINEINFO=1 timeout 150 ncu --clock-control none --section SpeedOfLight \
             --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
             --section SchedulerStats --section SourceCounters -k "regex:$kernel" -s 1 -c 1 -o "$L/ncu-$name" \
             python3 -m deep_gemm.bench --suite mqa --shapes "$shape" --no-baselines --num-tests 1 --num-warmups 0 \

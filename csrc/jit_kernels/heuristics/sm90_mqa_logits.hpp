@@ -21,19 +21,26 @@ struct MqaLogitsConfig {
     bool is_compressed = false, clean_logits = true, out_bf16 = false;
     bool ping_pong = true;             // the math warpgroups take turns on the tensor core
     bool relu_by_abs = false;          // the head reduction's form (mqa::weighted_relu_sums): FMNMX + FFMA measured faster
+    // sum |x| w per accumulator, sum x w from e4m3 pieces of each query's weighted Q on the tensor core (needs
+    // relu_by_abs; H = 64 or 32; mqa::SignedSumPieces)
+    bool signed_sum_wgmma = false;
     uint32_t num_kv_per_split = 4096;  // C: keys (and output columns) per CTA, a multiple of 64
     uint32_t smem_bytes = 0;
 
     std::string describe() const {
-        return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} ping_pong={} relu_by_abs={} split={} "
-                           "smem={}", num_heads, head_dim, num_stages, is_compressed, clean_logits, out_bf16,
-                           ping_pong, relu_by_abs, num_kv_per_split, smem_bytes);
+        return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} ping_pong={} relu_by_abs={} "
+                           "signed_sum_wgmma={} split={} smem={}", num_heads, head_dim, num_stages, is_compressed,
+                           clean_logits, out_bf16, ping_pong, relu_by_abs, signed_sum_wgmma, num_kv_per_split,
+                           smem_bytes);
     }
 };
 
-// Mirrors Sm90Fp8MqaLogits::SMEM_SIZE.
-inline uint32_t mqa_logits_smem_bytes(uint32_t head_dim, uint32_t num_stages) {
-    return 1024 + 2 * 256 * head_dim + num_stages * 64 * head_dim + (2 * num_stages + 1) * 8 + 16;
+// Mirrors Sm90Fp8MqaLogits::SMEM_SIZE (the pieces: 4 e4m3 rows of D per query, 4 FP32 scales per query).
+inline uint32_t mqa_logits_smem_bytes(uint32_t num_heads, uint32_t head_dim, uint32_t num_stages,
+                                      bool signed_sum_wgmma) {
+    const uint32_t queries = 2 * 256 / num_heads;
+    const uint32_t pieces = signed_sum_wgmma ? queries * 4 * (head_dim + 4) : 0;
+    return 1024 + 2 * 256 * head_dim + pieces + num_stages * 64 * head_dim + (2 * num_stages + 1) * 8 + 16;
 }
 
 inline uint32_t mqa_logits_block_q(uint32_t num_heads) { return 2 * 256 / num_heads; }
@@ -55,7 +62,7 @@ inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_d
     c.num_stages = head_dim == 128 ? 8 : 12;
     c.is_compressed = is_compressed, c.clean_logits = clean_logits, c.out_bf16 = out_bf16;
     c.num_kv_per_split = mqa_logits_split(seq_len, std::max(seq_len_kv, width), num_heads, num_sms);
-    c.smem_bytes = mqa_logits_smem_bytes(head_dim, c.num_stages);
+    c.smem_bytes = mqa_logits_smem_bytes(num_heads, head_dim, c.num_stages, c.signed_sum_wgmma);
     return c;
 }
 
@@ -67,6 +74,26 @@ inline std::optional<bool> mqa_relu_by_abs_override() {
         return std::nullopt;
     DG_CHECK_INPUT(form == "max" || form == "abs", "DG_MQA_RELU_FORM must be 'max' or 'abs', got '{}'", form);
     return form == "abs";
+}
+
+// The prefill's head-reduction form after the A/B overrides, shared memory recomputed: DG_MQA_RELU_FORM (above;
+// "abs" is the two-FFMA form, without the pieces) and DG_MQA_LOGITS_SIGNED_WGMMA ("1": the signed sums from e4m3
+// pieces on the tensor core, which complete the |x| form, applied where H is 32 or 64; "0": off).
+inline void apply_mqa_logits_form_overrides(MqaLogitsConfig& c) {
+    static const std::string signed_env = get_env("DG_MQA_LOGITS_SIGNED_WGMMA");
+    const std::optional<bool> relu_by_abs = mqa_relu_by_abs_override();
+    if (relu_by_abs.has_value())
+        c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
+    if (!signed_env.empty()) {
+        DG_CHECK_INPUT(signed_env == "0" || signed_env == "1", "DG_MQA_LOGITS_SIGNED_WGMMA must be 0 or 1, got '{}'",
+                       signed_env);
+        DG_CHECK_INPUT(signed_env == "0" || relu_by_abs != false,
+                       "DG_MQA_LOGITS_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max");
+        c.signed_sum_wgmma = signed_env == "1" && c.num_heads >= 32;
+        if (c.signed_sum_wgmma)
+            c.relu_by_abs = true;
+    }
+    c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
 }
 
 // ---------------------------------------------------------------------------------------------- paged decode

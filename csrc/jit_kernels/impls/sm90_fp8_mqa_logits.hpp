@@ -23,10 +23,10 @@ inline jit::KernelSource render_sm90_fp8_mqa_logits(const MqaLogitsConfig& c) {
             fmt::format("#include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.num_heads, c.head_dim, c.num_stages, flag(c.is_compressed), flag(c.clean_logits),
-                        flag(c.out_bf16), flag(c.ping_pong), flag(c.relu_by_abs))};
+                        flag(c.out_bf16), flag(c.ping_pong), flag(c.relu_by_abs), flag(c.signed_sum_wgmma))};
 }
 
 // A config from named integer parameters (the compile-only entry point).
@@ -44,7 +44,10 @@ inline MqaLogitsConfig mqa_logits_config_from_params(const std::map<std::string,
     c.out_bf16 = get("out_bf16", 0) != 0;
     c.ping_pong = get("ping_pong", 1) != 0;
     c.relu_by_abs = get("relu_by_abs", 0) != 0;
-    c.smem_bytes = mqa_logits_smem_bytes(c.head_dim, c.num_stages);
+    c.signed_sum_wgmma = get("signed_sum_wgmma", 0) != 0;
+    DG_CHECK_INPUT(!c.signed_sum_wgmma || (c.relu_by_abs && c.num_heads >= 32),
+                   "signed_sum_wgmma needs relu_by_abs=1 and num_heads 32 or 64");
+    c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
     return c;
 }
 
@@ -71,16 +74,16 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     // DG_MQA_LOGITS_PING_PONG off ("0", "false", ...): the math warpgroups issue their wgmmas independently (A/B)
     static const bool ping_pong = get_env_flag("DG_MQA_LOGITS_PING_PONG", true);
     c.ping_pong = ping_pong;
-    c.relu_by_abs = mqa_relu_by_abs_override().value_or(c.relu_by_abs);
+    apply_mqa_logits_form_overrides(c);
 
     const auto stream = jit::current_stream(device);
-    static std::map<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool>, const jit::Kernel*> kernels;
+    static std::map<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool>, const jit::Kernel*> kernels;
     static std::mutex mutex;
     const jit::Kernel* kernel;
     {
         std::lock_guard lock(mutex);
         auto& slot = kernels[{device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16, c.ping_pong,
-                              c.relu_by_abs}];
+                              c.relu_by_abs, c.signed_sum_wgmma}];
         if (slot == nullptr) {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),

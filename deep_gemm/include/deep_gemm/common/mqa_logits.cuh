@@ -1,7 +1,7 @@
 // Device helpers shared by the MQA-logits kernels (prefill: impls/sm90_fp8_mqa_logits.cuh, paged decode:
 // impls/sm90_fp8_paged_mqa_logits.cuh): the head reduction of an m64nNk32 accumulator fragment in
-// registers, the quad reduction that gathers a query's sum into one lane, the -inf row filler, and the
-// scoring wgmmas of one 64-key tile.
+// registers, the quad reduction that gathers a query's sum into one lane, the -inf row filler, the scoring
+// wgmmas of one 64-key tile, and the e4m3 pieces that put the signed head sums on the tensor core.
 //
 // Fragment layout (wgmma m64nN, FP32): a thread holds N / 8 column groups of 4 values, group j =
 // (row r, columns 8j + 2(lane % 4) + {0, 1}) then (row r + 8, the same columns), r = 16 warp + lane / 4.
@@ -9,34 +9,66 @@
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/sync.cuh>
 #include <deep_gemm/ptx/wgmma.cuh>
 
 namespace deep_gemm::mqa {
 
-// accum = kv tile (64 keys x D, descriptor desc_kv) . Q tile (N x D, desc_q)^T over the kNumKSteps k32 steps
-// of D: issued and committed (the fences keep the compiler from touching accum while wgmma owns it) ...
-template <typename Wgmma, uint32_t kNumKSteps, uint32_t kNumAccum>
-__device__ __forceinline__ void score_tile_issue(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
-    #pragma unroll
-    for (uint32_t i = 0; i < kNumAccum; ++i)
-        ptx::wgmma_fence_operand(accum[i]);
-    ptx::wgmma_fence();
-    #pragma unroll
-    for (uint32_t k = 0; k < kNumKSteps; ++k)
-        Wgmma::mma(ptx::advance_smem_desc(desc_kv, k * 32), ptx::advance_smem_desc(desc_q, k * 32), accum, k > 0);
-    ptx::wgmma_commit();
+// Tell the compiler every accumulator of `accum` is live across the asynchronous wgmmas.
+template <uint32_t kNumAccum>
+__device__ __forceinline__ void fence_accum(float (&accum)[kNumAccum]) {
     #pragma unroll
     for (uint32_t i = 0; i < kNumAccum; ++i)
         ptx::wgmma_fence_operand(accum[i]);
 }
 
-// ... and waited for (accum readable after this)
+// accum = kv tile (64 keys x D, descriptor desc_kv) . B tile (N x D, desc_b)^T over the kNumKSteps k32 steps of D
+template <typename Wgmma, uint32_t kNumKSteps, uint32_t kNumAccum>
+__device__ __forceinline__ void mma_k_steps(uint64_t desc_kv, uint64_t desc_b, float (&accum)[kNumAccum]) {
+    static_assert(kNumAccum == Wgmma::kNumAccum, "accumulator count of the wgmma shape");
+    #pragma unroll
+    for (uint32_t k = 0; k < kNumKSteps; ++k)
+        Wgmma::mma(ptx::advance_smem_desc(desc_kv, k * 32), ptx::advance_smem_desc(desc_b, k * 32), accum, k > 0);
+}
+
+// accum = kv tile . Q tile (desc_q)^T: issued and committed (the fences keep the compiler from touching accum
+// while wgmma owns it) ...
+template <typename Wgmma, uint32_t kNumKSteps, uint32_t kNumAccum>
+__device__ __forceinline__ void score_tile_issue(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
+    fence_accum(accum);
+    ptx::wgmma_fence();
+    mma_k_steps<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+    ptx::wgmma_commit();
+    fence_accum(accum);
+}
+
+// ... and, in the same commit group, pieces_accum = kv tile . piece tile (desc_pieces)^T (the signed head sums,
+// SignedSumPieces below) ...
+template <typename Wgmma, typename WgmmaPieces, uint32_t kNumKSteps, uint32_t kNumAccum, uint32_t kNumPiecesAccum>
+__device__ __forceinline__ void score_tile_issue(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum],
+                                                 uint64_t desc_pieces, float (&pieces_accum)[kNumPiecesAccum]) {
+    fence_accum(accum);
+    fence_accum(pieces_accum);
+    ptx::wgmma_fence();
+    mma_k_steps<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+    mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
+    ptx::wgmma_commit();
+    fence_accum(accum);
+    fence_accum(pieces_accum);
+}
+
+// ... and waited for (accum readable after this; pass pieces_accum as well when it was issued)
 template <uint32_t kNumAccum>
 __device__ __forceinline__ void score_tile_wait(float (&accum)[kNumAccum]) {
     ptx::wgmma_wait<0>();
-    #pragma unroll
-    for (uint32_t i = 0; i < kNumAccum; ++i)
-        ptx::wgmma_fence_operand(accum[i]);
+    fence_accum(accum);
+}
+
+template <uint32_t kNumAccum, uint32_t kNumPiecesAccum>
+__device__ __forceinline__ void score_tile_wait(float (&accum)[kNumAccum], float (&pieces_accum)[kNumPiecesAccum]) {
+    ptx::wgmma_wait<0>();
+    fence_accum(accum);
+    fence_accum(pieces_accum);
 }
 
 // sums[q][h] = sum over this thread's columns of query q of relu(x) w (kScaleInside: relu(x scale[h]) w), relu
@@ -62,6 +94,39 @@ __device__ __forceinline__ void relu_sums_by_max(const float (&accum)[kNumAccum]
     }
 }
 
+// Over this thread's columns of query q and its key row h (0: r, 1: r + 8): abs_sum[q][h] = sum |x| w (one FFMA
+// per x, |x| an operand modifier) and, with kSigned, signed_sum[q][h] = sum x w (a second FFMA per x).
+template <uint32_t kNumQueries, uint32_t kNumHeads, bool kSigned, uint32_t kNumAccum>
+__device__ __forceinline__ void head_sums(const float (&accum)[kNumAccum],
+                                          const float2 (&weight)[kNumQueries * kNumHeads / 8],
+                                          float (&signed_sum)[kNumQueries][2], float (&abs_sum)[kNumQueries][2]) {
+    static_assert(kNumAccum >= kNumQueries * kNumHeads / 2, "accumulator fragment too small");
+    constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
+    #pragma unroll
+    for (uint32_t q = 0; q < kNumQueries; ++q) {
+        signed_sum[q][0] = signed_sum[q][1] = abs_sum[q][0] = abs_sum[q][1] = 0.0f;
+        #pragma unroll
+        for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
+            const uint32_t j = q * kGroupsPerQuery + g;
+            #pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {  // x e of group j: key row e / 2, weight .x for even e, .y for odd
+                const float w = e % 2 == 0 ? weight[j].x : weight[j].y;
+                if constexpr (kSigned)
+                    signed_sum[q][e / 2] = fmaf(accum[j * 4 + e], w, signed_sum[q][e / 2]);
+                abs_sum[q][e / 2] = fmaf(fabsf(accum[j * 4 + e]), w, abs_sum[q][e / 2]);
+            }
+        }
+    }
+}
+
+// sum_h relu(x_h s) w_h = (s sum x w + |s| sum |x| w) / 2, since relu(y) = (y + |y|) / 2 and |x s| = |x| |s|. Both
+// products are rounded before the add: where the two sums are exact negatives or copies of each other (every x
+// of the row has one sign, both sums from the same FFMAs) the result is exactly 0 or exactly s sum x w.
+__device__ __forceinline__ float relu_from_sums(float scale, float signed_sum, float abs_sum) {
+    const float half = 0.5f * scale;
+    return __fadd_rn(__fmul_rn(half, signed_sum), __fmul_rn(fabsf(half), abs_sum));
+}
+
 // sums[q][h] = sum over this thread's columns of query q of relu(x s_h) w, for its two key rows h = 0 (r, s_0 =
 // scale_0) and 1 (r + 8, s_1 = scale_1); exact in real arithmetic for kv scales of any sign, in one of two forms:
 // - kReluByAbs = false: relu as FMNMX (the ALU pipe, half rate) then an FFMA per x; s folded out of the relu
@@ -80,29 +145,12 @@ __device__ __forceinline__ void weighted_relu_sums(const float (&accum)[kNumAccu
     static_assert(kNumAccum >= kNumQueries * kNumHeads / 2, "accumulator fragment too small");
     const float scale[2] = {scale_0, scale_1};
     if constexpr (kReluByAbs) {
-        constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
-        // x e of group j: key row e / 2, weight .x for even e, .y for odd
-        const auto weight_of = [&](uint32_t j, uint32_t e) { return e % 2 == 0 ? weight[j].x : weight[j].y; };
+        float signed_sum[kNumQueries][2], abs_sum[kNumQueries][2];
+        head_sums<kNumQueries, kNumHeads, true>(accum, weight, signed_sum, abs_sum);
         #pragma unroll
-        for (uint32_t q = 0; q < kNumQueries; ++q) {
-            float signed_sum[2] = {0.0f, 0.0f}, abs_sum[2] = {0.0f, 0.0f};  // sum x w, sum |x| w per key row
-            #pragma unroll
-            for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
-                const uint32_t j = q * kGroupsPerQuery + g;
-                #pragma unroll
-                for (uint32_t e = 0; e < 4; ++e) {
-                    signed_sum[e / 2] = fmaf(accum[j * 4 + e], weight_of(j, e), signed_sum[e / 2]);
-                    abs_sum[e / 2] = fmaf(fabsf(accum[j * 4 + e]), weight_of(j, e), abs_sum[e / 2]);
-                }
-            }
-            // (Both products rounded before the add: where every x of a row has one sign the two sums are exact
-            // negatives or copies of each other, so the result is exactly 0 or exactly s sum x w)
-            #pragma unroll
-            for (uint32_t h = 0; h < 2; ++h) {
-                const float half = 0.5f * scale[h];
-                sums[q][h] = __fadd_rn(__fmul_rn(half, signed_sum[h]), __fmul_rn(fabsf(half), abs_sum[h]));
-            }
-        }
+        for (uint32_t q = 0; q < kNumQueries; ++q)
+            sums[q][0] = relu_from_sums(scale_0, signed_sum[q][0], abs_sum[q][0]),
+            sums[q][1] = relu_from_sums(scale_1, signed_sum[q][1], abs_sum[q][1]);
     } else {
         // Two loop bodies behind a warp-uniform branch (not a select per x)
         if (__all_sync(0xffffffff, scale_0 >= 0.0f && scale_1 >= 0.0f)) {
@@ -115,6 +163,69 @@ __device__ __forceinline__ void weighted_relu_sums(const float (&accum)[kNumAccu
         }
     }
 }
+
+// Byte offset of `logical` (row-major, rows of kRowBytes = 128 or 64 bytes) in a tile stored with the matching
+// TMA swizzle: the 16-byte chunk index (bits 4 and up) XOR the row bits 7 and up (Swizzle<3, 4, 3> / <2, 4, 3>)
+template <uint32_t kRowBytes>
+__device__ __forceinline__ uint32_t swizzled_offset(uint32_t logical) {
+    static_assert(kRowBytes == 128 || kRowBytes == 64, "rows of 128 or 64 bytes");
+    return logical ^ (((logical >> 7) & (kRowBytes / 16 - 1)) << 4);
+}
+
+// The signed head sums on the tensor core (the prefill kernel's kSignedSumByWgmma form). sum_h x_h w_h for key j and
+// query i is kv_j . u_i with u_i = sum_h w[i, h] q[i, h, :], so extra B rows holding u_i turn the half of
+// relu_from_sums that needs a second FFMA per accumulator into a few small wgmmas per tile. B is e4m3, so u_i is
+// split into kNumPieces rows with power-of-2 scales, u ~= sum_p scale_p piece_p: piece p rounds the residual left
+// by the pieces before it to e4m3 after scaling its maximum into [128, 256), i.e. to 4 significant bits of that
+// maximum (finer for subnormal-range values), so each piece divides the largest residual by ~2^4 and four leave
+// ~2^-16 max|u| per element, far below the FP8 inputs' own error. The wgmma accumulates each piece in FP32.
+template <uint32_t kHeadDim>
+struct SignedSumPieces {
+    static constexpr uint32_t kNumPieces = 4;
+    static constexpr uint32_t kPerLane = kHeadDim / 32;  // one warp holds one query's u, kPerLane consecutive d per lane
+
+    // The B row (wgmma column) of piece p of query q (of a math warpgroup's queries). After the quad reduce-scatter
+    // lane l holds queries 4m + l % 4, and column 8j + 2(l % 4) + e (e = 0, 1) lands in lane l's accumulator group j:
+    // query 4m + l at columns 8(2m + p / 2) + 2l + p % 2 puts all its pieces in that lane (groups 2m and 2m + 1).
+    __device__ __forceinline__ static constexpr uint32_t row(uint32_t q, uint32_t p) {
+        return 8 * (2 * (q / 4) + p / 2) + 2 * (q % 4) + p % 2;
+    }
+    // The accumulator of piece p, for query 4m + lane % 4 and key row h (0: r, 1: r + 8)
+    __device__ __forceinline__ static constexpr uint32_t accum_index(uint32_t m, uint32_t p, uint32_t h) {
+        return (2 * m + p / 2) * 4 + 2 * h + p % 2;
+    }
+
+    // Split u (this lane's kPerLane values of the warp's query; consumed) into words[p] (kPerLane e4m3 bytes, the
+    // first d in the low byte) and scale[p] (warp-uniform). A residual below 2^-119 becomes zero pieces.
+    __device__ __forceinline__ static void split(float (&u)[kPerLane], uint32_t (&words)[kNumPieces],
+                                                 float (&scale)[kNumPieces]) {
+        static_assert(kPerLane % 2 == 0, "pairs of e4m3");
+        #pragma unroll
+        for (uint32_t p = 0; p < kNumPieces; ++p) {
+            float amax = 0.0f;
+            #pragma unroll
+            for (uint32_t i = 0; i < kPerLane; ++i)
+                amax = fmaxf(amax, fabsf(u[i]));
+            // Non-negative floats order as their bits; the biased exponent E + 127 of the warp's maximum
+            const uint32_t amax_bits = __reduce_max_sync(0xffffffff, __float_as_uint(amax));
+            const uint32_t exponent = amax_bits >> 23;
+            words[p] = 0;
+            if (exponent < 8 || exponent > 254) {  // (nearly) zero: no piece; inf / NaN: carried by the scale
+                scale[p] = exponent > 254 ? __uint_as_float(amax_bits) : 0.0f;
+                continue;
+            }
+            scale[p] = __uint_as_float((exponent - 7) << 23);            // 2^(E - 7): |u| / scale < 256 <= 448
+            const float inverse = __uint_as_float((261 - exponent) << 23);  // 2^(7 - E), exact
+            #pragma unroll
+            for (uint32_t i = 0; i < kPerLane; i += 2) {
+                const uint16_t pair = ptx::pack_e4m3x2(u[i] * inverse, u[i + 1] * inverse);
+                const float2 rounded = ptx::unpack_e4m3x2(pair);
+                u[i] -= rounded.x * scale[p], u[i + 1] -= rounded.y * scale[p];
+                words[p] |= static_cast<uint32_t>(pair) << (8 * i);
+            }
+        }
+    }
+};
 
 // One round over lane bit `kMask` (1 or 2) of a quad: with an even count, a reduce-scatter (the lane keeps
 // the queries of its bit's parity, half of them, summed with its partner's); with one query, an all-reduce.

@@ -78,7 +78,7 @@ struct KeyRange {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong, bool kReluByAbs>
+          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma>
 struct Sm90Fp8MqaLogits {
     static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
     static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
@@ -97,26 +97,45 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // 128 per thread
     static constexpr uint32_t kNumGroups = WG_N / 8;         // 32 column groups of 8 per thread row
     using OutBits = cuda::std::conditional_t<kOutBf16, uint16_t, uint32_t>;
+    // kSignedSumByWgmma: the e4m3 pieces of each query's signed head-sum vector, one extra B row per piece
+    using Pieces = mqa::SignedSumPieces<kHeadDim>;
+    static constexpr uint32_t PIECES_N = kSignedSumByWgmma ? kQueriesPerWg * Pieces::kNumPieces : 8;
+    using WgmmaPieces = ptx::WgmmaFp8E4m3<PIECES_N>;
+    static constexpr uint32_t kNumPiecesAccum = WgmmaPieces::kNumAccum;
+    static constexpr uint32_t kPiecesBarrier = 3;  // kSignedSumByWgmma: named barriers 3 and 4 (pieces written)
 
     static constexpr uint32_t SMEM_Q_SIZE_PER_WG = WG_N * kHeadDim;
+    static constexpr uint32_t SMEM_PIECES_SIZE_PER_WG = kSignedSumByWgmma ? PIECES_N * kHeadDim : 0;
     static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = BLOCK_KV * kHeadDim;
-    static constexpr uint32_t SMEM_BARRIER_OFFSET = kNumMathWarpgroups * SMEM_Q_SIZE_PER_WG +
-                                                    kNumStages * SMEM_KV_SIZE_PER_STAGE;
+    static constexpr uint32_t SMEM_KV_OFFSET = kNumMathWarpgroups * (SMEM_Q_SIZE_PER_WG + SMEM_PIECES_SIZE_PER_WG);
+    static constexpr uint32_t SMEM_PIECE_SCALES_SIZE =
+        kSignedSumByWgmma ? kNumMathWarpgroups * kQueriesPerWg * Pieces::kNumPieces * 4 : 0;
+    static constexpr uint32_t SMEM_BARRIER_OFFSET =
+        SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE + SMEM_PIECE_SCALES_SIZE;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 1) * 8 + 16;
 
     static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
     static_assert(kHeadDim == 64 || kHeadDim == 128, "D must be 64 or 128 (one swizzled TMA row)");
     static_assert(kQueriesPerWg % 4 == 0 && BLOCK_Q <= 32, "the quad reduce-scatter needs 4 | queries per warpgroup");
     static_assert(kNumStages >= 2 && kNumStages <= 16, "2 to 16 stages");
-    static_assert(SMEM_Q_SIZE_PER_WG % 1024 == 0 && SMEM_KV_SIZE_PER_STAGE % 1024 == 0,
-                  "tiles must keep 1024-byte alignment for the swizzle");
+    static_assert(SMEM_Q_SIZE_PER_WG % 1024 == 0 && SMEM_KV_SIZE_PER_STAGE % 1024 == 0 &&
+                  SMEM_PIECES_SIZE_PER_WG % 1024 == 0, "tiles must keep 1024-byte alignment for the swizzle");
+    static_assert(!kSignedSumByWgmma || (kReluByAbs && kQueriesPerWg <= 8),
+                  "the signed sums by wgmma complete the |x| form, at H = 64 or 32 (registers)");
 
     // Shared-memory map (buffers found by arithmetic: a pointer array indexed at run time would be local memory)
     struct SharedStorage {
         uint8_t* base;
         __device__ __forceinline__ uint8_t* q(uint32_t wg) const { return base + wg * SMEM_Q_SIZE_PER_WG; }
+        __device__ __forceinline__ uint8_t* pieces(uint32_t wg) const {
+            return base + kNumMathWarpgroups * SMEM_Q_SIZE_PER_WG + wg * SMEM_PIECES_SIZE_PER_WG;
+        }
         __device__ __forceinline__ uint8_t* kv(uint32_t stage) const {
-            return base + kNumMathWarpgroups * SMEM_Q_SIZE_PER_WG + stage * SMEM_KV_SIZE_PER_STAGE;
+            return base + SMEM_KV_OFFSET + stage * SMEM_KV_SIZE_PER_STAGE;
+        }
+        // kSignedSumByWgmma: scale of piece p of query q of warpgroup wg at [(wg * kQueriesPerWg + q) * 4 + p]
+        __device__ __forceinline__ float* piece_scales() const {
+            return reinterpret_cast<float*>(base + SMEM_BARRIER_OFFSET - SMEM_PIECE_SCALES_SIZE);
         }
         __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
             return reinterpret_cast<uint64_t*>(base + SMEM_BARRIER_OFFSET) + stage;
@@ -198,6 +217,47 @@ struct Sm90Fp8MqaLogits {
     }
 
     // ---------------------------------------------------------------- math warpgroups
+    // kSignedSumByWgmma, once per CTA: u = sum_h w[i, h] q[i, h, :] for each query i of warpgroup wg_idx (warp w of
+    // the warpgroup: its queries w, w + 4, ...; lane: kPerLane consecutive d) from the Q tile in shared memory, split
+    // into e4m3 pieces written as rows of the warpgroup's piece tile (swizzled like the Q tile) and their scales.
+    // Queries past the end have zero weights, hence zero pieces.
+    __device__ __forceinline__ static void write_signed_sum_pieces(const SharedStorage& s, uint32_t wg_idx,
+                                                                   uint32_t wg_q_first, uint32_t seq_len,
+                                                                   const float* weights, uint32_t ld_weights,
+                                                                   uint32_t warp_in_wg, uint32_t lane) {
+        constexpr uint32_t kPerLane = Pieces::kPerLane;
+        using Word = cuda::std::conditional_t<kPerLane == 4, uint32_t, uint16_t>;
+        #pragma unroll 1
+        for (uint32_t q = warp_in_wg; q < kQueriesPerWg; q += 4) {
+            float u[kPerLane] = {};
+            if (wg_q_first + q < seq_len) {
+                const float* w = weights + static_cast<uint64_t>(wg_q_first + q) * ld_weights;
+                #pragma unroll 8
+                for (uint32_t h = 0; h < kNumHeads; ++h) {
+                    const float weight = __ldg(w + h);
+                    const uint32_t offset = mqa::swizzled_offset<kHeadDim>((q * kNumHeads + h) * kHeadDim +
+                                                                           lane * kPerLane);
+                    const Word word = *reinterpret_cast<const Word*>(s.q(wg_idx) + offset);
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kPerLane; i += 2) {
+                        const float2 x = ptx::unpack_e4m3x2(static_cast<uint16_t>(word >> (8 * i)));
+                        u[i] = fmaf(weight, x.x, u[i]), u[i + 1] = fmaf(weight, x.y, u[i + 1]);
+                    }
+                }
+            }
+            uint32_t words[Pieces::kNumPieces];
+            float scales[Pieces::kNumPieces];
+            Pieces::split(u, words, scales);
+            #pragma unroll
+            for (uint32_t p = 0; p < Pieces::kNumPieces; ++p) {
+                const uint32_t offset = mqa::swizzled_offset<kHeadDim>(Pieces::row(q, p) * kHeadDim + lane * kPerLane);
+                *reinterpret_cast<Word*>(s.pieces(wg_idx) + offset) = static_cast<Word>(words[p]);
+                if (lane == p)
+                    s.piece_scales()[(wg_idx * kQueriesPerWg + q) * Pieces::kNumPieces + p] = scales[p];
+            }
+        }
+    }
+
     __device__ __forceinline__ static void store(OutBits* ptr, float value) {
         if constexpr (kOutBf16)
             *ptr = __bfloat16_as_ushort(__float2bfloat16_rn(value));
@@ -239,7 +299,24 @@ struct Sm90Fp8MqaLogits {
 
         const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(wg_idx));
         const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(0));
+        const uint64_t desc_pieces = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.pieces(wg_idx));
         ptx::mbarrier_wait(s.q_full(), 0);
+
+        // kSignedSumByWgmma: this warpgroup's pieces (generic-proxy writes, fenced for the wgmmas' async-proxy
+        // reads) and, per stored query 4m + lane % 4, their scales
+        float piece_scale[kQueriesPerLane][Pieces::kNumPieces];
+        if constexpr (kSignedSumByWgmma) {
+            write_signed_sum_pieces(s, wg_idx, wg_q_first, seq_len, weights, ld_weights, warp_in_wg, lane);
+            ptx::fence_proxy_async_smem();
+            ptx::named_barrier_sync(kPiecesBarrier + wg_idx, 128);
+            #pragma unroll
+            for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
+                #pragma unroll
+                for (uint32_t p = 0; p < Pieces::kNumPieces; ++p)
+                    piece_scale[m][p] =
+                        s.piece_scales()[(wg_idx * kQueriesPerWg + 4 * m + lane % 4) * Pieces::kNumPieces + p];
+            }
+        }
 
         // kDeferFlush (H = 16): tile t - 1's stores run while tile t's wgmmas do, and the kv scales are loaded
         // one tile ahead; else each tile's quad reduce-scatter and stores follow its own reduction. Measured
@@ -275,6 +352,7 @@ struct Sm90Fp8MqaLogits {
         };
 
         float accum[kNumAccum];
+        float pieces_accum[kNumPiecesAccum];  // kSignedSumByWgmma: kv tile . pieces^T
         PipelineState<kNumStages> pipe;
         if (kPingPong && wg_idx == 1)
             ptx::named_barrier_arrive(kTurnBarrier, kNumMathThreads);  // warpgroup 0 issues first
@@ -296,24 +374,50 @@ struct Sm90Fp8MqaLogits {
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
             if constexpr (kPingPong)
                 ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
-            mqa::score_tile_issue<Wgmma, kNumKSteps>(
-                ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE), desc_q, accum);
+            const uint64_t desc_kv_stage = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
+            if constexpr (kSignedSumByWgmma)
+                mqa::score_tile_issue<Wgmma, WgmmaPieces, kNumKSteps>(desc_kv_stage, desc_q, accum, desc_pieces,
+                                                                      pieces_accum);
+            else
+                mqa::score_tile_issue<Wgmma, kNumKSteps>(desc_kv_stage, desc_q, accum);
             if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
             // (In a branch: ptxas keeps it after the last wgmma and the turn's pass; unconditional, it hoisted
             // work between the wgmmas, delaying the pass to the other warpgroup, run 30)
             if (kDeferFlush && t > 0)
                 flush();
-            mqa::score_tile_wait(accum);
+            if constexpr (kSignedSumByWgmma)
+                mqa::score_tile_wait(accum, pieces_accum);
+            else
+                mqa::score_tile_wait(accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
-            // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
-            float sums[kQueriesPerWg][2];
-            mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
+            if constexpr (kSignedSumByWgmma) {
+                // sum_h |x_h| w_h here (one FFMA per x), reduce-scattered; sum_h x_h w_h from the pieces' wgmmas
+                float abs_sums[kQueriesPerWg][2], unused[kQueriesPerWg][2];
+                mqa::head_sums<kQueriesPerWg, kNumHeads, false>(accum, weight, unused, abs_sums);
+                mqa::QuadReduce<kQueriesPerWg>::run(abs_sums, reduced, lane);
+                #pragma unroll
+                for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
+                    #pragma unroll
+                    for (uint32_t h = 0; h < 2; ++h) {
+                        float signed_sum = 0.0f;  // smallest piece first
+                        #pragma unroll
+                        for (uint32_t p = Pieces::kNumPieces; p-- > 0;)
+                            signed_sum = fmaf(piece_scale[m][p], pieces_accum[Pieces::accum_index(m, p, h)],
+                                              signed_sum);
+                        reduced[m][h] = mqa::relu_from_sums(h == 0 ? scale_0 : scale_1, signed_sum, reduced[m][h]);
+                    }
+                }
+            } else {
+                // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
+                float sums[kQueriesPerWg][2];
+                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
 
-            // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
-            mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
+                // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
+                mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
+            }
             reduced_key_0 = key_0;
             if constexpr (!kDeferFlush)
                 flush();
@@ -324,7 +428,7 @@ struct Sm90Fp8MqaLogits {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong, bool kReluByAbs>
+          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma>
 __global__ void __launch_bounds__(384, 1)
 sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
                            const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
@@ -332,7 +436,7 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
                            uint64_t ld_logits, const __grid_constant__ TmaDescriptor tma_q,
                            const __grid_constant__ TmaDescriptor tma_kv) {
     using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kPingPong,
-                                    kReluByAbs>;
+                                    kReluByAbs, kSignedSumByWgmma>;
     using OutBits = typename Kernel::OutBits;
 
     // Shared memory, 1024-byte aligned for the swizzle

@@ -1,5 +1,5 @@
 // Warp-specialization and synchronization primitives: register reallocation, named barriers,
-// stmatrix, programmatic dependent launch, and GPU-scope flags.
+// stmatrix, programmatic dependent launch, GPU-scope flags, and the packing conversions (BF16, e4m3).
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
@@ -64,6 +64,23 @@ __device__ __forceinline__ void st_relaxed_gpu(uint32_t* ptr, uint32_t value) {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t out;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+    return out;
+}
+
+// Two floats to a packed e4m3 pair (round to nearest even, saturating to +-448): lo in the low byte
+__device__ __forceinline__ uint16_t pack_e4m3x2(float lo, float hi) {
+    uint16_t out;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(out) : "f"(hi), "f"(lo));
+    return out;
+}
+
+// A packed e4m3 pair back to two floats (exact): .x from the low byte
+__device__ __forceinline__ float2 unpack_e4m3x2(uint16_t pair) {
+    float2 out;
+    asm("{\n.reg .b32 h2;\n.reg .f16 lo, hi;\n"
+        "cvt.rn.f16x2.e4m3x2 h2, %2;\nmov.b32 {lo, hi}, h2;\n"
+        "cvt.f32.f16 %0, lo;\ncvt.f32.f16 %1, hi;\n}"
+        : "=f"(out.x), "=f"(out.y) : "h"(pair));
     return out;
 }
 
