@@ -4,8 +4,9 @@
 #   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
-#   tests-pieces  the prefill GPU tests with DG_MQA_LOGITS_SIGNED_WGMMA=1 (the signed sums from e4m3 pieces)
-#   ab-pieces   the prefill rows (and the H = 32 row) with DG_MQA_LOGITS_SIGNED_WGMMA=1 (mqa-pieces.json)
+#   tests-forms the prefill GPU tests under each environment of DG_FORM_ENVS (';'-separated; default: the
+#               pieces, the split tile, both: DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES)
+#   ab-forms    the prefill rows (and the H = 32 row) under each of DG_FORM_ENVS (mqa-form<i>.json)
 #   ab-relu     every row with the head reduction's other form (DG_MQA_RELU_FORM): abs for the prefill, max for
 #               paged next_n = 1, abs for paged next_n = 2
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
@@ -49,13 +50,21 @@ if [[ $STEPS == *" tests "* ]]; then
         -k "paged_against or paged_any or paged_unclean or paged_clean" test_mqa_logits.py > "$L/pytest-stages6.log" 2>&1)
     note "pytest stages=6 rc=$? $(tail -1 "$L/pytest-stages6.log")"
 fi
-if [[ $STEPS == *" tests-pieces "* ]]; then
-    (cd tests && DG_MQA_LOGITS_SIGNED_WGMMA=1 timeout 240 python3 -m pytest -q -m gpu -k "not paged and not env_overrides" \
-        test_mqa_logits.py > "$L/pytest-pieces.log" 2>&1)
-    note "pytest pieces rc=$? $(tail -1 "$L/pytest-pieces.log")"
+IFS=';' read -ra FORM_ENVS <<< "${DG_FORM_ENVS:-DG_MQA_LOGITS_SIGNED_WGMMA=1;DG_MQA_LOGITS_SPLIT_HALVES=1;\
+DG_MQA_LOGITS_SIGNED_WGMMA=1 DG_MQA_LOGITS_SPLIT_HALVES=1}"
+if [[ $STEPS == *" tests-forms "* ]]; then
+    for i in "${!FORM_ENVS[@]}"; do
+        (cd tests && env ${FORM_ENVS[$i]} timeout 200 python3 -m pytest -q -m gpu -k "not paged and not env_overrides" \
+            test_mqa_logits.py > "$L/pytest-form$i.log" 2>&1)
+        note "pytest ${FORM_ENVS[$i]} rc=$? $(tail -1 "$L/pytest-form$i.log")"
+    done
 fi
 [[ $STEPS == *" bench "* ]] && bench mqa
-[[ $STEPS == *" ab-pieces "* ]] && DG_MQA_LOGITS_SIGNED_WGMMA=1 bench mqa-pieces $PREFILL 4096x16384x32x128
+if [[ $STEPS == *" ab-forms "* ]]; then
+    for i in "${!FORM_ENVS[@]}"; do
+        (export ${FORM_ENVS[$i]}; bench "mqa-form$i" $PREFILL 4096x16384x32x128)
+    done
+fi
 [[ $STEPS == *" ab-prefill "* ]] && DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
 [[ $STEPS == *" ab-paged "* ]] && DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
 if [[ $STEPS == *" ab-relu "* ]]; then

@@ -24,14 +24,16 @@ struct MqaLogitsConfig {
     // sum |x| w per accumulator, sum x w from e4m3 pieces of each query's weighted Q on the tensor core (needs
     // relu_by_abs; H = 64 or 32; mqa::SignedSumPieces)
     bool signed_sum_wgmma = false;
+    // each math warpgroup's tile as two commit groups of N = 128: the first half reduced while the second's wgmmas run
+    bool split_halves = false;
     uint32_t num_kv_per_split = 4096;  // C: keys (and output columns) per CTA, a multiple of 64
     uint32_t smem_bytes = 0;
 
     std::string describe() const {
         return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} ping_pong={} relu_by_abs={} "
-                           "signed_sum_wgmma={} split={} smem={}", num_heads, head_dim, num_stages, is_compressed,
-                           clean_logits, out_bf16, ping_pong, relu_by_abs, signed_sum_wgmma, num_kv_per_split,
-                           smem_bytes);
+                           "signed_sum_wgmma={} split_halves={} split={} smem={}", num_heads, head_dim, num_stages,
+                           is_compressed, clean_logits, out_bf16, ping_pong, relu_by_abs, signed_sum_wgmma,
+                           split_halves, num_kv_per_split, smem_bytes);
     }
 };
 
@@ -76,11 +78,19 @@ inline std::optional<bool> mqa_relu_by_abs_override() {
     return form == "abs";
 }
 
+// Where the split tile fits the math warpgroups' registers (ptxas spills otherwise): H = 64, and H = 32 without the
+// pieces.
+inline bool mqa_logits_split_halves_fit(const MqaLogitsConfig& c) {
+    return c.num_heads == 64 || (c.num_heads == 32 && !c.signed_sum_wgmma);
+}
+
 // The prefill's head-reduction form after the A/B overrides, shared memory recomputed: DG_MQA_RELU_FORM (above;
-// "abs" is the two-FFMA form, without the pieces) and DG_MQA_LOGITS_SIGNED_WGMMA ("1": the signed sums from e4m3
-// pieces on the tensor core, which complete the |x| form, applied where H is 32 or 64; "0": off).
+// "abs" is the two-FFMA form, without the pieces), DG_MQA_LOGITS_SIGNED_WGMMA ("1": the signed sums from e4m3
+// pieces on the tensor core, which complete the |x| form, applied where H is 32 or 64; "0": off) and
+// DG_MQA_LOGITS_SPLIT_HALVES ("1": applied where mqa_logits_split_halves_fit; "0": off).
 inline void apply_mqa_logits_form_overrides(MqaLogitsConfig& c) {
     static const std::string signed_env = get_env("DG_MQA_LOGITS_SIGNED_WGMMA");
+    static const std::string split_env = get_env("DG_MQA_LOGITS_SPLIT_HALVES");
     const std::optional<bool> relu_by_abs = mqa_relu_by_abs_override();
     if (relu_by_abs.has_value())
         c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
@@ -93,6 +103,12 @@ inline void apply_mqa_logits_form_overrides(MqaLogitsConfig& c) {
         if (c.signed_sum_wgmma)
             c.relu_by_abs = true;
     }
+    if (!split_env.empty()) {
+        DG_CHECK_INPUT(split_env == "0" || split_env == "1", "DG_MQA_LOGITS_SPLIT_HALVES must be 0 or 1, got '{}'",
+                       split_env);
+        c.split_halves = split_env == "1";
+    }
+    c.split_halves = c.split_halves && mqa_logits_split_halves_fit(c);
     c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
 }
 

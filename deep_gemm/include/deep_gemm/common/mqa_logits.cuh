@@ -14,18 +14,19 @@
 
 namespace deep_gemm::mqa {
 
-// Tell the compiler every accumulator of `accum` is live across the asynchronous wgmmas.
-template <uint32_t kNumAccum>
+// Tell the compiler the accumulators [kBegin, kEnd) of `accum` (default: all) are live across the asynchronous
+// wgmmas: reads after this cannot move above it, nor writes below it.
+template <uint32_t kBegin = 0, uint32_t kEnd = ~0u, uint32_t kNumAccum>
 __device__ __forceinline__ void fence_accum(float (&accum)[kNumAccum]) {
     #pragma unroll
-    for (uint32_t i = 0; i < kNumAccum; ++i)
+    for (uint32_t i = kBegin; i < (kEnd < kNumAccum ? kEnd : kNumAccum); ++i)
         ptx::wgmma_fence_operand(accum[i]);
 }
 
-// accum = kv tile (64 keys x D, descriptor desc_kv) . B tile (N x D, desc_b)^T over the kNumKSteps k32 steps of D
-template <typename Wgmma, uint32_t kNumKSteps, uint32_t kNumAccum>
-__device__ __forceinline__ void mma_k_steps(uint64_t desc_kv, uint64_t desc_b, float (&accum)[kNumAccum]) {
-    static_assert(kNumAccum == Wgmma::kNumAccum, "accumulator count of the wgmma shape");
+// accum[0, Wgmma::kNumAccum) = kv tile (64 keys x D, descriptor desc_kv) . B tile (N x D, desc_b)^T over the
+// kNumKSteps k32 steps of D
+template <typename Wgmma, uint32_t kNumKSteps>
+__device__ __forceinline__ void mma_k_steps(uint64_t desc_kv, uint64_t desc_b, float* accum) {
     #pragma unroll
     for (uint32_t k = 0; k < kNumKSteps; ++k)
         Wgmma::mma(ptx::advance_smem_desc(desc_kv, k * 32), ptx::advance_smem_desc(desc_b, k * 32), accum, k > 0);
@@ -42,44 +43,26 @@ __device__ __forceinline__ void score_tile_issue(uint64_t desc_kv, uint64_t desc
     fence_accum(accum);
 }
 
-// ... and, in the same commit group, pieces_accum = kv tile . piece tile (desc_pieces)^T (the signed head sums,
-// SignedSumPieces below) ...
-template <typename Wgmma, typename WgmmaPieces, uint32_t kNumKSteps, uint32_t kNumAccum, uint32_t kNumPiecesAccum>
-__device__ __forceinline__ void score_tile_issue(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum],
-                                                 uint64_t desc_pieces, float (&pieces_accum)[kNumPiecesAccum]) {
-    fence_accum(accum);
-    fence_accum(pieces_accum);
-    ptx::wgmma_fence();
-    mma_k_steps<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
-    mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
-    ptx::wgmma_commit();
-    fence_accum(accum);
-    fence_accum(pieces_accum);
-}
-
-// ... and waited for (accum readable after this; pass pieces_accum as well when it was issued)
+// ... and waited for (accum readable after this)
 template <uint32_t kNumAccum>
 __device__ __forceinline__ void score_tile_wait(float (&accum)[kNumAccum]) {
     ptx::wgmma_wait<0>();
     fence_accum(accum);
 }
 
-template <uint32_t kNumAccum, uint32_t kNumPiecesAccum>
-__device__ __forceinline__ void score_tile_wait(float (&accum)[kNumAccum], float (&pieces_accum)[kNumPiecesAccum]) {
-    ptx::wgmma_wait<0>();
-    fence_accum(accum);
-    fence_accum(pieces_accum);
-}
+// The reductions below cover the queries [kQueryBegin, kQueryEnd) of the fragment (default: all), so that a split
+// tile can reduce the half whose wgmmas completed while the other half's still run.
 
 // sums[q][h] = sum over this thread's columns of query q of relu(x) w (kScaleInside: relu(x scale[h]) w), relu
 // as FMNMX: the kReluByAbs = false form of weighted_relu_sums below.
-template <uint32_t kNumQueries, uint32_t kNumHeads, bool kScaleInside, uint32_t kNumAccum>
+template <uint32_t kNumQueries, uint32_t kNumHeads, bool kScaleInside, uint32_t kQueryBegin, uint32_t kQueryEnd,
+          uint32_t kNumAccum>
 __device__ __forceinline__ void relu_sums_by_max(const float (&accum)[kNumAccum],
                                                  const float2 (&weight)[kNumQueries * kNumHeads / 8],
                                                  const float (&scale)[2], float (&sums)[kNumQueries][2]) {
     constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
     #pragma unroll
-    for (uint32_t q = 0; q < kNumQueries; ++q) {
+    for (uint32_t q = kQueryBegin; q < kQueryEnd; ++q) {
         float sum[2] = {0.0f, 0.0f};
         #pragma unroll
         for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
@@ -96,14 +79,16 @@ __device__ __forceinline__ void relu_sums_by_max(const float (&accum)[kNumAccum]
 
 // Over this thread's columns of query q and its key row h (0: r, 1: r + 8): abs_sum[q][h] = sum |x| w (one FFMA
 // per x, |x| an operand modifier) and, with kSigned, signed_sum[q][h] = sum x w (a second FFMA per x).
-template <uint32_t kNumQueries, uint32_t kNumHeads, bool kSigned, uint32_t kNumAccum>
+template <uint32_t kNumQueries, uint32_t kNumHeads, bool kSigned, uint32_t kQueryBegin = 0,
+          uint32_t kQueryEnd = kNumQueries, uint32_t kNumAccum>
 __device__ __forceinline__ void head_sums(const float (&accum)[kNumAccum],
                                           const float2 (&weight)[kNumQueries * kNumHeads / 8],
                                           float (&signed_sum)[kNumQueries][2], float (&abs_sum)[kNumQueries][2]) {
     static_assert(kNumAccum >= kNumQueries * kNumHeads / 2, "accumulator fragment too small");
+    static_assert(kQueryBegin < kQueryEnd && kQueryEnd <= kNumQueries, "a query range of the fragment");
     constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
     #pragma unroll
-    for (uint32_t q = 0; q < kNumQueries; ++q) {
+    for (uint32_t q = kQueryBegin; q < kQueryEnd; ++q) {
         signed_sum[q][0] = signed_sum[q][1] = abs_sum[q][0] = abs_sum[q][1] = 0.0f;
         #pragma unroll
         for (uint32_t g = 0; g < kGroupsPerQuery; ++g) {
@@ -138,7 +123,8 @@ __device__ __forceinline__ float relu_from_sums(float scale, float signed_sum, f
 //   row whose x all share one sign comes out as with relu (0 for all negative, bit for bit). Measured (runs 27,
 //   28): 6 % faster in the paged kernel at next_n = 1, 3-6 % slower at next_n = 2 and 7 % slower in the
 //   prefill kernel with ping-pong, where the reduction overlaps the other warpgroup's wgmmas.
-template <uint32_t kNumQueries, uint32_t kNumHeads, bool kReluByAbs, uint32_t kNumAccum>
+template <uint32_t kNumQueries, uint32_t kNumHeads, bool kReluByAbs, uint32_t kQueryBegin = 0,
+          uint32_t kQueryEnd = kNumQueries, uint32_t kNumAccum>
 __device__ __forceinline__ void weighted_relu_sums(const float (&accum)[kNumAccum],
                                                    const float2 (&weight)[kNumQueries * kNumHeads / 8], float scale_0,
                                                    float scale_1, float (&sums)[kNumQueries][2]) {
@@ -146,20 +132,20 @@ __device__ __forceinline__ void weighted_relu_sums(const float (&accum)[kNumAccu
     const float scale[2] = {scale_0, scale_1};
     if constexpr (kReluByAbs) {
         float signed_sum[kNumQueries][2], abs_sum[kNumQueries][2];
-        head_sums<kNumQueries, kNumHeads, true>(accum, weight, signed_sum, abs_sum);
+        head_sums<kNumQueries, kNumHeads, true, kQueryBegin, kQueryEnd>(accum, weight, signed_sum, abs_sum);
         #pragma unroll
-        for (uint32_t q = 0; q < kNumQueries; ++q)
+        for (uint32_t q = kQueryBegin; q < kQueryEnd; ++q)
             sums[q][0] = relu_from_sums(scale_0, signed_sum[q][0], abs_sum[q][0]),
             sums[q][1] = relu_from_sums(scale_1, signed_sum[q][1], abs_sum[q][1]);
     } else {
         // Two loop bodies behind a warp-uniform branch (not a select per x)
         if (__all_sync(0xffffffff, scale_0 >= 0.0f && scale_1 >= 0.0f)) {
-            relu_sums_by_max<kNumQueries, kNumHeads, false>(accum, weight, scale, sums);
+            relu_sums_by_max<kNumQueries, kNumHeads, false, kQueryBegin, kQueryEnd>(accum, weight, scale, sums);
             #pragma unroll
-            for (uint32_t q = 0; q < kNumQueries; ++q)
+            for (uint32_t q = kQueryBegin; q < kQueryEnd; ++q)
                 sums[q][0] *= scale_0, sums[q][1] *= scale_1;
         } else {
-            relu_sums_by_max<kNumQueries, kNumHeads, true>(accum, weight, scale, sums);
+            relu_sums_by_max<kNumQueries, kNumHeads, true, kQueryBegin, kQueryEnd>(accum, weight, scale, sums);
         }
     }
 }

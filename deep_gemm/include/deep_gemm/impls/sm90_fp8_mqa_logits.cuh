@@ -32,6 +32,14 @@
 //       wait for the turn, issue, pass it), so their wgmmas run one after the other on the tensor core and
 //       each one's reduction overlaps the other's wgmmas instead of both issuing together and reducing
 //       together.
+//       kSplitHalves (H = 64; H = 32 without the pieces): the tile's wgmmas as two commit groups of
+//       m64n128k32, queries [0, Q/2) then [Q/2, Q); the first half is reduced (wait_group 1) while the
+//       second half's wgmmas run, then the second (wait_group 0).
+//       kSignedSumByWgmma (H = 64, 32; the |x| form): once per CTA, each warpgroup writes the e4m3 pieces of
+//       u_i = sum_h w[i, h] q[i, h, :] for its queries (mqa::SignedSumPieces: 4 scaled rows per query) into
+//       its piece tile; per kv tile, D / 32 more wgmmas m64n(4 Q)k32 give sum_h x_h w_h for each key and
+//       query, so the reduction is one |x| FFMA per accumulator (run 52: 1-5 % faster; the signed sums
+//       carry the tensor core's FP8 accumulation error, so all-negative keys give ~2^-13 of sum |x w|, not 0).
 //   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles (once, on q_full), then one
 //       kv tile per stage after empty[s], arming full[s] with its bytes. Warps 1-3 (kCleanLogits):
 //       -inf into every invalid position of the CTA's rows and columns with 16-byte stores, while the
@@ -39,7 +47,8 @@
 // Stage ring: kNumStages x 64 keys x D bytes, 128B (D = 128) or 64B (D = 64) swizzled as TMA writes and
 //   wgmma reads it; full[s]: 1 arrival + bytes; empty[s]: 8 arrivals (both math warpgroups read every
 //   stage: one kv tile feeds 2 x 256 / H queries, halving L2 traffic against one warpgroup per tile).
-// Shared memory: [Q: 2 x 256 x D] [kv stages] [full x stages, empty x stages, q_full] [tile range].
+// Shared memory: [Q: 2 x 256 x D] [pieces: 2 x 4 Q x D] [kv stages] [piece scales: 2 x Q x 4 FP32] [full x
+//   stages, empty x stages, q_full] [tile range] (the pieces only with kSignedSumByWgmma).
 // Speed limits: per 64-key tile a math thread issues 2 instructions per accumulator (256: FMNMX + FFMA, or
 //   two FFMAs) plus ~40 for the reduction and stores, against 512 tensor-core cycles per warpgroup tile at
 //   D = 128 (ncu runs 25, 27: the tensor pipe 44-48 % busy, issue 38 %: latency-bound, not pipe-bound); the
@@ -78,7 +87,7 @@ struct KeyRange {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma>
+          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
 struct Sm90Fp8MqaLogits {
     static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
     static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
@@ -94,6 +103,7 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t kProducerRegs = 40, kMathRegs = 232;
     static constexpr uint32_t kTurnBarrier = 1;  // kPingPong: named barriers 1 (warpgroup 0's turn) and 2 (1's)
     using Wgmma = ptx::WgmmaFp8E4m3<WG_N>;
+    using WgmmaHalf = ptx::WgmmaFp8E4m3<WG_N / 2>;  // kSplitHalves
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // 128 per thread
     static constexpr uint32_t kNumGroups = WG_N / 8;         // 32 column groups of 8 per thread row
     using OutBits = cuda::std::conditional_t<kOutBf16, uint16_t, uint32_t>;
@@ -122,6 +132,8 @@ struct Sm90Fp8MqaLogits {
                   SMEM_PIECES_SIZE_PER_WG % 1024 == 0, "tiles must keep 1024-byte alignment for the swizzle");
     static_assert(!kSignedSumByWgmma || (kReluByAbs && kQueriesPerWg <= 8),
                   "the signed sums by wgmma complete the |x| form, at H = 64 or 32 (registers)");
+    static_assert(!kSplitHalves || kQueriesPerWg == 4 || (kQueriesPerWg == 8 && !kSignedSumByWgmma),
+                  "the split tile fits at H = 64, and at H = 32 without the pieces (registers)");
 
     // Shared-memory map (buffers found by arithmetic: a pointer array indexed at run time would be local memory)
     struct SharedStorage {
@@ -258,6 +270,46 @@ struct Sm90Fp8MqaLogits {
         }
     }
 
+    // One tile's wgmmas: accum = kv tile . Q tile^T (kSplitHalves: queries [0, Q/2) and [Q/2, Q) as two commit
+    // groups of N = 128, the second with the pieces), pieces_accum = kv tile . pieces^T (kSignedSumByWgmma)
+    __device__ __forceinline__ static void issue_tile(uint64_t desc_kv, uint64_t desc_q, uint64_t desc_pieces,
+                                                      float (&accum)[kNumAccum],
+                                                      float (&pieces_accum)[kNumPiecesAccum]) {
+        mqa::fence_accum(accum);
+        if constexpr (kSignedSumByWgmma)
+            mqa::fence_accum(pieces_accum);
+        ptx::wgmma_fence();
+        if constexpr (kSplitHalves) {
+            mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(desc_kv, desc_q, accum);
+            ptx::wgmma_commit();
+            mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(
+                desc_kv, ptx::advance_smem_desc(desc_q, WG_N / 2 * kHeadDim), accum + kNumAccum / 2);
+        } else {
+            mqa::mma_k_steps<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+        }
+        if constexpr (kSignedSumByWgmma)
+            mqa::mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
+        ptx::wgmma_commit();
+        mqa::fence_accum(accum);
+        if constexpr (kSignedSumByWgmma)
+            mqa::fence_accum(pieces_accum);
+    }
+
+    // sums[q] for the queries [kBegin, kEnd): sum_h relu(x_h s) w_h in the kReluByAbs form, or sum_h |x_h| w_h
+    // (kSignedSumByWgmma: the signed half comes from the pieces)
+    template <uint32_t kBegin, uint32_t kEnd>
+    __device__ __forceinline__ static void head_reduce(const float (&accum)[kNumAccum],
+                                                       const float2 (&weight)[kNumGroups], float scale_0,
+                                                       float scale_1, float (&sums)[kQueriesPerWg][2]) {
+        if constexpr (kSignedSumByWgmma) {
+            float unused[kQueriesPerWg][2];
+            mqa::head_sums<kQueriesPerWg, kNumHeads, false, kBegin, kEnd>(accum, weight, unused, sums);
+        } else {
+            mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs, kBegin, kEnd>(accum, weight, scale_0,
+                                                                                       scale_1, sums);
+        }
+    }
+
     __device__ __forceinline__ static void store(OutBits* ptr, float value) {
         if constexpr (kOutBf16)
             *ptr = __bfloat16_as_ushort(__float2bfloat16_rn(value));
@@ -375,29 +427,37 @@ struct Sm90Fp8MqaLogits {
             if constexpr (kPingPong)
                 ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
             const uint64_t desc_kv_stage = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
-            if constexpr (kSignedSumByWgmma)
-                mqa::score_tile_issue<Wgmma, WgmmaPieces, kNumKSteps>(desc_kv_stage, desc_q, accum, desc_pieces,
-                                                                      pieces_accum);
-            else
-                mqa::score_tile_issue<Wgmma, kNumKSteps>(desc_kv_stage, desc_q, accum);
+            issue_tile(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum);
             if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
             // (In a branch: ptxas keeps it after the last wgmma and the turn's pass; unconditional, it hoisted
             // work between the wgmmas, delaying the pass to the other warpgroup, run 30)
             if (kDeferFlush && t > 0)
                 flush();
+
+            // Per query and key: sum_h relu(x_h s) w_h (any sign of s), or, with the pieces, sum_h |x_h| w_h;
+            // kSplitHalves: the first half's queries while the second half's wgmmas run
+            float sums[kQueriesPerWg][2];
+            if constexpr (kSplitHalves) {
+                ptx::wgmma_wait<1>();
+                mqa::fence_accum<0, kNumAccum / 2>(accum);
+                // (In a branch the compiler cannot fold: straight-line, ptxas sinks this half's FFMAs below the
+                // second wait, where they no longer overlap the second half's wgmmas)
+                if (ptx::lane_id() < 32)
+                    head_reduce<0, kQueriesPerWg / 2>(accum, weight, scale_0, scale_1, sums);
+            }
+            ptx::wgmma_wait<0>();
+            mqa::fence_accum<kSplitHalves ? kNumAccum / 2 : 0>(accum);
             if constexpr (kSignedSumByWgmma)
-                mqa::score_tile_wait(accum, pieces_accum);
-            else
-                mqa::score_tile_wait(accum);
+                mqa::fence_accum(pieces_accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
+            head_reduce<kSplitHalves ? kQueriesPerWg / 2 : 0, kQueriesPerWg>(accum, weight, scale_0, scale_1, sums);
 
+            // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
+            mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
             if constexpr (kSignedSumByWgmma) {
-                // sum_h |x_h| w_h here (one FFMA per x), reduce-scattered; sum_h x_h w_h from the pieces' wgmmas
-                float abs_sums[kQueriesPerWg][2], unused[kQueriesPerWg][2];
-                mqa::head_sums<kQueriesPerWg, kNumHeads, false>(accum, weight, unused, abs_sums);
-                mqa::QuadReduce<kQueriesPerWg>::run(abs_sums, reduced, lane);
+                // relu from sum_h x_h w_h (the pieces' wgmmas) and the reduced sum_h |x_h| w_h
                 #pragma unroll
                 for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
                     #pragma unroll
@@ -410,13 +470,6 @@ struct Sm90Fp8MqaLogits {
                         reduced[m][h] = mqa::relu_from_sums(h == 0 ? scale_0 : scale_1, signed_sum, reduced[m][h]);
                     }
                 }
-            } else {
-                // Per query and key: sum_h relu(x_h s) w_h (any sign of s)
-                float sums[kQueriesPerWg][2];
-                mqa::weighted_relu_sums<kQueriesPerWg, kNumHeads, kReluByAbs>(accum, weight, scale_0, scale_1, sums);
-
-                // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
-                mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
             }
             reduced_key_0 = key_0;
             if constexpr (!kDeferFlush)
@@ -428,7 +481,7 @@ struct Sm90Fp8MqaLogits {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma>
+          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
 __global__ void __launch_bounds__(384, 1)
 sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
                            const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
@@ -436,7 +489,7 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
                            uint64_t ld_logits, const __grid_constant__ TmaDescriptor tma_q,
                            const __grid_constant__ TmaDescriptor tma_kv) {
     using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kPingPong,
-                                    kReluByAbs, kSignedSumByWgmma>;
+                                    kReluByAbs, kSignedSumByWgmma, kSplitHalves>;
     using OutBits = typename Kernel::OutBits;
 
     // Shared memory, 1024-byte aligned for the swizzle

@@ -17,6 +17,13 @@ __device__ __forceinline__ void warpgroup_reg_dealloc() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kNumRegs));
 }
 
+// The lane index from %laneid: opaque to the compiler (a branch on `lane_id() < 32` stays a branch).
+__device__ __forceinline__ uint32_t lane_id() {
+    uint32_t lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    return lane;
+}
+
 // Barrier `id` (1..15; 0 is __syncthreads) over `num_threads` threads (a multiple of 32).
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
