@@ -421,26 +421,27 @@ def test_negative_kv_scales(h: int) -> None:
     run_case(257, 2048, h, 128, "random", negative_scales=True)
 
 
-# Heads at which the prefill takes the signed head sums from e4m3 pieces on the tensor core by default (the
+# (H, D) at which the prefill takes the signed head sums from e4m3 pieces on the tensor core by default (the
 # heuristic's signed_sum_wgmma; test_one_sign_and_mostly_negative_scores checks this against what runs)
-PIECES_BY_DEFAULT_HEADS: tuple[int, ...] = ()
+PIECES_BY_DEFAULT: tuple[tuple[int, int], ...] = ((32, 128), (64, 128))
 
 
-def prefill_form(h: int, env: dict | None = None) -> str:
-    """The head-reduction form fp8_mqa_logits takes at H = h under `env` (default: this process's environment):
-    "max" (FMNMX + FFMA), "abs" (two FFMAs) or "pieces" (|x| FFMA, signed sums from e4m3 pieces on the tensor core)."""
+def prefill_form(h: int, d: int = 128, env: dict | None = None) -> str:
+    """The head-reduction form fp8_mqa_logits takes at H = h, D = d under `env` (default: this process's
+    environment): "max" (FMNMX + FFMA), "abs" (two FFMAs) or "pieces" (|x| FFMA, signed sums from e4m3 pieces on
+    the tensor core)."""
     env = os.environ if env is None else env
     relu, signed = env.get("DG_MQA_RELU_FORM"), env.get("DG_MQA_LOGITS_SIGNED_WGMMA")
     if signed == "1" and h >= 32:
         return "pieces"
     if relu:
         return relu
-    return "pieces" if signed != "0" and h in PIECES_BY_DEFAULT_HEADS else "max"
+    return "pieces" if signed != "0" and (h, d) in PIECES_BY_DEFAULT else "max"
 
 
-def pieces_expected(h: int) -> bool:
-    """Whether fp8_mqa_logits at H = h takes the pieces, in this process's environment."""
-    return prefill_form(h) == "pieces"
+def pieces_expected(h: int, d: int = 128) -> bool:
+    """Whether fp8_mqa_logits at H = h, D = d takes the pieces, in this process's environment."""
+    return prefill_form(h, d) == "pieces"
 
 
 def prefill_uses_pieces(capfd: pytest.CaptureFixture | None, call) -> bool | None:
@@ -1014,7 +1015,7 @@ def test_env_overrides(tmp_path, env: dict, error: str | None) -> None:
         assert result.returncode != 0 and error in result.stderr, result.stderr[-2000:]
         return
     assert result.returncode == 0, result.stderr[-2000:]
-    if prefill_form(64, dict(os.environ, **env)) == prefill_form(64):
+    if prefill_form(64, 128, dict(os.environ, **env)) == prefill_form(64, 128):
         out = run_case(301, 1000, 64, 128, "causal")[-1]
         assert torch.equal(torch.load(path).cuda(), out), f"{env} must not change a bit of the prefill output"
 
