@@ -38,8 +38,9 @@
 //       kSignedSumByWgmma (H = 64, 32; the |x| form): once per CTA, each warpgroup writes the e4m3 pieces of
 //       u_i = sum_h w[i, h] q[i, h, :] for its queries (mqa::SignedSumPieces: 4 scaled rows per query) into
 //       its piece tile; per kv tile, D / 32 more wgmmas m64n(4 Q)k32 give sum_h x_h w_h for each key and
-//       query, so the reduction is one |x| FFMA per accumulator (run 52: 1-5 % faster; the signed sums
-//       carry the tensor core's FP8 accumulation error, so all-negative keys give ~2^-13 of sum |x w|, not 0).
+//       query, so the reduction is one |x| FFMA per accumulator (the signed sums carry the tensor core's FP8
+//       accumulation error, so a key whose every head scores negative gives ~2^-12 of |s| sum |x w|, not 0).
+//       Run 54: the pieces 1-6 % faster, with the split tile 1-10 % (the defaults at D = 128).
 //   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles (once, on q_full), then one
 //       kv tile per stage after empty[s], arming full[s] with its bytes. Warps 1-3 (kCleanLogits):
 //       -inf into every invalid position of the CTA's rows and columns with 16-byte stores, while the
@@ -50,9 +51,10 @@
 // Shared memory: [Q: 2 x 256 x D] [pieces: 2 x 4 Q x D] [kv stages] [piece scales: 2 x Q x 4 FP32] [full x
 //   stages, empty x stages, q_full] [tile range] (the pieces only with kSignedSumByWgmma).
 // Speed limits: per 64-key tile a math thread issues 2 instructions per accumulator (256: FMNMX + FFMA, or
-//   two FFMAs) plus ~40 for the reduction and stores, against 512 tensor-core cycles per warpgroup tile at
-//   D = 128 (ncu runs 25, 27: the tensor pipe 44-48 % busy, issue 38 %: latency-bound, not pipe-bound); the
-//   two math warpgroups alternate on the tensor core, one's epilogue under the other's wgmma. D = 64
+//   two FFMAs; 128 with the pieces) plus ~40 for the reduction and stores, against 512 tensor-core cycles per
+//   warpgroup tile at D = 128; the two math warpgroups alternate on the tensor core, one's epilogue under the
+//   other's wgmma. Each warpgroup's chain (issue, its wgmmas behind the other's, reduce, issue) is the limit:
+//   halving the reduction moved the time into the wgmma wait (ncu run 53: the tensor pipe 55 -> 62 %). D = 64
 //   halves the tensor work, not the epilogue (CUDA-core bound). Each CTA pays barrier init and pipeline
 //   fill (a few us) once per C keys. Limits: H in {16, 32, 64}, D in {64, 128}.
 #pragma once
