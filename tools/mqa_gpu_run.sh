@@ -4,16 +4,17 @@
 #   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
-#   tests-forms the prefill GPU tests under each environment of DG_FORM_ENVS (';'-separated; default: the
-#               pieces, the split tile, both: DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES)
+#   tests-forms the prefill GPU tests under each environment of DG_FORM_ENVS (';'-separated; default: the forms
+#               other than the default pieces + split tile: FMNMX, the pieces alone, the split tile alone, through
+#               DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES)
 #   ab-forms    the prefill rows (and the H = 32 row) under each of DG_FORM_ENVS (mqa-form<i>.json)
 #   ab-relu     every row with the head reduction's other form (DG_MQA_RELU_FORM): abs for the prefill, max for
 #               paged next_n = 1, abs for paged next_n = 2
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
 #   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of the kernels named in
 #             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
-#             "paged-short": the paged kernel on 64 x 2 x 8192; "prefill-long", "prefill-long-pieces": 2048 x 65536
-#             causal, the second with DG_MQA_LOGITS_SIGNED_WGMMA=1)
+#             "paged-short": the paged kernel on 64 x 2 x 8192; "prefill-long", "prefill-long-max": 2048 x 65536
+#             causal, the second with DG_MQA_LOGITS_SIGNED_WGMMA=0, the FMNMX form the pieces replaced)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
 #   micro     tools/microbench_head_sum.cu: per-SM throughput of F2FP (relu + BF16 pack), FMNMX, FFMA, and the
 #             cycles of a register-A wgmma m64n8k16 and of an m64n256k32 FP8 wgmma (micro.txt, in the summary)
@@ -50,8 +51,8 @@ if [[ $STEPS == *" tests "* ]]; then
         -k "paged_against or paged_any or paged_unclean or paged_clean" test_mqa_logits.py > "$L/pytest-stages6.log" 2>&1)
     note "pytest stages=6 rc=$? $(tail -1 "$L/pytest-stages6.log")"
 fi
-IFS=';' read -ra FORM_ENVS <<< "${DG_FORM_ENVS:-DG_MQA_LOGITS_SIGNED_WGMMA=1;DG_MQA_LOGITS_SPLIT_HALVES=1;\
-DG_MQA_LOGITS_SIGNED_WGMMA=1 DG_MQA_LOGITS_SPLIT_HALVES=1}"
+IFS=';' read -ra FORM_ENVS <<< "${DG_FORM_ENVS:-DG_MQA_LOGITS_SIGNED_WGMMA=0;DG_MQA_LOGITS_SPLIT_HALVES=0;\
+DG_MQA_LOGITS_SIGNED_WGMMA=0 DG_MQA_LOGITS_SPLIT_HALVES=1}"
 if [[ $STEPS == *" tests-forms "* ]]; then
     for i in "${!FORM_ENVS[@]}"; do
         (cd tests && env ${FORM_ENVS[$i]} timeout 200 python3 -m pytest -q -m gpu -k "not paged and not env_overrides" \
@@ -105,7 +106,7 @@ if [[ $STEPS == *" ncu "* ]]; then
                 "meta paged_mqa_schedule_kernel paged:64x1x8192" \
                 "paged-short sm90_fp8_paged_mqa_logits_kernel paged:64x2x8192" \
                 "prefill-long sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal" \
-                "prefill-long-pieces sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal DG_MQA_LOGITS_SIGNED_WGMMA=1"; do
+                "prefill-long-max sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal DG_MQA_LOGITS_SIGNED_WGMMA=0"; do
         read -r name kernel shape env_part <<< "$spec"
         [[ " ${DG_NCU_KERNELS:-paged prefill} " == *" $name "* ]] || continue
         (cd /tmp && env ${env_part:-} DG_JIT_WITH_LINEINFO=1 timeout 150 ncu --clock-control none --section SpeedOfLight \
