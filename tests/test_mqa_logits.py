@@ -134,6 +134,10 @@ COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (6
     dict(num_heads=64, head_dim=128, split_halves=1),
     dict(num_heads=32, head_dim=64, split_halves=1, is_compressed=1),
     dict(num_heads=64, head_dim=128, relu_by_abs=1, signed_sum_wgmma=1, split_halves=1),
+    dict(
+        num_heads=64, head_dim=128, relu_by_abs=1, signed_sum_wgmma=1, split_halves=1, ping_pong=0, pipelined_halves=1
+    ),
+    dict(num_heads=32, head_dim=64, split_halves=1, ping_pong=0, pipelined_halves=1, is_compressed=1, out_bf16=1),
 ]
 
 
@@ -148,6 +152,7 @@ def case_id(cfg: dict) -> str:
         relu_by_abs="abs",
         signed_sum_wgmma="pieces",
         split_halves="split",
+        pipelined_halves="pipelined",
     )
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
@@ -172,6 +177,9 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     # at a time); with the signed sums' pieces (4 rows per query) one m64n(4 x queries)k32 more
     pieces = cfg.get("signed_sum_wgmma", 0) != 0
     split = cfg.get("split_halves", 0) != 0
+    # The pipelined halves: per tile, wait for all but the first half, the first half, then all (3 waits); the end
+    # of a tile (the second half's reduction, the quad reduce-scatter, the stores) also once after the loop
+    pipelined = cfg.get("pipelined_halves", 0) != 0
     queries = 256 // cfg["num_heads"]
     k_steps = cfg["head_dim"] // 32
     qgmma = [line for line in lines if "QGMMA" in line]
@@ -182,13 +190,13 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
         assert sum("64x256x32" in line for line in qgmma) == k_steps, qgmma
     if pieces:
         assert sum(f"64x{4 * queries}x32" in line for line in qgmma) == k_steps, qgmma
-    assert sum("WARPGROUP.DEPBAR" in line for line in lines) == 1 + split
+    assert sum("WARPGROUP.DEPBAR" in line for line in lines) == (3 if pipelined else 1 + split)
     assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("USETMAXREG" in line for line in lines) == 2
     assert any("UTMALDG" in line for line in lines)
     # The quad reduce-scatter over the heads: 2 rounds, (256 / H) / 2 + (256 / H) / 4 shuffles per key row
-    assert sum("SHFL.BFLY" in line for line in lines) == 2 * (queries // 2 + queries // 4)
+    assert sum("SHFL.BFLY" in line for line in lines) == (1 + pipelined) * 2 * (queries // 2 + queries // 4)
     # Ping-pong (the default): the turn barriers, one wait and at least one pass per tile; the pieces: one more
     # wait (each warpgroup's pieces written before its first wgmma)
     ping_pong = cfg.get("ping_pong", 1) != 0
@@ -197,7 +205,7 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     assert sum("BAR.SYNC" in line for line in lines) == num_sync, [x for x in lines if "BAR." in x]
     # The pieces' split takes the maximum of each lane's D / 32 values per piece (4 pieces): FMNMX, not per accumulator
     split_fmnmx = 4 * (cfg["head_dim"] // 32) if pieces else 0
-    check_relu_form(lines, num_accum=128, by_abs=cfg.get("relu_by_abs", 0) != 0, extra_fmnmx=split_fmnmx)
+    check_relu_form(lines, 128 + 64 * pipelined, cfg.get("relu_by_abs", 0) != 0, extra_fmnmx=split_fmnmx)
 
 
 def check_relu_form(lines: list[str], num_accum: int, by_abs: bool, extra_fmnmx: int = 0) -> None:
@@ -254,6 +262,10 @@ def test_bad_static_config_fails_to_compile(cache_dir) -> None:
     ):
         with pytest.raises(ValueError, match="split_halves needs num_heads 64, or 32 without signed_sum_wgmma"):
             deep_gemm.compile_kernel("sm90_fp8_mqa_logits", cfg)
+    # The pipelined halves schedule the split tile's halves, without the ping-pong turns
+    for cfg in (dict(pipelined_halves=1, ping_pong=0), dict(split_halves=1, pipelined_halves=1)):
+        with pytest.raises(ValueError, match="pipelined_halves needs split_halves=1 and ping_pong=0"):
+            deep_gemm.compile_kernel("sm90_fp8_mqa_logits", cfg)
 
 
 # ----------------------------------------------------------------------------- GPU tier
@@ -276,7 +288,9 @@ def make_inputs(s: int, s_kv: int, h: int, d: int, seed: int = 0, negative_scale
 
 def key_ranges(s: int, s_kv: int, pattern: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """ks, ke int32 [S]: 'causal' (the queries are the last S of S_kv keys), 'cp' (context parallel: two
-    halves of queries at two offsets, each with a sliding start), 'random', or 'empty' rows mixed in."""
+    halves of queries at two offsets, each with a sliding start), 'random', 'halves' (pairs of queries alternate
+    between two disjoint key ranges, every 5th query empty: the two halves of an H = 64 split tile never share a
+    key tile, so each skips the tiles of the other) or 'empty' rows mixed in."""
     g = torch.Generator().manual_seed(seed)
     i = torch.arange(s, dtype=torch.int64)
     if pattern == "causal":
@@ -288,6 +302,11 @@ def key_ranges(s: int, s_kv: int, pattern: str, seed: int = 0) -> tuple[torch.Te
         ke = (offset + (i % half) * (s_kv // 2) // half + 1).clamp(max=s_kv)
         window = torch.randint(s_kv // 8, s_kv // 2 + 1, (s,), generator=g)
         ks = (ke - window).clamp(min=0)
+    elif pattern == "halves":
+        first_pair = (i // 2) % 2 == 0
+        ks = torch.where(first_pair, s_kv // 7 + i % 3, s_kv // 2 + 5 + i % 5)
+        ke = torch.where(first_pair, s_kv // 3 + i % 11, s_kv - 3 - i % 7)
+        ks = torch.where(i % 5 == 4, ke, ks)
     elif pattern == "random":
         a = torch.randint(0, s_kv + 1, (s,), generator=g)
         b = torch.randint(0, s_kv + 1, (s,), generator=g)
@@ -397,7 +416,7 @@ def run_case(s, s_kv, h, d, pattern, clean=True, compressed=False, bf16=False, r
 @gpu
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("h", [16, 32, 64])
-@pytest.mark.parametrize("pattern", ["causal", "random", "empty"])
+@pytest.mark.parametrize("pattern", ["causal", "random", "halves", "empty"])
 def test_small_shapes_against_references(h: int, d: int, pattern: str) -> None:
     # Unaligned S and S_kv: partial query blocks and kv tiles
     run_case(301, 1000, h, d, pattern)
@@ -981,6 +1000,8 @@ torch.save(out.cpu(), {path!r})
         ({"DG_MQA_LOGITS_SIGNED_WGMMA": "2"}, "DG_MQA_LOGITS_SIGNED_WGMMA must be 0 or 1, got '2'"),
         ({"DG_MQA_LOGITS_SPLIT_HALVES": "1"}, None),
         ({"DG_MQA_LOGITS_SPLIT_HALVES": "yes"}, "DG_MQA_LOGITS_SPLIT_HALVES must be 0 or 1, got 'yes'"),
+        ({"DG_MQA_LOGITS_PIPELINED_HALVES": "1"}, None),
+        ({"DG_MQA_LOGITS_PIPELINED_HALVES": "on"}, "DG_MQA_LOGITS_PIPELINED_HALVES must be 0 or 1, got 'on'"),
         (
             {"DG_MQA_LOGITS_SIGNED_WGMMA": "1", "DG_MQA_RELU_FORM": "max"},
             "DG_MQA_LOGITS_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max",
@@ -998,6 +1019,8 @@ torch.save(out.cpu(), {path!r})
         "bad-pieces",
         "split-on",
         "bad-split",
+        "pipelined-on",
+        "bad-pipelined",
         "pieces-with-max",
         "bad-math-wgs",
         "odd-stages",

@@ -5,8 +5,9 @@
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
 #   tests-forms the prefill GPU tests under each environment of DG_FORM_ENVS (';'-separated; default: the forms
-#               other than the default pieces + split tile: FMNMX, the pieces alone, the split tile alone, through
-#               DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES)
+#               other than the default pieces + split tile: FMNMX, the pieces alone, the split tile alone, the
+#               split tile's halves pipelined, through DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES /
+#               DG_MQA_LOGITS_PIPELINED_HALVES)
 #   ab-forms    the prefill rows (and the H = 32 row) under each of DG_FORM_ENVS (mqa-form<i>.json)
 #   ab-relu     every row with the head reduction's other form (DG_MQA_RELU_FORM): abs for the prefill, max for
 #               paged next_n = 1, abs for paged next_n = 2
@@ -52,7 +53,7 @@ if [[ $STEPS == *" tests "* ]]; then
     note "pytest stages=6 rc=$? $(tail -1 "$L/pytest-stages6.log")"
 fi
 IFS=';' read -ra FORM_ENVS <<< "${DG_FORM_ENVS:-DG_MQA_LOGITS_SIGNED_WGMMA=0;DG_MQA_LOGITS_SPLIT_HALVES=0;\
-DG_MQA_LOGITS_SIGNED_WGMMA=0 DG_MQA_LOGITS_SPLIT_HALVES=1}"
+DG_MQA_LOGITS_SIGNED_WGMMA=0 DG_MQA_LOGITS_SPLIT_HALVES=1;DG_MQA_LOGITS_PIPELINED_HALVES=1}"
 if [[ $STEPS == *" tests-forms "* ]]; then
     for i in "${!FORM_ENVS[@]}"; do
         (cd tests && env ${FORM_ENVS[$i]} timeout 200 python3 -m pytest -q -m gpu -k "not paged and not env_overrides" \
