@@ -275,60 +275,93 @@ struct Sm90Fp8MqaLogits {
         }
     }
 
-    // One tile's wgmmas: accum = kv tile . Q tile^T (kSplitHalves: queries [0, Q/2) and [Q/2, Q) as two commit
-    // groups of N = 128, the second with the pieces; a half none of whose queries has a valid key in the tile is
-    // not issued, its commit group left empty), pieces_accum = kv tile . pieces^T (kSignedSumByWgmma)
+    // The wgmmas of one half of the split tile (queries [kHalf Q/2, +Q/2): accum[kHalf * 64, +64)), of the whole
+    // tile, and of the pieces (kSignedSumByWgmma), for the current kv stage
+    template <uint32_t kHalf>
+    __device__ __forceinline__ static void mma_half(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
+        mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(desc_kv, ptx::advance_smem_desc(desc_q, kHalf * WG_N / 2 * kHeadDim),
+                                                accum + kHalf * kNumAccum / 2);
+    }
+    __device__ __forceinline__ static void mma_pieces(uint64_t desc_kv, uint64_t desc_pieces,
+                                                      float (&pieces_accum)[kNumPiecesAccum]) {
+        if constexpr (kSignedSumByWgmma)
+            mqa::mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
+    }
+
+    // One tile's wgmmas: accum = kv tile . Q tile^T, pieces_accum = kv tile . pieces^T (kSignedSumByWgmma).
+    // kSplitHalves: halves bit h says whether half h runs (a half none of whose queries has a valid key in the
+    // tile is not issued). Every commit follows a wgmma in straight-line code: an empty or conditionally filled
+    // commit group costs ptxas a dummy F16 HGMMA among the FP8 ones (run 56: 15 % slower). Groups: both halves
+    // (the first, then the second with the pieces), the first alone (it, then the pieces if any), the second
+    // alone (one group), none: nothing. Wait with wait_first_half(), then wgmma_wait<0>.
     __device__ __forceinline__ static void issue_tile(uint64_t desc_kv, uint64_t desc_q, uint64_t desc_pieces,
                                                       float (&accum)[kNumAccum],
-                                                      float (&pieces_accum)[kNumPiecesAccum], bool first_half,
-                                                      bool second_half) {
+                                                      float (&pieces_accum)[kNumPiecesAccum], uint32_t halves) {
         mqa::fence_accum(accum);
         if constexpr (kSignedSumByWgmma)
             mqa::fence_accum(pieces_accum);
         ptx::wgmma_fence();
         if constexpr (kSplitHalves) {
-            if (first_half)
-                mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(desc_kv, desc_q, accum);
-            ptx::wgmma_commit();
-            if (second_half)
-                mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(
-                    desc_kv, ptx::advance_smem_desc(desc_q, WG_N / 2 * kHeadDim), accum + kNumAccum / 2);
+            if (halves == 3) {
+                mma_half<0>(desc_kv, desc_q, accum);
+                ptx::wgmma_commit();
+                mma_half<1>(desc_kv, desc_q, accum);
+                mma_pieces(desc_kv, desc_pieces, pieces_accum);
+                ptx::wgmma_commit();
+            } else if (halves == 1) {
+                mma_half<0>(desc_kv, desc_q, accum);
+                ptx::wgmma_commit();
+                if constexpr (kSignedSumByWgmma) {
+                    mma_pieces(desc_kv, desc_pieces, pieces_accum);
+                    ptx::wgmma_commit();
+                }
+            } else if (halves == 2) {
+                mma_half<1>(desc_kv, desc_q, accum);
+                mma_pieces(desc_kv, desc_pieces, pieces_accum);
+                ptx::wgmma_commit();
+            }
         } else {
             mqa::mma_k_steps<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+            mma_pieces(desc_kv, desc_pieces, pieces_accum);
+            ptx::wgmma_commit();
         }
-        if constexpr (kSignedSumByWgmma) {
-            if (first_half || second_half)
-                mqa::mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
-        }
-        ptx::wgmma_commit();
         mqa::fence_accum(accum);
         if constexpr (kSignedSumByWgmma)
             mqa::fence_accum(pieces_accum);
     }
 
-    // kPipelinedHalves: one half of a tile's wgmmas as its own commit group (empty where the half is skipped):
-    // accum[half] = kv tile . Q rows of queries [kHalf Q/2, +Q/2)^T; the second half also issues the pieces
-    template <uint32_t kHalf>
-    __device__ __forceinline__ static void issue_half(uint64_t desc_kv, uint64_t desc_q, uint64_t desc_pieces,
-                                                      float (&accum)[kNumAccum],
-                                                      float (&pieces_accum)[kNumPiecesAccum], bool active,
-                                                      bool pieces_active) {
-        constexpr uint32_t kBegin = kHalf * kNumAccum / 2, kEnd = kBegin + kNumAccum / 2;
-        constexpr bool kWithPieces = kSignedSumByWgmma && kHalf == 1;
-        mqa::fence_accum<kBegin, kEnd>(accum);
-        if constexpr (kWithPieces)
+    // After issue_tile (kSplitHalves): the first half's wgmmas complete, the second's may still run (all complete
+    // where the first half was the tile's only group)
+    __device__ __forceinline__ static void wait_first_half(uint32_t halves) {
+        if (kSignedSumByWgmma || (halves & 2))
+            ptx::wgmma_wait<1>();
+        else
+            ptx::wgmma_wait<0>();
+    }
+
+    // kPipelinedHalves: the first half of a tile as its own commit group ...
+    __device__ __forceinline__ static void issue_first_half(uint64_t desc_kv, uint64_t desc_q,
+                                                            float (&accum)[kNumAccum]) {
+        mqa::fence_accum<0, kNumAccum / 2>(accum);
+        ptx::wgmma_fence();
+        mma_half<0>(desc_kv, desc_q, accum);
+        ptx::wgmma_commit();
+        mqa::fence_accum<0, kNumAccum / 2>(accum);
+    }
+
+    // ... and the second with the pieces
+    __device__ __forceinline__ static void issue_second_half(uint64_t desc_kv, uint64_t desc_q, uint64_t desc_pieces,
+                                                             float (&accum)[kNumAccum],
+                                                             float (&pieces_accum)[kNumPiecesAccum]) {
+        mqa::fence_accum<kNumAccum / 2, kNumAccum>(accum);
+        if constexpr (kSignedSumByWgmma)
             mqa::fence_accum(pieces_accum);
         ptx::wgmma_fence();
-        if (active)
-            mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(desc_kv, ptx::advance_smem_desc(desc_q, kHalf * WG_N / 2 * kHeadDim),
-                                                    accum + kBegin);
-        if constexpr (kWithPieces) {
-            if (pieces_active)
-                mqa::mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
-        }
+        mma_half<1>(desc_kv, desc_q, accum);
+        mma_pieces(desc_kv, desc_pieces, pieces_accum);
         ptx::wgmma_commit();
-        mqa::fence_accum<kBegin, kEnd>(accum);
-        if constexpr (kWithPieces)
+        mqa::fence_accum<kNumAccum / 2, kNumAccum>(accum);
+        if constexpr (kSignedSumByWgmma)
             mqa::fence_accum(pieces_accum);
     }
 
@@ -484,13 +517,12 @@ struct Sm90Fp8MqaLogits {
             // finish and store tile t - 1; issue B(t) with the pieces; wait for A(t) and reduce it; wait for B(t)
             // and free the stage. Nothing is in flight across the loop's back edge (ptxas serializes the
             // wgmmas when a group issued in one iteration is waited for in the next while accumulators are read).
-            // Carried from tile t - 1: its first half's sums, its kv scales and its active halves.
-            float sums[kQueriesPerWg][2] = {};  // (a skipped half: zeros, never stored)
+            // No half is skipped (conditional commit groups make ptxas serialize the wgmmas here, and the
+            // registers are full). Carried from tile t - 1: its first half's sums and its kv scales.
+            float sums[kQueriesPerWg][2];
             float prev_scale_0 = 0.0f, prev_scale_1 = 0.0f;
-            uint32_t prev_halves = 0;
             const auto finish_previous = [&]() {
-                if (prev_halves & 2)
-                    head_reduce<kQueriesPerWg / 2, kQueriesPerWg>(accum, weight, prev_scale_0, prev_scale_1, sums);
+                head_reduce<kQueriesPerWg / 2, kQueriesPerWg>(accum, weight, prev_scale_0, prev_scale_1, sums);
                 finish_tile(sums, prev_scale_0, prev_scale_1);
                 flush();
             };
@@ -498,11 +530,9 @@ struct Sm90Fp8MqaLogits {
             for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
                 const uint32_t key_0 = first_key(t);
                 const float scale_0 = load_scale(key_0), scale_1 = load_scale(key_0 + 8);
-                const uint32_t halves = active_halves(t);
-                const bool first_half = halves & 1, second_half = halves & 2;
                 const uint64_t desc_kv_stage = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
                 ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-                issue_half<0>(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum, first_half, false);
+                issue_first_half(desc_kv_stage, desc_q, accum);
                 // (B(t - 1) completed in the previous iteration; this no-op wait, all but A(t), tells ptxas so,
                 // which otherwise waits for A(t) before reading B(t - 1)'s registers)
                 ptx::wgmma_wait<1>();
@@ -511,23 +541,17 @@ struct Sm90Fp8MqaLogits {
                     mqa::fence_accum(pieces_accum);
                 if (t > 0)
                     finish_previous();
-                issue_half<1>(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum, second_half,
-                              first_half || second_half);
-
+                issue_second_half(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum);
                 ptx::wgmma_wait<1>();
                 mqa::fence_accum<0, kNumAccum / 2>(accum);
-                #pragma unroll
-                for (uint32_t q = 0; q < kQueriesPerWg; ++q)
-                    sums[q][0] = sums[q][1] = 0.0f;
-                if (first_half)
-                    head_reduce<0, kQueriesPerWg / 2>(accum, weight, scale_0, scale_1, sums);
+                head_reduce<0, kQueriesPerWg / 2>(accum, weight, scale_0, scale_1, sums);
                 ptx::wgmma_wait<0>();
                 mqa::fence_accum<kNumAccum / 2, kNumAccum>(accum);
                 if constexpr (kSignedSumByWgmma)
                     mqa::fence_accum(pieces_accum);
                 if (lane == 0)
                     ptx::mbarrier_arrive(s.empty(pipe.stage));
-                prev_scale_0 = scale_0, prev_scale_1 = scale_1, prev_halves = halves;
+                prev_scale_0 = scale_0, prev_scale_1 = scale_1;
                 reduced_key_0 = key_0;
             }
             finish_previous();  // (num_tiles > 0: the math role runs only then)
@@ -555,8 +579,7 @@ struct Sm90Fp8MqaLogits {
                 ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
             const uint64_t desc_kv_stage = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
             const uint32_t halves = kSplitHalves ? active_halves(t) : 3u;
-            const bool first_half = halves & 1, second_half = halves & 2;
-            issue_tile(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum, first_half, second_half);
+            issue_tile(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum, halves);
             if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
             // (In a branch: ptxas keeps it after the last wgmma and the turn's pass; unconditional, it hoisted
@@ -568,11 +591,11 @@ struct Sm90Fp8MqaLogits {
             // kSplitHalves: the first half's queries while the second half's wgmmas run
             float sums[kQueriesPerWg][2] = {};  // (a skipped half: zeros, never stored)
             if constexpr (kSplitHalves) {
-                ptx::wgmma_wait<1>();
+                wait_first_half(halves);
                 mqa::fence_accum<0, kNumAccum / 2>(accum);
                 // (In a branch the compiler cannot fold: straight-line, ptxas sinks this half's FFMAs below the
                 // second wait, where they no longer overlap the second half's wgmmas)
-                if (first_half && ptx::lane_id() < 32)
+                if ((halves & 1) && ptx::lane_id() < 32)
                     head_reduce<0, kQueriesPerWg / 2>(accum, weight, scale_0, scale_1, sums);
             }
             ptx::wgmma_wait<0>();
@@ -581,7 +604,7 @@ struct Sm90Fp8MqaLogits {
                 mqa::fence_accum(pieces_accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
-            if (second_half)
+            if (halves & 2)
                 head_reduce<kSplitHalves ? kQueriesPerWg / 2 : 0, kQueriesPerWg>(accum, weight, scale_0, scale_1, sums);
 
             finish_tile(sums, scale_0, scale_1);
