@@ -134,10 +134,6 @@ COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (6
     dict(num_heads=64, head_dim=128, split_halves=1),
     dict(num_heads=32, head_dim=64, split_halves=1, is_compressed=1),
     dict(num_heads=64, head_dim=128, relu_by_abs=1, signed_sum_wgmma=1, split_halves=1),
-    dict(
-        num_heads=64, head_dim=128, relu_by_abs=1, signed_sum_wgmma=1, split_halves=1, ping_pong=0, pipelined_halves=1
-    ),
-    dict(num_heads=32, head_dim=64, split_halves=1, ping_pong=0, pipelined_halves=1, is_compressed=1, out_bf16=1),
 ]
 
 
@@ -152,7 +148,6 @@ def case_id(cfg: dict) -> str:
         relu_by_abs="abs",
         signed_sum_wgmma="pieces",
         split_halves="split",
-        pipelined_halves="pipelined",
     )
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
@@ -173,35 +168,29 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
     assert os.path.getsize(result["cubin_path"]) > 0
     lines = dump_sass(result["cubin_path"]).splitlines()
-    # One m64n256k32 FP8 wgmma per 32 of D per 64-key tile; with the signed sums' pieces (4 rows per query) one
-    # m64n(4 x queries)k32 more. The split tile: two m64n128k32, waited for one group at a time, issued in three
-    # straight-line paths (both halves, the first alone, the second alone: a half with no valid key in the tile is
-    # skipped); the pipelined halves: one path (never skipped), per tile a wait for all but the first half, the
-    # first half, then all, and the end of a tile (the second half's reduction, the quad reduce-scatter, the
-    # stores) also once after the loop
+    # One m64n256k32 FP8 wgmma per 32 of D per 64-key tile (the split tile: two m64n128k32, waited for one group
+    # at a time); with the signed sums' pieces (4 rows per query) one m64n(4 x queries)k32 more
     pieces = cfg.get("signed_sum_wgmma", 0) != 0
     split = cfg.get("split_halves", 0) != 0
-    pipelined = cfg.get("pipelined_halves", 0) != 0
     queries = 256 // cfg["num_heads"]
     k_steps = cfg["head_dim"] // 32
     qgmma = [line for line in lines if "QGMMA" in line]
-    halves, pieces_copies = (2, 1) if pipelined else (4, 3) if split else (0, 1)
-    assert len(qgmma) == k_steps * (halves + (halves == 0) + pieces * pieces_copies), f"found {len(qgmma)} QGMMA"
-    assert sum("64x128x32" in line for line in qgmma) == halves * k_steps, qgmma
-    assert sum("64x256x32" in line for line in qgmma) == (halves == 0) * k_steps, qgmma
+    assert len(qgmma) == k_steps * (1 + split + pieces), f"found {len(qgmma)} QGMMA"
+    if split:
+        assert sum("64x128x32" in line for line in qgmma) == 2 * k_steps, qgmma
+    else:
+        assert sum("64x256x32" in line for line in qgmma) == k_steps, qgmma
     if pieces:
-        assert sum(f"64x{4 * queries}x32" in line for line in qgmma) == pieces_copies * k_steps, qgmma
-    # (split without the pieces: the first wait is for all groups where the first half runs alone)
-    waits = 3 if pipelined else 1 + split + (split and not pieces)
-    assert sum("WARPGROUP.DEPBAR" in line for line in lines) == waits
-    # No F16 wgmma: ptxas puts a dummy HGMMA where a commit group may be empty (run 56: 15 % slower)
-    assert not any("HGMMA" in line for line in lines), "a dummy HGMMA: a commit group that may be empty"
+        assert sum(f"64x{4 * queries}x32" in line for line in qgmma) == k_steps, qgmma
+    assert sum("WARPGROUP.DEPBAR" in line for line in lines) == 1 + split
     assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
+    # Nor a dummy F16 HGMMA, which ptxas puts where a commit group may be empty (run 56: 15 % slower)
+    assert not any("HGMMA" in line for line in lines), "a dummy HGMMA: a commit group that may be empty"
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("USETMAXREG" in line for line in lines) == 2
     assert any("UTMALDG" in line for line in lines)
     # The quad reduce-scatter over the heads: 2 rounds, (256 / H) / 2 + (256 / H) / 4 shuffles per key row
-    assert sum("SHFL.BFLY" in line for line in lines) == (1 + pipelined) * 2 * (queries // 2 + queries // 4)
+    assert sum("SHFL.BFLY" in line for line in lines) == 2 * (queries // 2 + queries // 4)
     # Ping-pong (the default): the turn barriers, one wait and at least one pass per tile; the pieces: one more
     # wait (each warpgroup's pieces written before its first wgmma)
     ping_pong = cfg.get("ping_pong", 1) != 0
@@ -210,7 +199,7 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     assert sum("BAR.SYNC" in line for line in lines) == num_sync, [x for x in lines if "BAR." in x]
     # The pieces' split takes the maximum of each lane's D / 32 values per piece (4 pieces): FMNMX, not per accumulator
     split_fmnmx = 4 * (cfg["head_dim"] // 32) if pieces else 0
-    check_relu_form(lines, 128 + 64 * pipelined, cfg.get("relu_by_abs", 0) != 0, extra_fmnmx=split_fmnmx)
+    check_relu_form(lines, num_accum=128, by_abs=cfg.get("relu_by_abs", 0) != 0, extra_fmnmx=split_fmnmx)
 
 
 def check_relu_form(lines: list[str], num_accum: int, by_abs: bool, extra_fmnmx: int = 0) -> None:
@@ -267,10 +256,6 @@ def test_bad_static_config_fails_to_compile(cache_dir) -> None:
     ):
         with pytest.raises(ValueError, match="split_halves needs num_heads 64, or 32 without signed_sum_wgmma"):
             deep_gemm.compile_kernel("sm90_fp8_mqa_logits", cfg)
-    # The pipelined halves schedule the split tile's halves, without the ping-pong turns
-    for cfg in (dict(pipelined_halves=1, ping_pong=0), dict(split_halves=1, pipelined_halves=1)):
-        with pytest.raises(ValueError, match="pipelined_halves needs split_halves=1 and ping_pong=0"):
-            deep_gemm.compile_kernel("sm90_fp8_mqa_logits", cfg)
 
 
 # ----------------------------------------------------------------------------- GPU tier
@@ -294,8 +279,8 @@ def make_inputs(s: int, s_kv: int, h: int, d: int, seed: int = 0, negative_scale
 def key_ranges(s: int, s_kv: int, pattern: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """ks, ke int32 [S]: 'causal' (the queries are the last S of S_kv keys), 'cp' (context parallel: two
     halves of queries at two offsets, each with a sliding start), 'random', 'halves' (pairs of queries alternate
-    between two disjoint key ranges, every 5th query empty: the two halves of an H = 64 split tile never share a
-    key tile, so each skips the tiles of the other) or 'empty' rows mixed in."""
+    between two disjoint key ranges, every 5th query empty: a CTA's union of ranges has a gap, and its two math
+    warpgroups' queries share few key tiles) or 'empty' rows mixed in."""
     g = torch.Generator().manual_seed(seed)
     i = torch.arange(s, dtype=torch.int64)
     if pattern == "causal":
@@ -1005,8 +990,12 @@ torch.save(out.cpu(), {path!r})
         ({"DG_MQA_LOGITS_SIGNED_WGMMA": "2"}, "DG_MQA_LOGITS_SIGNED_WGMMA must be 0 or 1, got '2'"),
         ({"DG_MQA_LOGITS_SPLIT_HALVES": "1"}, None),
         ({"DG_MQA_LOGITS_SPLIT_HALVES": "yes"}, "DG_MQA_LOGITS_SPLIT_HALVES must be 0 or 1, got 'yes'"),
-        ({"DG_MQA_LOGITS_PIPELINED_HALVES": "1"}, None),
-        ({"DG_MQA_LOGITS_PIPELINED_HALVES": "on"}, "DG_MQA_LOGITS_PIPELINED_HALVES must be 0 or 1, got 'on'"),
+        ({"DG_MQA_LOGITS_KV_SPLIT": "192"}, None),
+        (
+            {"DG_MQA_LOGITS_KV_SPLIT": "100"},
+            "DG_MQA_LOGITS_KV_SPLIT must be a multiple of 64 in [64, 1048576], got '100'",
+        ),
+        ({"DG_MQA_LOGITS_KV_SPLIT": "0"}, "DG_MQA_LOGITS_KV_SPLIT must be a multiple of 64 in [64, 1048576], got '0'"),
         (
             {"DG_MQA_LOGITS_SIGNED_WGMMA": "1", "DG_MQA_RELU_FORM": "max"},
             "DG_MQA_LOGITS_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max",
@@ -1024,8 +1013,9 @@ torch.save(out.cpu(), {path!r})
         "bad-pieces",
         "split-on",
         "bad-split",
-        "pipelined-on",
-        "bad-pipelined",
+        "kv-split-192",
+        "kv-split-100",
+        "kv-split-0",
         "pieces-with-max",
         "bad-math-wgs",
         "odd-stages",

@@ -5,10 +5,11 @@
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
 #   tests-forms the prefill GPU tests under each environment of DG_FORM_ENVS (';'-separated; default: the forms
-#               other than the default pieces + split tile: FMNMX, the pieces alone, the split tile alone, the
-#               split tile's halves pipelined, through DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES /
-#               DG_MQA_LOGITS_PIPELINED_HALVES)
+#               other than the default pieces + split tile: FMNMX, the pieces alone, the split tile alone, through
+#               DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES)
 #   ab-forms    the prefill rows (and the H = 32 row) under each of DG_FORM_ENVS (mqa-form<i>.json)
+#   ab-kv-split the prefill rows (and the H = 32 row) at each key chunk per CTA of DG_KV_SPLITS (default
+#               "2048 8192 16384", DG_MQA_LOGITS_KV_SPLIT; the heuristic's is in the bench step) (mqa-kv<C>.json)
 #   ab-relu     every row with the head reduction's other form (DG_MQA_RELU_FORM): abs for the prefill, max for
 #               paged next_n = 1, abs for paged next_n = 2
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
@@ -53,7 +54,7 @@ if [[ $STEPS == *" tests "* ]]; then
     note "pytest stages=6 rc=$? $(tail -1 "$L/pytest-stages6.log")"
 fi
 IFS=';' read -ra FORM_ENVS <<< "${DG_FORM_ENVS:-DG_MQA_LOGITS_SIGNED_WGMMA=0;DG_MQA_LOGITS_SPLIT_HALVES=0;\
-DG_MQA_LOGITS_SIGNED_WGMMA=0 DG_MQA_LOGITS_SPLIT_HALVES=1;DG_MQA_LOGITS_PIPELINED_HALVES=1}"
+DG_MQA_LOGITS_SIGNED_WGMMA=0 DG_MQA_LOGITS_SPLIT_HALVES=1}"
 if [[ $STEPS == *" tests-forms "* ]]; then
     for i in "${!FORM_ENVS[@]}"; do
         (cd tests && env ${FORM_ENVS[$i]} timeout 200 python3 -m pytest -q -m gpu -k "not paged and not env_overrides" \
@@ -65,6 +66,11 @@ fi
 if [[ $STEPS == *" ab-forms "* ]]; then
     for i in "${!FORM_ENVS[@]}"; do
         (export ${FORM_ENVS[$i]}; bench "mqa-form$i" $PREFILL 4096x16384x32x128)
+    done
+fi
+if [[ $STEPS == *" ab-kv-split "* ]]; then
+    for c in ${DG_KV_SPLITS:-2048 8192 16384}; do
+        DG_MQA_LOGITS_KV_SPLIT=$c bench "mqa-kv$c" $PREFILL 4096x16384x32x128
     done
 fi
 [[ $STEPS == *" ab-prefill "* ]] && DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL

@@ -26,16 +26,14 @@ struct MqaLogitsConfig {
     bool signed_sum_wgmma = false;
     // each math warpgroup's tile as two commit groups of N = 128: the first half reduced while the second's wgmmas run
     bool split_halves = false;
-    // the split tile's halves pipelined across tiles (each half's next wgmmas issued once it is reduced); no ping-pong
-    bool pipelined_halves = false;
     uint32_t num_kv_per_split = 4096;  // C: keys (and output columns) per CTA, a multiple of 64
     uint32_t smem_bytes = 0;
 
     std::string describe() const {
         return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} ping_pong={} relu_by_abs={} "
-                           "signed_sum_wgmma={} split_halves={} pipelined_halves={} split={} smem={}", num_heads,
-                           head_dim, num_stages, is_compressed, clean_logits, out_bf16, ping_pong, relu_by_abs,
-                           signed_sum_wgmma, split_halves, pipelined_halves, num_kv_per_split, smem_bytes);
+                           "signed_sum_wgmma={} split_halves={} split={} smem={}", num_heads, head_dim, num_stages,
+                           is_compressed, clean_logits, out_bf16, ping_pong, relu_by_abs, signed_sum_wgmma,
+                           split_halves, num_kv_per_split, smem_bytes);
     }
 };
 
@@ -95,13 +93,10 @@ inline bool mqa_logits_split_halves_fit(const MqaLogitsConfig& c) {
 // The prefill's head-reduction form after the A/B overrides, shared memory recomputed: DG_MQA_RELU_FORM (above;
 // "abs" is the two-FFMA form, without the pieces), DG_MQA_LOGITS_SIGNED_WGMMA ("1": the signed sums from e4m3
 // pieces on the tensor core, which complete the |x| form, applied where H is 32 or 64; "0": off) and
-// DG_MQA_LOGITS_SPLIT_HALVES ("1": applied where mqa_logits_split_halves_fit; "0": off), and
-// DG_MQA_LOGITS_PIPELINED_HALVES ("1": the split tile's halves pipelined across tiles wherever the split tile
-// applies, without ping-pong; "0": off).
+// DG_MQA_LOGITS_SPLIT_HALVES ("1": applied where mqa_logits_split_halves_fit; "0": off).
 inline void apply_mqa_logits_form_overrides(MqaLogitsConfig& c) {
     static const std::string signed_env = get_env("DG_MQA_LOGITS_SIGNED_WGMMA");
     static const std::string split_env = get_env("DG_MQA_LOGITS_SPLIT_HALVES");
-    static const std::string pipelined_env = get_env("DG_MQA_LOGITS_PIPELINED_HALVES");
     const std::optional<bool> relu_by_abs = mqa_relu_by_abs_override();
     if (relu_by_abs.has_value())
         c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
@@ -122,14 +117,6 @@ inline void apply_mqa_logits_form_overrides(MqaLogitsConfig& c) {
         c.split_halves = c.split_halves && c.signed_sum_wgmma;  // the default split goes with the pieces
     }
     c.split_halves = c.split_halves && mqa_logits_split_halves_fit(c);
-    if (!pipelined_env.empty()) {
-        DG_CHECK_INPUT(pipelined_env == "0" || pipelined_env == "1",
-                       "DG_MQA_LOGITS_PIPELINED_HALVES must be 0 or 1, got '{}'", pipelined_env);
-        c.pipelined_halves = pipelined_env == "1";
-    }
-    c.pipelined_halves = c.pipelined_halves && c.split_halves;
-    if (c.pipelined_halves)
-        c.ping_pong = false;
     c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
 }
 

@@ -23,11 +23,11 @@ inline jit::KernelSource render_sm90_fp8_mqa_logits(const MqaLogitsConfig& c) {
             fmt::format("#include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.num_heads, c.head_dim, c.num_stages, flag(c.is_compressed), flag(c.clean_logits),
                         flag(c.out_bf16), flag(c.ping_pong), flag(c.relu_by_abs), flag(c.signed_sum_wgmma),
-                        flag(c.split_halves), flag(c.pipelined_halves))};
+                        flag(c.split_halves))};
 }
 
 // A config from named integer parameters (the compile-only entry point).
@@ -47,11 +47,8 @@ inline MqaLogitsConfig mqa_logits_config_from_params(const std::map<std::string,
     c.relu_by_abs = get("relu_by_abs", 0) != 0;
     c.signed_sum_wgmma = get("signed_sum_wgmma", 0) != 0;
     c.split_halves = get("split_halves", 0) != 0;
-    c.pipelined_halves = get("pipelined_halves", 0) != 0;
     DG_CHECK_INPUT(!c.split_halves || mqa_logits_split_halves_fit(c),
                    "split_halves needs num_heads 64, or 32 without signed_sum_wgmma");
-    DG_CHECK_INPUT(!c.pipelined_halves || (c.split_halves && !c.ping_pong),
-                   "pipelined_halves needs split_halves=1 and ping_pong=0");
     DG_CHECK_INPUT(!c.signed_sum_wgmma || (c.relu_by_abs && c.num_heads >= 32),
                    "signed_sum_wgmma needs relu_by_abs=1 and num_heads 32 or 64");
     c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
@@ -82,17 +79,25 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     static const bool ping_pong = get_env_flag("DG_MQA_LOGITS_PING_PONG", true);
     c.ping_pong = ping_pong;
     apply_mqa_logits_form_overrides(c);
+    // DG_MQA_LOGITS_KV_SPLIT: the keys per CTA (C) instead of the heuristic's (for sweeps; any multiple of 64 gives
+    // the same bits: each output is one 64-key tile's sums either way)
+    static const uint32_t forced_split =
+        get_env_uint("DG_MQA_LOGITS_KV_SPLIT", 64, 1u << 20, "a multiple of 64 in [64, 1048576]");
+    if (forced_split != 0) {
+        DG_CHECK_INPUT(forced_split % 64 == 0, "DG_MQA_LOGITS_KV_SPLIT must be a multiple of 64 in [64, 1048576], got "
+                       "'{}'", forced_split);
+        c.num_kv_per_split = forced_split;
+    }
 
     const auto stream = jit::current_stream(device);
-    static std::map<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool, bool, bool>,
-                    const jit::Kernel*>
+    static std::map<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool, bool>, const jit::Kernel*>
         kernels;
     static std::mutex mutex;
     const jit::Kernel* kernel;
     {
         std::lock_guard lock(mutex);
         auto& slot = kernels[{device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16, c.ping_pong,
-                              c.relu_by_abs, c.signed_sum_wgmma, c.split_halves, c.pipelined_halves}];
+                              c.relu_by_abs, c.signed_sum_wgmma, c.split_halves}];
         if (slot == nullptr) {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),

@@ -89,8 +89,7 @@ struct KeyRange {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves,
-          bool kPipelinedHalves>
+          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
 struct Sm90Fp8MqaLogits {
     static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
     static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
@@ -137,8 +136,6 @@ struct Sm90Fp8MqaLogits {
                   "the signed sums by wgmma complete the |x| form, at H = 64 or 32 (registers)");
     static_assert(!kSplitHalves || kQueriesPerWg == 4 || (kQueriesPerWg == 8 && !kSignedSumByWgmma),
                   "the split tile fits at H = 64, and at H = 32 without the pieces (registers)");
-    static_assert(!kPipelinedHalves || (kSplitHalves && !kPingPong),
-                  "the pipelined halves are a schedule of the split tile, without the ping-pong turns");
 
     // Shared-memory map (buffers found by arithmetic: a pointer array indexed at run time would be local memory)
     struct SharedStorage {
@@ -275,92 +272,27 @@ struct Sm90Fp8MqaLogits {
         }
     }
 
-    // The wgmmas of one half of the split tile (queries [kHalf Q/2, +Q/2): accum[kHalf * 64, +64)), of the whole
-    // tile, and of the pieces (kSignedSumByWgmma), for the current kv stage
-    template <uint32_t kHalf>
-    __device__ __forceinline__ static void mma_half(uint64_t desc_kv, uint64_t desc_q, float (&accum)[kNumAccum]) {
-        mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(desc_kv, ptx::advance_smem_desc(desc_q, kHalf * WG_N / 2 * kHeadDim),
-                                                accum + kHalf * kNumAccum / 2);
-    }
-    __device__ __forceinline__ static void mma_pieces(uint64_t desc_kv, uint64_t desc_pieces,
-                                                      float (&pieces_accum)[kNumPiecesAccum]) {
-        if constexpr (kSignedSumByWgmma)
-            mqa::mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
-    }
-
-    // One tile's wgmmas: accum = kv tile . Q tile^T, pieces_accum = kv tile . pieces^T (kSignedSumByWgmma).
-    // kSplitHalves: halves bit h says whether half h runs (a half none of whose queries has a valid key in the
-    // tile is not issued). Every commit follows a wgmma in straight-line code: an empty or conditionally filled
-    // commit group costs ptxas a dummy F16 HGMMA among the FP8 ones (run 56: 15 % slower). Groups: both halves
-    // (the first, then the second with the pieces), the first alone (it, then the pieces if any), the second
-    // alone (one group), none: nothing. Wait with wait_first_half(), then wgmma_wait<0>.
+    // One tile's wgmmas: accum = kv tile . Q tile^T (kSplitHalves: queries [0, Q/2) and [Q/2, Q) as two commit
+    // groups of N = 128, the second with the pieces), pieces_accum = kv tile . pieces^T (kSignedSumByWgmma)
     __device__ __forceinline__ static void issue_tile(uint64_t desc_kv, uint64_t desc_q, uint64_t desc_pieces,
                                                       float (&accum)[kNumAccum],
-                                                      float (&pieces_accum)[kNumPiecesAccum], uint32_t halves) {
+                                                      float (&pieces_accum)[kNumPiecesAccum]) {
         mqa::fence_accum(accum);
         if constexpr (kSignedSumByWgmma)
             mqa::fence_accum(pieces_accum);
         ptx::wgmma_fence();
         if constexpr (kSplitHalves) {
-            if (halves == 3) {
-                mma_half<0>(desc_kv, desc_q, accum);
-                ptx::wgmma_commit();
-                mma_half<1>(desc_kv, desc_q, accum);
-                mma_pieces(desc_kv, desc_pieces, pieces_accum);
-                ptx::wgmma_commit();
-            } else if (halves == 1) {
-                mma_half<0>(desc_kv, desc_q, accum);
-                ptx::wgmma_commit();
-                if constexpr (kSignedSumByWgmma) {
-                    mma_pieces(desc_kv, desc_pieces, pieces_accum);
-                    ptx::wgmma_commit();
-                }
-            } else if (halves == 2) {
-                mma_half<1>(desc_kv, desc_q, accum);
-                mma_pieces(desc_kv, desc_pieces, pieces_accum);
-                ptx::wgmma_commit();
-            }
+            mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(desc_kv, desc_q, accum);
+            ptx::wgmma_commit();
+            mqa::mma_k_steps<WgmmaHalf, kNumKSteps>(
+                desc_kv, ptx::advance_smem_desc(desc_q, WG_N / 2 * kHeadDim), accum + kNumAccum / 2);
         } else {
             mqa::mma_k_steps<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
-            mma_pieces(desc_kv, desc_pieces, pieces_accum);
-            ptx::wgmma_commit();
         }
+        if constexpr (kSignedSumByWgmma)
+            mqa::mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
+        ptx::wgmma_commit();
         mqa::fence_accum(accum);
-        if constexpr (kSignedSumByWgmma)
-            mqa::fence_accum(pieces_accum);
-    }
-
-    // After issue_tile (kSplitHalves): the first half's wgmmas complete, the second's may still run (all complete
-    // where the first half was the tile's only group)
-    __device__ __forceinline__ static void wait_first_half(uint32_t halves) {
-        if (kSignedSumByWgmma || (halves & 2))
-            ptx::wgmma_wait<1>();
-        else
-            ptx::wgmma_wait<0>();
-    }
-
-    // kPipelinedHalves: the first half of a tile as its own commit group ...
-    __device__ __forceinline__ static void issue_first_half(uint64_t desc_kv, uint64_t desc_q,
-                                                            float (&accum)[kNumAccum]) {
-        mqa::fence_accum<0, kNumAccum / 2>(accum);
-        ptx::wgmma_fence();
-        mma_half<0>(desc_kv, desc_q, accum);
-        ptx::wgmma_commit();
-        mqa::fence_accum<0, kNumAccum / 2>(accum);
-    }
-
-    // ... and the second with the pieces
-    __device__ __forceinline__ static void issue_second_half(uint64_t desc_kv, uint64_t desc_q, uint64_t desc_pieces,
-                                                             float (&accum)[kNumAccum],
-                                                             float (&pieces_accum)[kNumPiecesAccum]) {
-        mqa::fence_accum<kNumAccum / 2, kNumAccum>(accum);
-        if constexpr (kSignedSumByWgmma)
-            mqa::fence_accum(pieces_accum);
-        ptx::wgmma_fence();
-        mma_half<1>(desc_kv, desc_q, accum);
-        mma_pieces(desc_kv, desc_pieces, pieces_accum);
-        ptx::wgmma_commit();
-        mqa::fence_accum<kNumAccum / 2, kNumAccum>(accum);
         if constexpr (kSignedSumByWgmma)
             mqa::fence_accum(pieces_accum);
     }
@@ -475,93 +407,9 @@ struct Sm90Fp8MqaLogits {
 
         float accum[kNumAccum];
         float pieces_accum[kNumPiecesAccum];  // kSignedSumByWgmma: kv tile . pieces^T
-
-        // A tile's end: the quad reduce-scatter of sums (round 1 keeps queries of lane bit 0's parity, round 2
-        // those of bit 1's); with the pieces, relu from sum_h x_h w_h (their wgmmas) and the reduced sum_h |x_h| w_h
-        const auto finish_tile = [&](float (&sums)[kQueriesPerWg][2], float scale_0, float scale_1) {
-            mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
-            if constexpr (kSignedSumByWgmma) {
-                #pragma unroll
-                for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
-                    #pragma unroll
-                    for (uint32_t h = 0; h < 2; ++h) {
-                        float signed_sum = 0.0f;  // smallest piece first
-                        #pragma unroll
-                        for (uint32_t p = Pieces::kNumPieces; p-- > 0;)
-                            signed_sum = fmaf(piece_scale[m][p], pieces_accum[Pieces::accum_index(m, p, h)],
-                                              signed_sum);
-                        reduced[m][h] = mqa::relu_from_sums(h == 0 ? scale_0 : scale_1, signed_sum, reduced[m][h]);
-                    }
-                }
-            }
-        };
-        // kSplitHalves: bit h set where a query of half h (queries [h Q/2, +Q/2) of the warpgroup) has a valid key in
-        // tile t; a half that has none skips its wgmmas and its reduction (the context-parallel pattern's random
-        // starts make a CTA's union of ranges ~1.4x the average range, a half's of 2 queries at H = 64 ~1.2x).
-        // Every warp of the warpgroup holds the same queries' ranges, so every warp finds the same bits.
-        const auto active_halves = [&](uint32_t t) {
-            const uint32_t tile_begin = kv_first + t * BLOCK_KV;
-            uint32_t bits = 0;
-            #pragma unroll
-            for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
-                if (ranges[m].begin < tile_begin + BLOCK_KV && ranges[m].end > tile_begin)
-                    bits |= 1u << ((4 * m + lane % 4) / (kQueriesPerWg / 2));
-            }
-            return __reduce_or_sync(0xffffffff, bits);
-        };
-
         PipelineState<kNumStages> pipe;
-        if constexpr (kPipelinedHalves) {
-            // Tile t - 1's second half is reduced while tile t's first half runs on the tensor core, and tile t's
-            // first half while its second half runs: per tile t, issue A(t) (the first half); reduce B(t - 1),
-            // finish and store tile t - 1; issue B(t) with the pieces; wait for A(t) and reduce it; wait for B(t)
-            // and free the stage. Nothing is in flight across the loop's back edge (ptxas serializes the
-            // wgmmas when a group issued in one iteration is waited for in the next while accumulators are read).
-            // No half is skipped (conditional commit groups make ptxas serialize the wgmmas here, and the
-            // registers are full). Carried from tile t - 1: its first half's sums and its kv scales.
-            float sums[kQueriesPerWg][2];
-            float prev_scale_0 = 0.0f, prev_scale_1 = 0.0f;
-            const auto finish_previous = [&]() {
-                head_reduce<kQueriesPerWg / 2, kQueriesPerWg>(accum, weight, prev_scale_0, prev_scale_1, sums);
-                finish_tile(sums, prev_scale_0, prev_scale_1);
-                flush();
-            };
-            #pragma unroll 1
-            for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
-                const uint32_t key_0 = first_key(t);
-                const float scale_0 = load_scale(key_0), scale_1 = load_scale(key_0 + 8);
-                const uint64_t desc_kv_stage = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
-                ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-                issue_first_half(desc_kv_stage, desc_q, accum);
-                // (B(t - 1) completed in the previous iteration; this no-op wait, all but A(t), tells ptxas so,
-                // which otherwise waits for A(t) before reading B(t - 1)'s registers)
-                ptx::wgmma_wait<1>();
-                mqa::fence_accum<kNumAccum / 2, kNumAccum>(accum);
-                if constexpr (kSignedSumByWgmma)
-                    mqa::fence_accum(pieces_accum);
-                if (t > 0)
-                    finish_previous();
-                issue_second_half(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum);
-                ptx::wgmma_wait<1>();
-                mqa::fence_accum<0, kNumAccum / 2>(accum);
-                head_reduce<0, kQueriesPerWg / 2>(accum, weight, scale_0, scale_1, sums);
-                ptx::wgmma_wait<0>();
-                mqa::fence_accum<kNumAccum / 2, kNumAccum>(accum);
-                if constexpr (kSignedSumByWgmma)
-                    mqa::fence_accum(pieces_accum);
-                if (lane == 0)
-                    ptx::mbarrier_arrive(s.empty(pipe.stage));
-                prev_scale_0 = scale_0, prev_scale_1 = scale_1;
-                reduced_key_0 = key_0;
-            }
-            finish_previous();  // (num_tiles > 0: the math role runs only then)
-            return;
-        }
         if (kPingPong && wg_idx == 1)
             ptx::named_barrier_arrive(kTurnBarrier, kNumMathThreads);  // warpgroup 0 issues first
-        // kSplitHalves: the next tile's active halves, found while this tile's wgmmas run (off the chain from the
-        // wait for the stage to the issue: run 57, found there, the skip cost 8 % on the causal rows)
-        uint32_t next_halves = kSplitHalves ? active_halves(0) : 3u;
         #pragma unroll 1
         for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
             const uint32_t key_0 = first_key(t);
@@ -581,12 +429,9 @@ struct Sm90Fp8MqaLogits {
             if constexpr (kPingPong)
                 ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
             const uint64_t desc_kv_stage = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
-            const uint32_t halves = next_halves;
-            issue_tile(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum, halves);
+            issue_tile(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum);
             if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
-            if (kSplitHalves && t + 1 < num_tiles)
-                next_halves = active_halves(t + 1);
             // (In a branch: ptxas keeps it after the last wgmma and the turn's pass; unconditional, it hoisted
             // work between the wgmmas, delaying the pass to the other warpgroup, run 30)
             if (kDeferFlush && t > 0)
@@ -594,13 +439,13 @@ struct Sm90Fp8MqaLogits {
 
             // Per query and key: sum_h relu(x_h s) w_h (any sign of s), or, with the pieces, sum_h |x_h| w_h;
             // kSplitHalves: the first half's queries while the second half's wgmmas run
-            float sums[kQueriesPerWg][2] = {};  // (a skipped half: zeros, never stored)
+            float sums[kQueriesPerWg][2];
             if constexpr (kSplitHalves) {
-                wait_first_half(halves);
+                ptx::wgmma_wait<1>();
                 mqa::fence_accum<0, kNumAccum / 2>(accum);
                 // (In a branch the compiler cannot fold: straight-line, ptxas sinks this half's FFMAs below the
                 // second wait, where they no longer overlap the second half's wgmmas)
-                if ((halves & 1) && ptx::lane_id() < 32)
+                if (ptx::lane_id() < 32)
                     head_reduce<0, kQueriesPerWg / 2>(accum, weight, scale_0, scale_1, sums);
             }
             ptx::wgmma_wait<0>();
@@ -609,10 +454,25 @@ struct Sm90Fp8MqaLogits {
                 mqa::fence_accum(pieces_accum);
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
-            if (halves & 2)
-                head_reduce<kSplitHalves ? kQueriesPerWg / 2 : 0, kQueriesPerWg>(accum, weight, scale_0, scale_1, sums);
+            head_reduce<kSplitHalves ? kQueriesPerWg / 2 : 0, kQueriesPerWg>(accum, weight, scale_0, scale_1, sums);
 
-            finish_tile(sums, scale_0, scale_1);
+            // Quad reduce-scatter: round 1 keeps queries of lane bit 0's parity, round 2 those of bit 1's
+            mqa::QuadReduce<kQueriesPerWg>::run(sums, reduced, lane);
+            if constexpr (kSignedSumByWgmma) {
+                // relu from sum_h x_h w_h (the pieces' wgmmas) and the reduced sum_h |x_h| w_h
+                #pragma unroll
+                for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
+                    #pragma unroll
+                    for (uint32_t h = 0; h < 2; ++h) {
+                        float signed_sum = 0.0f;  // smallest piece first
+                        #pragma unroll
+                        for (uint32_t p = Pieces::kNumPieces; p-- > 0;)
+                            signed_sum = fmaf(piece_scale[m][p], pieces_accum[Pieces::accum_index(m, p, h)],
+                                              signed_sum);
+                        reduced[m][h] = mqa::relu_from_sums(h == 0 ? scale_0 : scale_1, signed_sum, reduced[m][h]);
+                    }
+                }
+            }
             reduced_key_0 = key_0;
             if constexpr (!kDeferFlush)
                 flush();
@@ -623,8 +483,7 @@ struct Sm90Fp8MqaLogits {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves,
-          bool kPipelinedHalves>
+          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
 __global__ void __launch_bounds__(384, 1)
 sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
                            const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
@@ -632,7 +491,7 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
                            uint64_t ld_logits, const __grid_constant__ TmaDescriptor tma_q,
                            const __grid_constant__ TmaDescriptor tma_kv) {
     using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kPingPong,
-                                    kReluByAbs, kSignedSumByWgmma, kSplitHalves, kPipelinedHalves>;
+                                    kReluByAbs, kSignedSumByWgmma, kSplitHalves>;
     using OutBits = typename Kernel::OutBits;
 
     // Shared memory, 1024-byte aligned for the swizzle
