@@ -1,9 +1,9 @@
 // Config choice for the SM90 FP8 MQA-logits kernel (pure function of the problem and the device).
 //
 // The kernel is not persistent: CTA (b, p) takes BLOCK_Q = 2 * 256 / H queries and a chunk of C keys.
-// A chunk long enough amortizes each CTA's setup (barrier init, Q load, pipeline fill: a few us, against
-// ~0.3 us of tensor-core time per 64-key tile at H = 64, D = 128); short enough that there are several
-// CTAs per SM to balance uneven (causal, context-parallel) ranges. Stages: as many as fit in 8 x 8 KB.
+// A chunk long enough amortizes each CTA's setup (barrier init, Q load, the pieces, pipeline fill: a few us,
+// against ~0.3 us of tensor-core time per 64-key tile at H = 64, D = 128); short enough that the grid fills the
+// SMs (measured: mqa_logits_split). Stages: as many as fit in 8 x 8 KB.
 #pragma once
 
 #include <algorithm>
@@ -47,11 +47,15 @@ inline uint32_t mqa_logits_smem_bytes(uint32_t num_heads, uint32_t head_dim, uin
 
 inline uint32_t mqa_logits_block_q(uint32_t num_heads) { return 2 * 256 / num_heads; }
 
-// The key chunk per CTA: 4096 keys, halved (down to 512) while the grid would hold fewer than 4 CTAs per SM.
+// The key chunk per CTA: 8192 keys, halved (down to 512) while the grid would hold fewer CTAs than SMs. Run 59
+// (DG_MQA_LOGITS_KV_SPLIT sweep, every H = 64 bench row and the H = 32 one): 8192 against the earlier rule (4096,
+// halved while fewer than 4 CTAs per SM) 821 -> 852 TFLOPS geomean, the S_kv = 8192 rows 1-12 % faster (one chunk
+// per query block: the Q tile, the pieces and the pipeline fill paid once per row block), 2048 x 65536 causal 4 %
+// slower; 16384: 849; 2048: 771.
 inline uint32_t mqa_logits_split(uint64_t seq_len, uint64_t width, uint32_t num_heads, uint32_t num_sms) {
     const uint64_t num_q_blocks = (seq_len + mqa_logits_block_q(num_heads) - 1) / mqa_logits_block_q(num_heads);
-    uint32_t split = 4096;
-    while (split > 512 && num_q_blocks * ((width + split - 1) / split) < 4ull * num_sms)
+    uint32_t split = 8192;
+    while (split > 512 && num_q_blocks * ((width + split - 1) / split) < num_sms)
         split /= 2;
     return split;
 }
