@@ -16,7 +16,8 @@
 #   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of the kernels named in
 #             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
 #             "paged-short": the paged kernel on 64 x 2 x 8192; "prefill-long", "prefill-long-max": 2048 x 65536
-#             causal, the second with DG_MQA_LOGITS_SIGNED_WGMMA=0, the FMNMX form the pieces replaced)
+#             causal, the second with DG_MQA_LOGITS_SIGNED_WGMMA=0, the FMNMX form the pieces replaced;
+#             "prefill-cp": 2048 x 65536 context-parallel)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
 #   micro     tools/microbench_head_sum.cu: per-SM throughput of F2FP (relu + BF16 pack), FMNMX, FFMA, and the
 #             cycles of a register-A wgmma m64n8k16 and of an m64n256k32 FP8 wgmma (micro.txt, in the summary)
@@ -113,7 +114,8 @@ if [[ $STEPS == *" ncu "* ]]; then
                 "meta paged_mqa_schedule_kernel paged:64x1x8192" \
                 "paged-short sm90_fp8_paged_mqa_logits_kernel paged:64x2x8192" \
                 "prefill-long sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal" \
-                "prefill-long-max sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal DG_MQA_LOGITS_SIGNED_WGMMA=0"; do
+                "prefill-long-max sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal DG_MQA_LOGITS_SIGNED_WGMMA=0" \
+                "prefill-cp sm90_fp8_mqa_logits_kernel 2048x65536x64x128-cp"; do
         read -r name kernel shape env_part <<< "$spec"
         [[ " ${DG_NCU_KERNELS:-paged prefill} " == *" $name "* ]] || continue
         (cd /tmp && env ${env_part:-} DG_JIT_WITH_LINEINFO=1 timeout 150 ncu --clock-control none --section SpeedOfLight \
