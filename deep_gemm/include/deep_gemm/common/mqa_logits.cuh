@@ -150,14 +150,6 @@ __device__ __forceinline__ void weighted_relu_sums(const float (&accum)[kNumAccu
     }
 }
 
-// Byte offset of `logical` (row-major, rows of kRowBytes = 128 or 64 bytes) in a tile stored with the matching
-// TMA swizzle: the 16-byte chunk index (bits 4 and up) XOR the row bits 7 and up (Swizzle<3, 4, 3> / <2, 4, 3>)
-template <uint32_t kRowBytes>
-__device__ __forceinline__ uint32_t swizzled_offset(uint32_t logical) {
-    static_assert(kRowBytes == 128 || kRowBytes == 64, "rows of 128 or 64 bytes");
-    return logical ^ (((logical >> 7) & (kRowBytes / 16 - 1)) << 4);
-}
-
 // The signed head sums on the tensor core (the prefill kernel's kSignedSumByWgmma form). sum_h x_h w_h for key j and
 // query i is kv_j . u_i with u_i = sum_h w[i, h] q[i, h, :], so extra B rows holding u_i turn the half of
 // relu_from_sums that needs a second FFMA per accumulator into a few small wgmmas per tile. B is e4m3, so u_i is

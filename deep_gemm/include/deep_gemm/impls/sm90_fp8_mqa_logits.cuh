@@ -249,7 +249,7 @@ struct Sm90Fp8MqaLogits {
                 #pragma unroll 8
                 for (uint32_t h = 0; h < kNumHeads; ++h) {
                     const float weight = __ldg(w + h);
-                    const uint32_t offset = mqa::swizzled_offset<kHeadDim>((q * kNumHeads + h) * kHeadDim +
+                    const uint32_t offset = ptx::swizzled_offset<kHeadDim>((q * kNumHeads + h) * kHeadDim +
                                                                            lane * kPerLane);
                     const Word word = *reinterpret_cast<const Word*>(s.q(wg_idx) + offset);
                     #pragma unroll
@@ -264,7 +264,7 @@ struct Sm90Fp8MqaLogits {
             Pieces::split(u, words, scales);
             #pragma unroll
             for (uint32_t p = 0; p < Pieces::kNumPieces; ++p) {
-                const uint32_t offset = mqa::swizzled_offset<kHeadDim>(Pieces::row(q, p) * kHeadDim + lane * kPerLane);
+                const uint32_t offset = ptx::swizzled_offset<kHeadDim>(Pieces::row(q, p) * kHeadDim + lane * kPerLane);
                 *reinterpret_cast<Word*>(s.pieces(wg_idx) + offset) = static_cast<Word>(words[p]);
                 if (lane == p)
                     s.piece_scales()[(wg_idx * kQueriesPerWg + q) * Pieces::kNumPieces + p] = scales[p];

@@ -163,7 +163,6 @@ struct Sm90Gemm {
                                           (kNumCBarriers + kNumSplitBarriers) * 8;
     static constexpr uint32_t kStoreChunkBytes = kStoreChunkN * 2;
     static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
-    static constexpr uint32_t kStoreSwizzleMask = kStoreChunkBytes / 16 - 1;  // 7, 3, 1 for 128/64/32-byte rows
 
     static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192 || BLOCK_M == 256,
                   "BLOCK_M must be 64, 128, 192 (three math warpgroups) or 256");
@@ -910,8 +909,8 @@ struct Sm90Gemm {
                 const uint32_t col = j * 8 + col_offset;
                 const uint32_t chunk = col / kStoreChunkN;
                 const uint32_t row = im * 64 + row_in_slice;
-                uint32_t offset = row * kStoreChunkBytes + (col % kStoreChunkN) * 2;
-                offset ^= ((offset >> 7) & kStoreSwizzleMask) << 4;
+                const uint32_t offset =
+                    ptx::swizzled_offset<kStoreChunkBytes>(row * kStoreChunkBytes + (col % kStoreChunkN) * 2);
                 const float* v = &accum[im][j * 4];
                 ptx::stmatrix_x4(staging + chunk * kChunkSize + offset, ptx::pack_bf16x2(v[0], v[1]),
                                  ptx::pack_bf16x2(v[2], v[3]), ptx::pack_bf16x2(v[4], v[5]),
@@ -1009,8 +1008,7 @@ struct Sm90Gemm {
                     #pragma unroll
                     for (uint32_t half = 0; half < 2; ++half) {
                         const uint32_t row = im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
-                        uint32_t offset = row * 128 + jj * 32 + (lane % 4) * 8;
-                        offset ^= ((offset >> 7) & 7) << 4;
+                        const uint32_t offset = ptx::swizzled_offset<128>(row * 128 + jj * 32 + (lane % 4) * 8);
                         float2* out = reinterpret_cast<float2*>(buffer + offset);
                         float2 value{accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]};
                         if (load_c) {

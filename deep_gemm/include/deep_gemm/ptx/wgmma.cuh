@@ -38,6 +38,15 @@ __device__ __forceinline__ uint64_t make_smem_desc_k_major_swizzled(const void* 
     return desc;
 }
 
+// Byte offset of `logical` (row-major, rows of kRowBytes = 128, 64 or 32 bytes) in a tile stored with the matching
+// swizzle, for generic-proxy reads and writes of such a tile: the 16-byte chunk index (bits 4 and up) XOR the row
+// bits 7 and up (Swizzle<3, 4, 3> / <2, 4, 3> / <1, 4, 3>)
+template <uint32_t kRowBytes>
+__device__ __forceinline__ uint32_t swizzled_offset(uint32_t logical) {
+    static_assert(kRowBytes == 128 || kRowBytes == 64 || kRowBytes == 32, "rows of 128, 64 or 32 bytes");
+    return logical ^ (((logical >> 7) & (kRowBytes / 16 - 1)) << 4);
+}
+
 // Descriptor of an MN-major tile of 16-bit elements, stored as TMA writes boxes of 64 (MN) x K rows with the
 // 128-byte swizzle: each K row holds 64 consecutive MN elements (128 bytes), 8-row groups along K are 1024
 // bytes apart (stride byte offset), and the next 64 MN elements sit `kChunkBytes` further (leading byte
