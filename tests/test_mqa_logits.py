@@ -228,7 +228,11 @@ def test_bench_shapes_and_torch_version_on_cpu() -> None:
     q = torch.randn(s, h, d, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
     kv, scales = per_token_cast_to_fp8(torch.randn(s_kv, d, dtype=torch.bfloat16))
     scales, weights = scales[:, 0].contiguous(), torch.randn(s, h)
-    for pattern in ("causal", "cp"):
+    # cp: the zig-zag split, rank 1 of 4 holds chunks 1 and 6 of 1024 tokens; with S = S_kv it is causal
+    ks, ke = make_key_ranges(2048, 8192, "cp")
+    assert int(ks.abs().max()) == 0 and ke[[0, 1023, 1024, 2047]].tolist() == [1025, 2048, 6145, 7168]
+    assert torch.equal(torch.stack(make_key_ranges(512, 512, "cp")), torch.stack(make_key_ranges(512, 512, "causal")))
+    for pattern in ("causal", "cp", "window"):
         ks, ke = make_key_ranges(s, s_kv, pattern)
         assert bool((ks >= 0).all() and (ks <= ke).all() and (ke <= s_kv).all())
         out = torch_mqa_logits(q, (kv, scales), weights, ks, ke, chunk_elements=50_000)
@@ -277,22 +281,16 @@ def make_inputs(s: int, s_kv: int, h: int, d: int, seed: int = 0, negative_scale
 
 
 def key_ranges(s: int, s_kv: int, pattern: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """ks, ke int32 [S]: 'causal' (the queries are the last S of S_kv keys), 'cp' (context parallel: two
-    halves of queries at two offsets, each with a sliding start), 'random', 'halves' (pairs of queries alternate
-    between two disjoint key ranges, every 5th query empty: a CTA's union of ranges has a gap, and its two math
-    warpgroups' queries share few key tiles) or 'empty' rows mixed in."""
+    """ks, ke int32 [S] on the GPU: the bench's patterns ('causal', 'cp', 'window': make_key_ranges), 'random',
+    'halves' (pairs of queries alternate between two disjoint key ranges, every 5th query empty: a CTA's union of
+    ranges has a gap, and its two math warpgroups' queries share few key tiles) or 'empty' rows mixed in."""
+    from deep_gemm.bench.mqa import make_key_ranges
+
+    if pattern in ("causal", "cp", "window"):
+        return tuple(t.cuda() for t in make_key_ranges(s, s_kv, pattern, seed))
     g = torch.Generator().manual_seed(seed)
     i = torch.arange(s, dtype=torch.int64)
-    if pattern == "causal":
-        ke = (s_kv - s + i + 1).clamp(min=0, max=s_kv)
-        ks = torch.zeros_like(ke)
-    elif pattern == "cp":
-        half = max(s // 2, 1)
-        offset = torch.where(i < half, torch.zeros_like(i), torch.full_like(i, s_kv // 2))
-        ke = (offset + (i % half) * (s_kv // 2) // half + 1).clamp(max=s_kv)
-        window = torch.randint(s_kv // 8, s_kv // 2 + 1, (s,), generator=g)
-        ks = (ke - window).clamp(min=0)
-    elif pattern == "halves":
+    if pattern == "halves":
         first_pair = (i // 2) % 2 == 0
         ks = torch.where(first_pair, s_kv // 7 + i % 3, s_kv // 2 + 5 + i % 5)
         ke = torch.where(first_pair, s_kv // 3 + i % 11, s_kv - 3 - i % 7)
@@ -420,7 +418,7 @@ def test_small_shapes_against_references(h: int, d: int, pattern: str) -> None:
 )
 @pytest.mark.parametrize("h", [32, 64])
 def test_variants(h: int, clean: bool, compressed: bool, bf16: bool) -> None:
-    run_case(517, 3000, h, 128, "cp", clean=clean, compressed=compressed, bf16=bf16)
+    run_case(517, 3000, h, 128, "window", clean=clean, compressed=compressed, bf16=bf16)
 
 
 @gpu
@@ -544,7 +542,7 @@ def one_sign_and_mostly_negative_scores(h: int, capfd: pytest.CaptureFixture | N
 
 @gpu
 @pytest.mark.parametrize("compressed", [False, True], ids=["full", "compressed"])
-@pytest.mark.parametrize("pattern", ["causal", "cp"])
+@pytest.mark.parametrize("pattern", ["causal", "cp", "window"])
 @pytest.mark.parametrize(("s", "s_kv"), [(2048, 8192), (2048, 65536), (8192, 8192), (8192, 65536)])
 def test_issue_shapes(s: int, s_kv: int, pattern: str, compressed: bool) -> None:
     # H = 64, D = 128 (V3.2); S_kv = 8192 checked in full, the larger shapes on 192 random rows plus the ends
@@ -559,7 +557,7 @@ def test_issue_shapes(s: int, s_kv: int, pattern: str, compressed: bool) -> None
 @gpu
 @pytest.mark.parametrize("compressed", [False, True], ids=["full", "compressed"])
 def test_bitwise_repeatable(compressed: bool) -> None:
-    q, kv, scales, weights, ks, ke, first = run_case(1024, 8192, 64, 128, "cp", compressed=compressed)
+    q, kv, scales, weights, ks, ke, first = run_case(1024, 8192, 64, 128, "window", compressed=compressed)
     width = first.shape[1] if compressed else 0
     for _ in range(10):
         again = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke, max_seqlen_k=width)
@@ -569,7 +567,7 @@ def test_bitwise_repeatable(compressed: bool) -> None:
 @gpu
 def test_cuda_graph_capture() -> None:
     q, kv, scales, weights, q_bf16, kv_bf16 = make_inputs(300, 2000, 64, 128)
-    ks, ke = key_ranges(300, 2000, "cp")
+    ks, ke = key_ranges(300, 2000, "window")
     expected = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)  # warm-up: compiles
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -17,7 +17,10 @@
 #             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
 #             "paged-short": the paged kernel on 64 x 2 x 8192; "prefill-long", "prefill-long-max": 2048 x 65536
 #             causal, the second with DG_MQA_LOGITS_SIGNED_WGMMA=0, the FMNMX form the pieces replaced;
-#             "prefill-cp": 2048 x 65536 context-parallel)
+#             "prefill-cp": 2048 x 65536 context-parallel, "prefill-window": the same with the window pattern)
+#   balance   per-SM busy cycles (sm__cycles_active min / avg / max) and DRAM throughput of the kernel on each shape
+#             of DG_BALANCE_SHAPES (default: the paged rows at 65536 keys and two prefill rows): max / avg > 1 is
+#             the share of the call its slowest SM adds over an even spread (balance.txt, in the summary)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
 #   micro     tools/microbench_head_sum.cu: per-SM throughput of F2FP (relu + BF16 pack), FMNMX, FFMA, and the
 #             cycles of a register-A wgmma m64n8k16 and of an m64n256k32 FP8 wgmma (micro.txt, in the summary)
@@ -37,7 +40,8 @@ WHEELHOUSE=${WHEELHOUSE:-.whl} ./install.sh > "$L/install.log" 2>&1 || { note in
 ROOT=$PWD
 PAGED="paged:64x1x8192 paged:64x1x65536 paged:64x2x8192 paged:64x2x65536 paged:256x1x8192 paged:256x1x65536 \
 paged:256x2x8192 paged:256x2x65536"
-PREFILL="2048x8192 2048x65536 8192x8192 8192x65536 2048x8192-cp 2048x65536-cp 8192x8192-cp 8192x65536-cp"
+PREFILL="2048x8192 2048x65536 8192x8192 8192x65536 2048x8192-cp 2048x65536-cp 8192x8192-cp 8192x65536-cp \
+2048x8192-window 2048x65536-window 8192x8192-window 8192x65536-window"
 RUNNER=()  # a command prefix for bench (ab-old: tools/with_old_headers.sh TARBALL)
 bench() {  # bench NAME [shapes...]: the mqa suite (or those shapes) into NAME.log / NAME.json
     local name=$1; shift
@@ -115,7 +119,8 @@ if [[ $STEPS == *" ncu "* ]]; then
                 "paged-short sm90_fp8_paged_mqa_logits_kernel paged:64x2x8192" \
                 "prefill-long sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal" \
                 "prefill-long-max sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal DG_MQA_LOGITS_SIGNED_WGMMA=0" \
-                "prefill-cp sm90_fp8_mqa_logits_kernel 2048x65536x64x128-cp"; do
+                "prefill-cp sm90_fp8_mqa_logits_kernel 2048x65536x64x128-cp" \
+                "prefill-window sm90_fp8_mqa_logits_kernel 2048x65536x64x128-window"; do
         read -r name kernel shape env_part <<< "$spec"
         [[ " ${DG_NCU_KERNELS:-paged prefill} " == *" $name "* ]] || continue
         (cd /tmp && env ${env_part:-} DG_JIT_WITH_LINEINFO=1 timeout 150 ncu --clock-control none --section SpeedOfLight \
@@ -129,6 +134,20 @@ if [[ $STEPS == *" ncu "* ]]; then
         rm -f "$L/ncu-$name.ncu-rep"
     done
     pack
+fi
+if [[ $STEPS == *" balance "* ]]; then
+    metrics=sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,gpu__time_duration.sum
+    metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second
+    for shape in ${DG_BALANCE_SHAPES:-paged:64x1x65536 paged:256x1x65536 paged:64x2x65536 paged:256x2x65536 \
+                 paged:64x1x8192 2048x65536-causal 8192x8192-causal}; do
+        kernel=sm90_fp8_mqa_logits_kernel
+        [[ $shape == paged:* ]] && kernel=sm90_fp8_paged_mqa_logits_kernel
+        echo "== $shape" >> "$OUT/balance.txt"
+        (cd /tmp && timeout 120 ncu --clock-control none --metrics "$metrics" -k "regex:$kernel" -s 2 -c 1 \
+            python3 -m deep_gemm.bench --suite mqa --shapes "$shape" --no-baselines --num-tests 1 --num-warmups 2 \
+            2>&1 | grep -E "sm__|gpu__|dram__" >> "$OUT/balance.txt")
+    done
+    cat "$OUT/balance.txt" >> "$OUT/summary.txt"
 fi
 if [[ $STEPS == *" sweep "* ]]; then
     for s in ${DG_SWEEP_STAGES:-6 12}; do

@@ -1,9 +1,8 @@
 """The ``mqa`` suite: ``deep_gemm.fp8_mqa_logits`` (the V3.2 lightning indexer, prefill) against a chunked
 PyTorch implementation of the same math.
 
-A shape is ``SxS_kv[xH[xD]][-pattern]`` (H = 64, D = 128 by default; pattern ``causal`` (default: the
-queries are the last S of S_kv keys) or ``cp`` (context parallel: two halves of the queries at two
-offsets, sliding starts)), or ``paged:BxNEXT_NxCONTEXT`` for one paged-decode row. Inputs: q cast to FP8 directly, kv with one FP32 scale per key, FP32 weights,
+A shape is ``SxS_kv[xH[xD]][-pattern]`` (H = 64, D = 128 by default; pattern ``causal`` (default),
+``cp`` or ``window``: see :func:`make_key_ranges`), or ``paged:BxNEXT_NxCONTEXT`` for one paged-decode row. Inputs: q cast to FP8 directly, kv with one FP32 scale per key, FP32 weights,
 clean FP32 logits ``[S, S_kv]``.
 
 - ours: one ``fp8_mqa_logits`` call (with ``DG_MQA_LOGITS_SKIP_RANGE_CHECK=1``, so that the host check of
@@ -48,9 +47,14 @@ _PAGED_PREFIX = "paged:"
 
 MAX_DIFF = 1e-3
 MQA_SHAPES: tuple[tuple[int, int, int, int, str], ...] = tuple(
-    (s, s_kv, 64, 128, pattern) for pattern in ("causal", "cp") for s in (2048, 8192) for s_kv in (8192, 65536)
+    (s, s_kv, 64, 128, pattern)
+    for pattern in ("causal", "cp", "window")
+    for s in (2048, 8192)
+    for s_kv in (8192, 65536)
 ) + ((4096, 16384, 32, 128, "causal"), (4096, 16384, 16, 64, "causal"))
-_PATTERNS = ("causal", "cp")
+_PATTERNS = ("causal", "cp", "window")
+# The patterns an indexer meets in prefill (the issue's target geomean); "window" is a stress pattern
+_TARGET_PATTERNS = ("causal", "cp")
 # Paged decode: (batch, next_n, context), H = 64, D = 128, block_kv = 64
 PAGED_SHAPES: tuple[tuple[int, int, int], ...] = tuple(
     (b, t, ctx) for b in (64, 256) for t in (1, 2) for ctx in (8192, 65536)
@@ -124,20 +128,33 @@ def parse_mqa_shape(text: str) -> tuple[int, int, int, int, str] | tuple[int, in
 
 
 def make_key_ranges(s: int, s_kv: int, pattern: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ks, ke)`` int32 ``[S]`` on the CPU for a pattern: ``causal`` (ks = 0, ke = S_kv - S + i + 1) or
-    ``cp`` (two halves of the queries ending at 0 and S_kv / 2 plus their position, each with a start
-    a random S_kv / 8 .. S_kv / 2 keys back).
+    """``(ks, ke)`` int32 ``[S]`` on the CPU: query i sees keys ``[ks[i], ke[i])``.
+
+    - ``causal``: the queries are the last S of the S_kv tokens: ks = 0, ke = S_kv - S + i + 1.
+    - ``cp``: context parallelism with the zig-zag split that balances causal work over ranks, as prefill of
+      V3.2 runs it: the S_kv tokens are cut into 2P chunks of S / 2 (P = max(S_kv // S, 1) ranks) and this
+      rank (r = P // 3, any rank would do) holds the queries of chunks r and 2P - 1 - r; query t of chunk c
+      sees keys [0, c S / 2 + t + 1) (ks = 0: the sequence starts at key 0). With S = S_kv this is causal.
+    - ``window``: a stress pattern no engine produces: two halves of the queries whose ends step S_kv / S keys
+      per query from 0 and from S_kv / 2, each with its own start a random S_kv / 8 .. S_kv / 2 keys back,
+      so 8 neighbouring queries share few of their keys (1.4x the valid pairs in the union of their ranges).
 
     Raises:
         ValueError: an unknown pattern.
     """
     i = torch.arange(s, dtype=torch.int64)
+    half = max(s // 2, 1)
     if pattern == "causal":
         ke = (s_kv - s + i + 1).clamp(min=0, max=s_kv)
         ks = torch.zeros_like(ke)
     elif pattern == "cp":
+        ranks = max(s_kv // s, 1)
+        rank = ranks // 3
+        chunk = torch.where(i < half, rank, 2 * ranks - 1 - rank)
+        ke = (chunk * half + i % half + 1).clamp(max=s_kv)
+        ks = torch.zeros_like(ke)
+    elif pattern == "window":
         g = torch.Generator().manual_seed(seed)
-        half = max(s // 2, 1)
         offset = torch.where(i < half, torch.zeros_like(i), torch.full_like(i, s_kv // 2))
         ke = (offset + (i % half) * (s_kv // 2) // half + 1).clamp(max=s_kv)
         ks = (ke - torch.randint(s_kv // 8, s_kv // 2 + 1, (s,), generator=g)).clamp(min=0)
@@ -404,10 +421,12 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
 
     main = [r for r in rows if (r["h"], r["d"]) == (64, 128)]
     geomeans = {
-        "tflops_h64_d128": geomean(r["tflops"] for r in main),
+        "tflops_h64_d128": geomean(r["tflops"] for r in main if r["pattern"] in _TARGET_PATTERNS),
+        "tflops_h64_d128_window": geomean(r["tflops"] for r in main if r["pattern"] == "window"),
         "speedup_vs_torch": geomean(r["speedup_vs_torch"] for r in rows),
     }
-    print(f"geomean TFLOPS (H = 64, D = 128): {fmt(geomeans['tflops_h64_d128'], '.0f')}")
+    print(f"geomean TFLOPS (H = 64, D = 128, {' and '.join(_TARGET_PATTERNS)}): "
+          f"{fmt(geomeans['tflops_h64_d128'], '.0f')}; window: {fmt(geomeans['tflops_h64_d128_window'], '.0f')}")  # fmt: skip
     print(f"geomean speedup vs chunked torch: {fmt(geomeans['speedup_vs_torch'], '.2f')}")
     for note in sorted({f"{k}: {r[f'{k}_error']}" for r in rows for k in ("ours", "torch") if r[f"{k}_error"]}):
         print(f"note: {note}")
@@ -438,7 +457,7 @@ MQA_SUITE = register_suite(
     Suite(
         name="mqa",
         description="FP8 MQA logits (fp8_mqa_logits, V3.2 indexer prefill) vs chunked PyTorch",
-        shape_help="SxS_kv[xH[xD]][-causal|-cp], e.g. 2048x65536x64x128-cp",
+        shape_help="SxS_kv[xH[xD]][-causal|-cp|-window], e.g. 2048x65536x64x128-cp",
         parse_shape=parse_mqa_shape,
         run=run_mqa,
     )
