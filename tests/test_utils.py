@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deep_gemm.testing import BenchResult, bench_kernel, calc_diff, count_bytes, gpu_idle, sm_clock_mhz
+from deep_gemm.testing import BenchResult, bench_kernel, bench_kineto, calc_diff, count_bytes, gpu_idle, sm_clock_mhz
 from deep_gemm.utils import (
     align,
     ceil_div,
@@ -489,6 +489,13 @@ def test_bench_kernel_bad_counts(kwargs: dict[str, int]) -> None:
         bench_kernel(lambda: None, **kwargs)
 
 
+def test_bench_bad_flush_mode() -> None:
+    with pytest.raises(ValueError, match="l2_flush_mode"):
+        bench_kernel(lambda: None, l2_flush_mode="dirty")
+    with pytest.raises(ValueError, match="l2_flush_mode"):
+        bench_kineto(lambda: None, "gemm", l2_flush_mode="none")
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU tier
 # ---------------------------------------------------------------------------------------------
@@ -522,8 +529,9 @@ def test_ue8m0_and_layouts_match_on_cuda() -> None:
 @pytest.mark.gpu
 def test_timing_helpers_on_cuda() -> None:
     x = torch.randn(4096, 4096, device="cuda")
-    result = bench_kernel(lambda: x @ x, num_warmups=2, num_tests=5)
-    assert len(result.samples_s) == 5 and 0 < result.min_s <= result.median_s < 1.0
+    for mode in ("read", "write"):
+        result = bench_kernel(lambda: x @ x, num_warmups=2, num_tests=5, l2_flush_mode=mode)
+        assert len(result.samples_s) == 5 and 0 < result.min_s <= result.median_s < 1.0
     gpu_idle(0.01)
     clock = sm_clock_mhz()
     assert clock is None or 100 <= clock <= 5000

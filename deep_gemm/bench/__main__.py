@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from deep_gemm.bench import BenchOptions, get_suite, suite_names
+from deep_gemm.testing.bench import L2_FLUSH_MODES
 
 
 def _json_safe(value: Any) -> Any:
@@ -39,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-tests", type=int, default=30, help="timed calls per kernel (default: 30)")
     parser.add_argument("--idle", type=float, default=0.3, help="seconds to idle the GPU before each shape")
     parser.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 before each timed call")
+    parser.add_argument(
+        "--l2-flush",
+        choices=L2_FLUSH_MODES,
+        default="read",
+        help="how the flush evicts L2: read a 256 MB buffer (default: L2 left clean) or write it (L2 left dirty, "
+        "its write-back then timed inside the next call)",
+    )
     parser.add_argument("--no-baselines", action="store_true", help="time only deep_gemm (e.g. for config sweeps)")
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     return parser
@@ -70,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         num_tests=args.num_tests,
         idle_s=args.idle,
         flush_l2=not args.no_flush_l2,
+        l2_flush_mode=args.l2_flush,
         baselines=not args.no_baselines,
     )
     report = suite.run(options)

@@ -54,7 +54,13 @@ def error_text(exc: BaseException) -> str:
 
 def time_call(fn: Callable[[], object], options: BenchOptions) -> dict[str, Any]:
     """Time ``fn`` (which must already have run once successfully): median, fastest and every sample, in µs."""
-    result = bench_kernel(fn, num_warmups=options.num_warmups, num_tests=options.num_tests, flush_l2=options.flush_l2)
+    result = bench_kernel(
+        fn,
+        num_warmups=options.num_warmups,
+        num_tests=options.num_tests,
+        flush_l2=options.flush_l2,
+        l2_flush_mode=options.l2_flush_mode,
+    )
     return {"median_us": result.median_us, "min_us": result.min_us, "samples_us": [s * 1e6 for s in result.samples_s]}
 
 

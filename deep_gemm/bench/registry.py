@@ -16,6 +16,7 @@ class BenchOptions:
     num_tests: int = 30
     idle_s: float = 0.3
     flush_l2: bool = True
+    l2_flush_mode: str = "read"  # deep_gemm.testing.bench_kernel: "read" (L2 left clean) or "write"
     baselines: bool = True  # also time the vendor baselines (cuBLASLt); off for config sweeps
 
 

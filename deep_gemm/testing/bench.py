@@ -24,8 +24,29 @@ __all__ = [
     "sm_clock_mhz",
 ]
 
-# Larger than the L2 of every Hopper/Blackwell part (50-126 MB), so writing it evicts all of L2.
+# Larger than the L2 of every Hopper/Blackwell part (50-126 MB), so touching it evicts all of L2.
 L2_FLUSH_BYTES = 256 << 20
+# How the flush touches that buffer: "read" leaves L2 full of clean lines; "write" (zeroing it, what
+# most harnesses do) leaves it full of dirty ones, whose write-back (~50 MB on an H200, ~12 us of DRAM
+# time) then lands inside the next timed call: a charge for the harness's own traffic that weighs
+# ~9 % on a 600 MB memory-bound call and ~70 % on a 70 MB one (docs/perf/h200.md, run 62).
+L2_FLUSH_MODES = ("read", "write")
+
+
+def _check_flush_mode(mode: str) -> None:
+    if mode not in L2_FLUSH_MODES:
+        raise ValueError(f"l2_flush_mode must be one of {L2_FLUSH_MODES}, got {mode!r}")
+
+
+def _l2_flusher(flush_l2: bool, mode: str, num_bytes: int) -> Callable[[], object] | None:
+    """A callable that evicts L2 by reading or writing a ``num_bytes`` buffer; ``None`` without ``flush_l2``."""
+    _check_flush_mode(mode)
+    if not flush_l2:
+        return None
+    buffer = torch.zeros(num_bytes // 4, dtype=torch.int32, device="cuda")
+    return buffer.zero_ if mode == "write" else buffer.sum
+
+
 # A GPU spin of this many cycles (about 100 us at 2 GHz) before each timed call lets the host
 # enqueue the whole call before the start event fires, so host launch overhead is not timed.
 GPU_LEAD_CYCLES = 200_000
@@ -91,12 +112,14 @@ def bench_kernel(
     flush_l2: bool = True,
     l2_flush_bytes: int = L2_FLUSH_BYTES,
     gpu_lead_cycles: int = GPU_LEAD_CYCLES,
+    l2_flush_mode: str = "read",
 ) -> BenchResult:
     """Time a GPU callable with CUDA events on the current stream.
 
     ``fn`` runs ``num_warmups`` times untimed, then ``num_tests`` times, each between two
-    events. With ``flush_l2``, an ``l2_flush_bytes`` buffer is zeroed before each timed
-    call (outside the events), so every call starts from a cold L2. Then the GPU spins for
+    events. With ``flush_l2``, an ``l2_flush_bytes`` buffer is read (``l2_flush_mode="read"``, L2
+    left clean) or zeroed (``"write"``) before each timed call (outside the events), so every call
+    starts from a cold L2. Then the GPU spins for
     ``gpu_lead_cycles`` (also outside the events) so that the host has queued all of ``fn``
     before its start event fires: host overhead shorter than the flush plus the spin is
     not timed. Use :func:`bench_kineto` for pure kernel time in every case.
@@ -105,28 +128,30 @@ def bench_kernel(
         fn: a callable taking no arguments that enqueues GPU work on the current stream.
         num_warmups: untimed calls first (also triggers JIT compilation), ``>= 0``.
         num_tests: timed calls, ``> 0``.
-        flush_l2: zero a large buffer before each timed call.
+        flush_l2: touch a large buffer before each timed call.
         l2_flush_bytes: size of that buffer in bytes.
         gpu_lead_cycles: GPU clock cycles to spin before each timed call; 0 disables.
+        l2_flush_mode: ``"read"`` or ``"write"``: see :data:`L2_FLUSH_MODES`.
 
     Returns:
         A :class:`BenchResult` with the median, the minimum and every sample, in seconds.
 
     Raises:
-        ValueError: bad counts.
+        ValueError: bad counts or flush mode.
         RuntimeError: no CUDA GPU.
     """
     _check_counts("bench_kernel", num_warmups, num_tests)
+    _check_flush_mode(l2_flush_mode)
     _require_cuda("bench_kernel")
-    flush_buffer = torch.empty(l2_flush_bytes // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
+    flush = _l2_flusher(flush_l2, l2_flush_mode, l2_flush_bytes)
     for _ in range(num_warmups):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(num_tests)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(num_tests)]
     torch.cuda.synchronize()
     for start, end in zip(starts, ends, strict=True):
-        if flush_buffer is not None:
-            flush_buffer.zero_()
+        if flush is not None:
+            flush()
         if gpu_lead_cycles > 0 and hasattr(torch.cuda, "_sleep"):
             torch.cuda._sleep(gpu_lead_cycles)
         start.record()
@@ -143,6 +168,7 @@ def bench_kineto(
     num_tests: int = 30,
     flush_l2: bool = True,
     l2_flush_bytes: int = L2_FLUSH_BYTES,
+    l2_flush_mode: str = "read",
 ) -> dict[str, float]:
     """Mean GPU time per call of the kernels whose names contain each of ``kernel_names``.
 
@@ -154,20 +180,22 @@ def bench_kineto(
         fn: a callable taking no arguments that enqueues GPU work on the current stream.
         kernel_names: one substring or several; each must match at least one kernel.
         num_tests: profiled calls, ``> 0``.
-        flush_l2: zero a large buffer before each call.
+        flush_l2: touch a large buffer before each call.
         l2_flush_bytes: size of that buffer in bytes.
+        l2_flush_mode: ``"read"`` or ``"write"``: see :data:`L2_FLUSH_MODES`.
 
     Returns:
         ``{name: seconds per call}``.
 
     Raises:
-        ValueError: bad counts, or a name matches no kernel (the message lists the kernels seen).
+        ValueError: bad counts or flush mode, or a name matches no kernel (the message lists the kernels seen).
         RuntimeError: no CUDA GPU.
     """
     _check_counts("bench_kineto", 0, num_tests)
+    _check_flush_mode(l2_flush_mode)
     _require_cuda("bench_kineto")
     names = [kernel_names] if isinstance(kernel_names, str) else list(kernel_names)
-    flush_buffer = torch.empty(l2_flush_bytes // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
+    flush = _l2_flusher(flush_l2, l2_flush_mode, l2_flush_bytes)
     fn()
     torch.cuda.synchronize()
     kernels_us: list[tuple[str, float]] = []
@@ -176,8 +204,8 @@ def bench_kineto(
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(num_tests):
-                if flush_buffer is not None:
-                    flush_buffer.zero_()
+                if flush is not None:
+                    flush()
                 fn()
             torch.cuda.synchronize()
         for event in prof.events():
