@@ -26,7 +26,8 @@
 #             cycles of a register-A wgmma m64n8k16 and of an m64n256k32 FP8 wgmma (micro.txt, in the summary)
 #   ab-old    every row with the kernel headers of DG_AB_OLD_INCLUDE (a tarball of deep_gemm/include from an
 #             earlier commit: git archive COMMIT deep_gemm/include | gzip > .ab/include.tar.gz, carried), the
-#             host code unchanged: a same-run baseline for a kernel change (mqa-old.json / mqa-old.log)
+#             host code unchanged: a same-run baseline for a kernel change (mqa-old.json / mqa-old.log); only the
+#             shapes of DG_AB_OLD_SHAPES when set
 # Everything but summary.txt and the JSON files is packed into logs.tar.gz. Usage: tools/mqa_gpu_run.sh OUT
 set -u
 OUT=${1:?usage: tools/mqa_gpu_run.sh OUT_DIR}
@@ -93,7 +94,7 @@ fi
 if [[ $STEPS == *" ab-old "* ]]; then
     RUNNER=("$ROOT/tools/with_old_headers.sh" "$(realpath "${DG_AB_OLD_INCLUDE:?ab-old needs DG_AB_OLD_INCLUDE}")")
     note "ab-old package: $("${RUNNER[@]}" python3 -c 'import deep_gemm; print(deep_gemm.__file__)')"
-    bench mqa-old
+    bench mqa-old ${DG_AB_OLD_SHAPES:-}  # shapes (e.g. the prefill rows: $PREFILL), default all
     RUNNER=()
 fi
 pack

@@ -14,7 +14,8 @@
 //   queries q = l%4 (mod 4) for its two key rows. No shared-memory reduction, no second pass (helpers
 //   shared with the paged decode kernel: common/mqa_logits.cuh).
 // Launch: grid (ceil(S / BLOCK_Q), num_splits), 384 threads, 1 CTA/SM, not persistent (the hardware
-//   hands out CTAs as SMs free up, which balances causal ranges). CTA (b, p) owns queries
+//   hands out CTAs as SMs free up, in blockIdx order, which balances causal ranges). CTA (x, p) owns query
+//   block b = gridDim.x - 1 - x (the last queries, which see the most keys, first), queries
 //   [b * BLOCK_Q, +BLOCK_Q), BLOCK_Q = 2 * 256 / H, and output columns [p * C, (p + 1) * C), C =
 //   num_kv_per_split (a multiple of 64): it computes the 64-key tiles of keys [p * C, +C) that meet the
 //   union of its queries' [ks, ke).
@@ -498,7 +499,10 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + (1024 - ptx::smem_addr(smem_raw) % 1024) % 1024;
     const typename Kernel::SharedStorage storage{smem};
-    const uint32_t q_first = blockIdx.x * Kernel::BLOCK_Q;
+    // Query blocks last first: in causal and context-parallel patterns later queries see more keys, so the heaviest
+    // CTAs start first and the last wave holds the lightest (longest-first; run 62: the busiest SM's cycles 1.12x
+    // the mean on 8192 x 8192 causal with the first queries first)
+    const uint32_t q_first = (gridDim.x - 1 - blockIdx.x) * Kernel::BLOCK_Q;
 
     // Barriers by the producer's thread; the tile range by warp 0 (after the previous grid's writes: PDL)
     if (threadIdx.x == Kernel::kNumMathThreads) {
