@@ -17,6 +17,17 @@ struct PipelineState {
             phase ^= 1;
         }
     }
+
+    // kStep stages at once: a role that owns every kStep-th stage (stage = its index mod kStep) and skips the others
+    template <uint32_t kStep>
+    __device__ __forceinline__ void advance_by() {
+        static_assert(kStep >= 1 && kNumStages % kStep == 0, "the step must divide the stage count");
+        stage += kStep;
+        if (stage >= kNumStages) {
+            stage -= kNumStages;
+            phase ^= 1;
+        }
+    }
 };
 
 }  // namespace deep_gemm

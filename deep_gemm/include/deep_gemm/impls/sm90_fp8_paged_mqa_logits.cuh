@@ -17,8 +17,10 @@
 //   warp, two FFMAs per accumulator, is latency-bound, so more warps keep up with the memory; 3 x 152
 //   registers hold an N <= 128 fragment, N = 256 needs 2 x 232).
 // Roles:
-//   warpgroups 0 .. M-1  math (setmaxnreg 232 / 152): tile n goes to warpgroup n % M. All walk
-//       every tile of the range: entering a request, wait q_full of its Q slot; leaving it, arrive q_empty
+//   warpgroups 0 .. M-1  math (setmaxnreg 232 / 152): tile n goes to warpgroup n % M. Each steps from
+//       its tile to its next, M tiles on (one add while that tile is in the same request: walking the other
+//       warpgroups' tiles one by one was ~30 % of the math warps' stall samples, ncu run 65), and still enters
+//       every request of the range on the way: entering, wait q_full of its Q slot; leaving, arrive q_empty
 //       (so a slot is refilled only once every warpgroup is past its request). On the first own tile of a
 //       request: load its weights for this thread's N / 4 columns and its query ends. Per own tile: wait
 //       full[s]; D / 32 x wgmma m64nNk32; while they run, flush the previous own tile (quad reduce of its
@@ -29,8 +31,8 @@
 //       No global loads per tile.
 //   warpgroup M (setmaxnreg 40): warps 0 and 1 produce, tile n by warp n % 2 (one warp's issue loop, a
 //       chain of ~70 dependent instructions, took ~800 cycles a tile: ncu run 25, the limit at ~65 % of
-//       the copy bandwidth). Both walk every tile; each warp's lanes hold the cache block ids of 64
-//       consecutive kv blocks of the current request (two windows of 32, the second loaded 32 blocks ahead
+//       the copy bandwidth). Each steps over the other's tiles as the math does; each warp's lanes hold
+//       the cache block ids of 64 consecutive kv blocks of the current request (two windows of 32, the second loaded 32 blocks ahead
 //       of use, so the block-table reads never stall the issue); warp 0's lane 0, per request: after
 //       q_empty, TMA of the request's Q tile into the next Q slot; per own tile, lane 0: after empty[s], TMA
 //       of the kv blocks' FP8 values and FP32 scales (block ids clamped into the cache). Warps 2-3
@@ -202,6 +204,29 @@ struct Sm90Fp8PagedMqaLogits {
             block += kBlocksPerTile;
             skip_empty(p);
         }
+        // n tiles ahead in one step when that tile is still this request's and the CTA's (then so is every tile
+        // between): no request is entered on the way; false (and unmoved) otherwise
+        __device__ __forceinline__ bool jump_within_request(uint32_t n) {
+            const uint32_t target = block + n * kBlocksPerTile;
+            if (target >= block_limit())
+                return false;
+            block = target;
+            return true;
+        }
+        // n tiles ahead, calling enter() for each request the cursor enters while still in the range (so a role
+        // that skips other roles' tiles still sees every request of the range, in order)
+        template <typename Enter>
+        __device__ __forceinline__ void step(const PagedMqaProblem& p, uint32_t n, const Enter& enter) {
+            if (jump_within_request(n))
+                return;
+            #pragma unroll 1
+            for (uint32_t i = 0; i < n && valid(); ++i) {
+                const uint32_t before = request;
+                advance(p);
+                if (valid() && request != before)
+                    enter();
+            }
+        }
     };
 
     // ---------------------------------------------------------------- producers (kNumProducerWarps warps)
@@ -228,28 +253,30 @@ struct Sm90Fp8PagedMqaLogits {
     __device__ __forceinline__ static void producer(const SharedStorage& s, const PagedMqaProblem& p,
                                                     const TmaDescriptor* tma_q, const TmaDescriptor* tma_kv,
                                                     const TmaDescriptor* tma_scales, uint32_t warp, uint32_t lane) {
-        PipelineState<kNumStages> pipe;
+        PipelineState<kNumStages> pipe;  // this warp's stages: warp, warp + 2, ... (tiles warp, warp + 2, ...)
+        pipe.stage = warp;
         PipelineState<kNumQSlots> q_pipe;
         BlockIdWindow ids;
         bool first_request = true;
-        uint32_t tile = 0;
-        #pragma unroll 1
-        for (Cursor c = Cursor::start(p); c.valid(); c.advance(p), pipe.advance(), ++tile) {
-            // A new request (the cursor never returns to one): its block ids; warp 0: its Q tile into the next slot
-            if (first_request || c.request != ids.request) {
-                if (!first_request)
-                    q_pipe.advance();
-                first_request = false;
-                ids.reset(p, c.request, c.block, lane);
-                if (warp == 0 && lane == 0) {
-                    ptx::mbarrier_wait(s.q_empty(q_pipe.stage), q_pipe.phase ^ 1);
-                    ptx::mbarrier_arrive_expect_tx(s.q_full(q_pipe.stage), SMEM_Q_SIZE);
-                    ptx::tma_load_2d(s.q(q_pipe.stage), tma_q, s.q_full(q_pipe.stage), 0,
-                                     static_cast<int32_t>(c.request * WG_N));
-                }
+        Cursor c = Cursor::start(p);
+        // Every request of the range (own tiles in it or not): its block ids; warp 0: its Q tile into the next slot
+        const auto enter = [&]() {
+            if (!first_request)
+                q_pipe.advance();
+            first_request = false;
+            ids.reset(p, c.request, c.block, lane);
+            if (warp == 0 && lane == 0) {
+                ptx::mbarrier_wait(s.q_empty(q_pipe.stage), q_pipe.phase ^ 1);
+                ptx::mbarrier_arrive_expect_tx(s.q_full(q_pipe.stage), SMEM_Q_SIZE);
+                ptx::tma_load_2d(s.q(q_pipe.stage), tma_q, s.q_full(q_pipe.stage), 0,
+                                 static_cast<int32_t>(c.request * WG_N));
             }
-            if (tile % kNumProducerWarps != warp)
-                continue;
+        };
+        if (c.valid())
+            enter();
+        c.step(p, warp, enter);
+        #pragma unroll 1
+        for (; c.valid(); c.step(p, kNumProducerWarps, enter), pipe.template advance_by<kNumProducerWarps>()) {
             uint32_t id[kBlocksPerTile];
             #pragma unroll
             for (uint32_t i = 0; i < kBlocksPerTile; ++i)
@@ -308,24 +335,26 @@ struct Sm90Fp8PagedMqaLogits {
             }
         };
 
-        PipelineState<kNumStages> pipe;
+        PipelineState<kNumStages> pipe;  // this warpgroup's stages: wg_idx, wg_idx + M, ... (its tiles' stages)
+        pipe.stage = wg_idx;
         PipelineState<kNumQSlots> q_pipe;
-        uint32_t q_request = 0xffffffffu;  // the request whose Q slot (q_pipe.stage) this warpgroup is in
-        uint32_t tile = 0;
-        #pragma unroll 1
-        for (Cursor c = Cursor::start(p); c.valid(); c.advance(p), pipe.advance(), ++tile) {
-            // Every tile, own or not: leave the previous request's Q slot, enter the next one
-            if (c.request != q_request) {
-                if (q_request != 0xffffffffu) {
-                    if (lane == 0)
-                        ptx::mbarrier_arrive(s.q_empty(q_pipe.stage));
-                    q_pipe.advance();
-                }
-                q_request = c.request;
-                ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase);
+        bool first_request = true;
+        Cursor c = Cursor::start(p);
+        // Every request of the range (own tiles in it or not): leave the previous request's Q slot, enter the next
+        const auto enter = [&]() {
+            if (!first_request) {
+                if (lane == 0)
+                    ptx::mbarrier_arrive(s.q_empty(q_pipe.stage));
+                q_pipe.advance();
             }
-            if (tile % kNumMathWarpgroups != wg_idx)
-                continue;
+            first_request = false;
+            ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase);
+        };
+        if (c.valid())
+            enter();
+        c.step(p, wg_idx, enter);
+        #pragma unroll 1
+        for (; c.valid(); c.step(p, kNumMathWarpgroups, enter), pipe.template advance_by<kNumMathWarpgroups>()) {
             // A new request: its weights and query ends
             if (c.request != loaded_request) {
                 loaded_request = c.request;
