@@ -18,6 +18,8 @@ HELPER_KERNELS = [
     ("smxx_transpose_fp8", {"aligned": 1}),  # the tn k-grouped FP8 GEMM's pre-pass
     ("smxx_transpose_fp8", {"aligned": 0}),
     ("smxx_paged_mqa_schedule", {}),  # get_paged_mqa_logits_metadata on CUDA tensors
+    ("smxx_mqa_logits_pieces", {"num_heads": 64, "head_dim": 128}),  # fp8_mqa_logits' pre-pass (signed sums)
+    ("smxx_mqa_logits_pieces", {"num_heads": 32, "head_dim": 64}),
     ("sm90_fp8_mqa_logits", {"num_heads": 64, "head_dim": 128}),  # SASS checks: tests/test_mqa_logits.py
     ("sm90_fp8_paged_mqa_logits", {"next_n": 2, "num_heads": 64, "head_dim": 128}),  # SASS: test_mqa_logits.py
 ]

@@ -12,6 +12,7 @@
 #include "impls/sm90_fp8_mqa_logits.hpp"
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/smxx_layout.hpp"
+#include "impls/smxx_mqa_logits_pieces.hpp"
 #include "impls/smxx_paged_mqa_schedule.hpp"
 #include "impls/smxx_transpose_fp8.hpp"
 
@@ -29,6 +30,13 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
         {"sm90_fp8_paged_mqa_logits",
          [](const KernelParams& p) { return render_sm90_fp8_paged_mqa_logits(paged_mqa_logits_config_from_params(p)); }},
         {"smxx_paged_mqa_schedule", [](const KernelParams&) { return render_paged_mqa_schedule(); }},
+        {"smxx_mqa_logits_pieces", [](const KernelParams& p) {
+             const auto get = [&](const char* key, int64_t fallback) {
+                 const auto it = p.find(key);
+                 return static_cast<uint32_t>(it == p.end() ? fallback : it->second);
+             };
+             return render_mqa_logits_pieces(get("num_heads", 64), get("head_dim", 128));
+         }},
         {"smxx_transpose_fp8", [](const KernelParams& p) {
              const auto it = p.find("aligned");
              return render_transpose_fp8(it == p.end() || it->second != 0);

@@ -1,7 +1,7 @@
 // Config choice for the SM90 FP8 MQA-logits kernel (pure function of the problem and the device).
 //
 // The kernel is not persistent: CTA (b, p) takes BLOCK_Q = 2 * 256 / H queries and a chunk of C keys.
-// A chunk long enough amortizes each CTA's setup (barrier init, Q load, the pieces, pipeline fill: a few us,
+// A chunk long enough amortizes each CTA's setup (barrier init, Q load, pipeline fill: a few us,
 // against ~0.3 us of tensor-core time per 64-key tile at H = 64, D = 128); short enough that the grid fills the
 // SMs (measured: mqa_logits_split). Stages: as many as fit in 8 x 8 KB.
 #pragma once
@@ -37,11 +37,11 @@ struct MqaLogitsConfig {
     }
 };
 
-// Mirrors Sm90Fp8MqaLogits::SMEM_SIZE (the pieces: 4 e4m3 rows of D per query, 4 FP32 scales per query).
+// Mirrors Sm90Fp8MqaLogits::SMEM_SIZE (the pieces: 4 e4m3 rows of D per query; their scales stay in global memory).
 inline uint32_t mqa_logits_smem_bytes(uint32_t num_heads, uint32_t head_dim, uint32_t num_stages,
                                       bool signed_sum_wgmma) {
     const uint32_t queries = 2 * 256 / num_heads;
-    const uint32_t pieces = signed_sum_wgmma ? queries * 4 * (head_dim + 4) : 0;
+    const uint32_t pieces = signed_sum_wgmma ? queries * 4 * head_dim : 0;
     return 1024 + 2 * 256 * head_dim + pieces + num_stages * 64 * head_dim + (2 * num_stages + 1) * 8 + 16;
 }
 

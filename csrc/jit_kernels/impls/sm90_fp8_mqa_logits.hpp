@@ -1,6 +1,7 @@
 // Host side of deep_gemm/include/deep_gemm/impls/sm90_fp8_mqa_logits.cuh: render the kernel for a
-// config, build the TMA descriptors of q and kv, launch on the current stream. The loaded kernel is
-// memoized per config; the two descriptors are encoded per call (a few microseconds of host time).
+// config, build the TMA descriptors of q and kv, launch on the current stream (with the signed sums by wgmma,
+// after the pre-pass that writes every query's pieces: smxx_mqa_logits_pieces.hpp). The loaded kernel is
+// memoized per config; the descriptors are encoded per call (a few microseconds of host time).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -14,6 +15,7 @@
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_mqa_logits.hpp"
+#include "smxx_mqa_logits_pieces.hpp"
 
 namespace dg::kernels {
 
@@ -22,12 +24,15 @@ inline jit::KernelSource render_sm90_fp8_mqa_logits(const MqaLogitsConfig& c) {
     return {"sm90_fp8_mqa_logits",
             fmt::format("#include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
+                        "#define DG_MQA_ARGS {}, {}, {}, {}, {}, {}, {}, {}, {}, {}\n"
+                        "static_assert(Sm90Fp8MqaLogits<DG_MQA_ARGS>::SMEM_SIZE <= {}, \"the host launches with less "
+                        "shared memory than the kernel lays out\");\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<DG_MQA_ARGS>);\n"
                         "}}\n",
                         c.num_heads, c.head_dim, c.num_stages, flag(c.is_compressed), flag(c.clean_logits),
                         flag(c.out_bf16), flag(c.ping_pong), flag(c.relu_by_abs), flag(c.signed_sum_wgmma),
-                        flag(c.split_halves))};
+                        flag(c.split_halves), c.smem_bytes)};
 }
 
 // A config from named integer parameters (the compile-only entry point).
@@ -116,8 +121,28 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     const auto tma_kv = jit::make_tma_2d(args.kv.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim, seq_len_kv,
                                          args.kv.stride(0), head_dim, 64, swizzle);
 
-    jit::LaunchConfig launch;
+    // The signed sums by wgmma: every query's pieces, once, by the pre-pass, into buffers of the padded query count
+    // (each CTA loads whole warpgroup blocks of them: 4 rows of D per query, by TMA with its Q tile)
     const uint32_t block_q = mqa_logits_block_q(num_heads);
+    const uint64_t num_padded = (static_cast<uint64_t>(seq_len) + block_q - 1) / block_q * block_q;
+    at::Tensor pieces, piece_scales;
+    auto tma_pieces = tma_q;  // any valid descriptor when the kernel has no pieces
+    const float* piece_scales_ptr = nullptr;
+    if (c.signed_sum_wgmma) {
+        DG_CHECK(num_padded * 4 < (1ull << 31), "MQA logits: {} queries exceed the pieces' TMA rows", seq_len);
+        pieces = at::empty({static_cast<int64_t>(num_padded * 4), static_cast<int64_t>(head_dim)},
+                           args.q.options().dtype(at::kByte));
+        piece_scales = at::empty({static_cast<int64_t>(num_padded * 4)}, args.q.options().dtype(at::kFloat));
+        launch_mqa_logits_pieces(device, num_heads, head_dim, args.q.data_ptr(), static_cast<uint64_t>(args.q.stride(1)),
+                                 args.weights.data_ptr<float>(), static_cast<uint64_t>(args.weights.stride(0)),
+                                 seq_len, static_cast<uint32_t>(num_padded), pieces.data_ptr(),
+                                 piece_scales.data_ptr<float>());
+        tma_pieces = jit::make_tma_2d(pieces.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim,
+                                      num_padded * 4, head_dim, head_dim, 4 * (256 / num_heads), swizzle);
+        piece_scales_ptr = piece_scales.data_ptr<float>();
+    }
+
+    jit::LaunchConfig launch;
     const uint64_t num_splits = (std::max(seq_len_kv, width) + c.num_kv_per_split - 1) / c.num_kv_per_split;
     DG_CHECK(num_splits <= 65535, "MQA logits: {} key chunks exceed the grid's y limit", num_splits);
     launch.grid = {(seq_len + block_q - 1) / block_q, static_cast<unsigned>(num_splits), 1};
@@ -138,8 +163,8 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     const int32_t* ke = args.ke.data_ptr<int32_t>();
     void* logits = args.logits.data_ptr();
     uint32_t s = seq_len, s_kv = seq_len_kv;
-    kernel->launch(device, launch, s, s_kv, out_width, num_kv_per_split, kv_scales, weights, ld_weights, ks, ke,
-                   logits, ld_logits, tma_q, tma_kv);
+    kernel->launch(device, launch, s, s_kv, out_width, num_kv_per_split, kv_scales, weights, ld_weights,
+                   piece_scales_ptr, ks, ke, logits, ld_logits, tma_q, tma_kv, tma_pieces);
 }
 
 }  // namespace dg::kernels

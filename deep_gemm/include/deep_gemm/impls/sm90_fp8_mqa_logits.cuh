@@ -36,21 +36,23 @@
 //       kSplitHalves (H = 64; H = 32 without the pieces): the tile's wgmmas as two commit groups of
 //       m64n128k32, queries [0, Q/2) then [Q/2, Q); the first half is reduced (wait_group 1) while the
 //       second half's wgmmas run, then the second (wait_group 0).
-//       kSignedSumByWgmma (H = 64, 32; the |x| form): once per CTA, each warpgroup writes the e4m3 pieces of
-//       u_i = sum_h w[i, h] q[i, h, :] for its queries (mqa::SignedSumPieces: 4 scaled rows per query) into
-//       its piece tile; per kv tile, D / 32 more wgmmas m64n(4 Q)k32 give sum_h x_h w_h for each key and
+//       kSignedSumByWgmma (H = 64, 32; the |x| form): the e4m3 pieces of u_i = sum_h w[i, h] q[i, h, :]
+//       (mqa::SignedSumPieces: 4 scaled rows per query), written for every query by the pre-pass kernel
+//       (smxx_mqa_logits_pieces.cuh), arrive by TMA with the Q tile in each warpgroup's piece tile, their scales
+//       by one load per lane from global memory (computing them here took ~2-3 us per CTA while the tensor core
+//       idled, run 61); per kv tile, D / 32 more wgmmas m64n(4 Q)k32 give sum_h x_h w_h for each key and
 //       query, so the reduction is one |x| FFMA per accumulator (the signed sums carry the tensor core's FP8
 //       accumulation error, so a key whose every head scores negative gives ~2^-12 of |s| sum |x w|, not 0).
 //       Run 54: the pieces 1-6 % faster, with the split tile 1-10 % (the defaults at D = 128).
-//   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles (once, on q_full), then one
+//   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles and piece tiles (once, on q_full), then one
 //       kv tile per stage after empty[s], arming full[s] with its bytes. Warps 1-3 (kCleanLogits):
 //       -inf into every invalid position of the CTA's rows and columns with 16-byte stores, while the
 //       math runs (disjoint from the valid positions, so nothing orders the two).
 // Stage ring: kNumStages x 64 keys x D bytes, 128B (D = 128) or 64B (D = 64) swizzled as TMA writes and
 //   wgmma reads it; full[s]: 1 arrival + bytes; empty[s]: 8 arrivals (both math warpgroups read every
 //   stage: one kv tile feeds 2 x 256 / H queries, halving L2 traffic against one warpgroup per tile).
-// Shared memory: [Q: 2 x 256 x D] [pieces: 2 x 4 Q x D] [kv stages] [piece scales: 2 x Q x 4 FP32] [full x
-//   stages, empty x stages, q_full] [tile range] (the pieces only with kSignedSumByWgmma).
+// Shared memory: [Q: 2 x 256 x D] [pieces: 2 x 4 Q x D] [kv stages] [full x stages, empty x stages, q_full]
+//   [tile range] (the pieces only with kSignedSumByWgmma).
 // Speed limits: per 64-key tile a math thread issues 2 instructions per accumulator (256: FMNMX + FFMA, or
 //   two FFMAs; 128 with the pieces) plus ~40 for the reduction and stores, against 512 tensor-core cycles per
 //   warpgroup tile at D = 128; the two math warpgroups alternate on the tensor core, one's epilogue under the
@@ -115,16 +117,12 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t PIECES_N = kSignedSumByWgmma ? kQueriesPerWg * Pieces::kNumPieces : 8;
     using WgmmaPieces = ptx::WgmmaFp8E4m3<PIECES_N>;
     static constexpr uint32_t kNumPiecesAccum = WgmmaPieces::kNumAccum;
-    static constexpr uint32_t kPiecesBarrier = 3;  // kSignedSumByWgmma: named barriers 3 and 4 (pieces written)
 
     static constexpr uint32_t SMEM_Q_SIZE_PER_WG = WG_N * kHeadDim;
     static constexpr uint32_t SMEM_PIECES_SIZE_PER_WG = kSignedSumByWgmma ? PIECES_N * kHeadDim : 0;
     static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = BLOCK_KV * kHeadDim;
     static constexpr uint32_t SMEM_KV_OFFSET = kNumMathWarpgroups * (SMEM_Q_SIZE_PER_WG + SMEM_PIECES_SIZE_PER_WG);
-    static constexpr uint32_t SMEM_PIECE_SCALES_SIZE =
-        kSignedSumByWgmma ? kNumMathWarpgroups * kQueriesPerWg * Pieces::kNumPieces * 4 : 0;
-    static constexpr uint32_t SMEM_BARRIER_OFFSET =
-        SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE + SMEM_PIECE_SCALES_SIZE;
+    static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 1) * 8 + 16;
 
     static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
@@ -147,10 +145,6 @@ struct Sm90Fp8MqaLogits {
         }
         __device__ __forceinline__ uint8_t* kv(uint32_t stage) const {
             return base + SMEM_KV_OFFSET + stage * SMEM_KV_SIZE_PER_STAGE;
-        }
-        // kSignedSumByWgmma: scale of piece p of query q of warpgroup wg at [(wg * kQueriesPerWg + q) * 4 + p]
-        __device__ __forceinline__ float* piece_scales() const {
-            return reinterpret_cast<float*>(base + SMEM_BARRIER_OFFSET - SMEM_PIECE_SCALES_SIZE);
         }
         __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
             return reinterpret_cast<uint64_t*>(base + SMEM_BARRIER_OFFSET) + stage;
@@ -184,14 +178,21 @@ struct Sm90Fp8MqaLogits {
     }
 
     // ---------------------------------------------------------------- producer (one thread)
-    __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t q_row, uint32_t kv_first,
+    __device__ __forceinline__ static void producer(const SharedStorage& s, uint32_t q_first, uint32_t kv_first,
                                                     uint32_t num_tiles, const TmaDescriptor* tma_q,
-                                                    const TmaDescriptor* tma_kv) {
-        // Both warpgroups' Q tiles: rows [q_row, +2 * 256) of q as [S * H, D] (past the end: zeros)
-        ptx::mbarrier_arrive_expect_tx(s.q_full(), kNumMathWarpgroups * SMEM_Q_SIZE_PER_WG);
+                                                    const TmaDescriptor* tma_kv, const TmaDescriptor* tma_pieces) {
+        // Both warpgroups' Q tiles: rows [q_first * H, +2 * 256) of q as [S * H, D] (past the end: zeros); with
+        // kSignedSumByWgmma their piece tiles too: warpgroup block b = q_first / Q + wg, rows [b * 4Q, +4Q) of the
+        // pre-pass's pieces (smxx_mqa_logits_pieces.cuh)
+        ptx::mbarrier_arrive_expect_tx(s.q_full(), kNumMathWarpgroups * (SMEM_Q_SIZE_PER_WG + SMEM_PIECES_SIZE_PER_WG));
         #pragma unroll
-        for (uint32_t wg = 0; wg < kNumMathWarpgroups; ++wg)
-            ptx::tma_load_2d(s.q(wg), tma_q, s.q_full(), 0, static_cast<int32_t>(q_row + wg * WG_N));
+        for (uint32_t wg = 0; wg < kNumMathWarpgroups; ++wg) {
+            const uint32_t wg_q_first = q_first + wg * kQueriesPerWg;
+            ptx::tma_load_2d(s.q(wg), tma_q, s.q_full(), 0, static_cast<int32_t>(wg_q_first * kNumHeads));
+            if constexpr (kSignedSumByWgmma)
+                ptx::tma_load_2d(s.pieces(wg), tma_pieces, s.q_full(), 0,
+                                 static_cast<int32_t>((q_first / kQueriesPerWg + wg) * PIECES_N));
+        }
 
         PipelineState<kNumStages> pipe;
         #pragma unroll 1
@@ -232,47 +233,6 @@ struct Sm90Fp8MqaLogits {
     }
 
     // ---------------------------------------------------------------- math warpgroups
-    // kSignedSumByWgmma, once per CTA: u = sum_h w[i, h] q[i, h, :] for each query i of warpgroup wg_idx (warp w of
-    // the warpgroup: its queries w, w + 4, ...; lane: kPerLane consecutive d) from the Q tile in shared memory, split
-    // into e4m3 pieces written as rows of the warpgroup's piece tile (swizzled like the Q tile) and their scales.
-    // Queries past the end have zero weights, hence zero pieces.
-    __device__ __forceinline__ static void write_signed_sum_pieces(const SharedStorage& s, uint32_t wg_idx,
-                                                                   uint32_t wg_q_first, uint32_t seq_len,
-                                                                   const float* weights, uint32_t ld_weights,
-                                                                   uint32_t warp_in_wg, uint32_t lane) {
-        constexpr uint32_t kPerLane = Pieces::kPerLane;
-        using Word = cuda::std::conditional_t<kPerLane == 4, uint32_t, uint16_t>;
-        #pragma unroll 1
-        for (uint32_t q = warp_in_wg; q < kQueriesPerWg; q += 4) {
-            float u[kPerLane] = {};
-            if (wg_q_first + q < seq_len) {
-                const float* w = weights + static_cast<uint64_t>(wg_q_first + q) * ld_weights;
-                #pragma unroll 8
-                for (uint32_t h = 0; h < kNumHeads; ++h) {
-                    const float weight = __ldg(w + h);
-                    const uint32_t offset = ptx::swizzled_offset<kHeadDim>((q * kNumHeads + h) * kHeadDim +
-                                                                           lane * kPerLane);
-                    const Word word = *reinterpret_cast<const Word*>(s.q(wg_idx) + offset);
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kPerLane; i += 2) {
-                        const float2 x = ptx::unpack_e4m3x2(static_cast<uint16_t>(word >> (8 * i)));
-                        u[i] = fmaf(weight, x.x, u[i]), u[i + 1] = fmaf(weight, x.y, u[i + 1]);
-                    }
-                }
-            }
-            uint32_t words[Pieces::kNumPieces];
-            float scales[Pieces::kNumPieces];
-            Pieces::split(u, words, scales);
-            #pragma unroll
-            for (uint32_t p = 0; p < Pieces::kNumPieces; ++p) {
-                const uint32_t offset = ptx::swizzled_offset<kHeadDim>(Pieces::row(q, p) * kHeadDim + lane * kPerLane);
-                *reinterpret_cast<Word*>(s.pieces(wg_idx) + offset) = static_cast<Word>(words[p]);
-                if (lane == p)
-                    s.piece_scales()[(wg_idx * kQueriesPerWg + q) * Pieces::kNumPieces + p] = scales[p];
-            }
-        }
-    }
-
     // One tile's wgmmas: accum = kv tile . Q tile^T (kSplitHalves: queries [0, Q/2) and [Q/2, Q) as two commit
     // groups of N = 128, the second with the pieces), pieces_accum = kv tile . pieces^T (kSignedSumByWgmma)
     __device__ __forceinline__ static void issue_tile(uint64_t desc_kv, uint64_t desc_q, uint64_t desc_pieces,
@@ -323,8 +283,9 @@ struct Sm90Fp8MqaLogits {
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t wg_idx, uint32_t q_first,
                                                 uint32_t kv_first, uint32_t num_tiles, uint32_t seq_len,
                                                 uint32_t seq_len_kv, uint32_t out_width, const float* kv_scales,
-                                                const float* weights, uint32_t ld_weights, const int32_t* ks,
-                                                const int32_t* ke, OutBits* logits, uint64_t ld_logits) {
+                                                const float* weights, uint32_t ld_weights, const float* piece_scales,
+                                                const int32_t* ks, const int32_t* ke, OutBits* logits,
+                                                uint64_t ld_logits) {
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
         const uint32_t wg_q_first = q_first + wg_idx * kQueriesPerWg;
@@ -355,23 +316,19 @@ struct Sm90Fp8MqaLogits {
         const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(wg_idx));
         const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(0));
         const uint64_t desc_pieces = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.pieces(wg_idx));
-        ptx::mbarrier_wait(s.q_full(), 0);
-
-        // kSignedSumByWgmma: this warpgroup's pieces (generic-proxy writes, fenced for the wgmmas' async-proxy
-        // reads) and, per stored query 4m + lane % 4, their scales
+        // kSignedSumByWgmma: the scales of the pieces of the queries this lane stores (4m + lane % 4), from the
+        // pre-pass (its buffer holds every query of the padded grid); the pieces came with the Q tile
         float piece_scale[kQueriesPerLane][Pieces::kNumPieces];
         if constexpr (kSignedSumByWgmma) {
-            write_signed_sum_pieces(s, wg_idx, wg_q_first, seq_len, weights, ld_weights, warp_in_wg, lane);
-            ptx::fence_proxy_async_smem();
-            ptx::named_barrier_sync(kPiecesBarrier + wg_idx, 128);
             #pragma unroll
             for (uint32_t m = 0; m < kQueriesPerLane; ++m) {
                 #pragma unroll
                 for (uint32_t p = 0; p < Pieces::kNumPieces; ++p)
-                    piece_scale[m][p] =
-                        s.piece_scales()[(wg_idx * kQueriesPerWg + 4 * m + lane % 4) * Pieces::kNumPieces + p];
+                    piece_scale[m][p] = __ldg(piece_scales + Pieces::kNumPieces * static_cast<uint64_t>(
+                                                                 wg_q_first + 4 * m + lane % 4) + p);
             }
         }
+        ptx::mbarrier_wait(s.q_full(), 0);
 
         // kDeferFlush (H = 16): tile t - 1's stores run while tile t's wgmmas do, and the kv scales are loaded
         // one tile ahead; else each tile's quad reduce-scatter and stores follow its own reduction. Measured
@@ -488,9 +445,10 @@ template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCo
 __global__ void __launch_bounds__(384, 1)
 sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
                            const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
-                           const int32_t* __restrict__ ks, const int32_t* __restrict__ ke, void* __restrict__ logits,
-                           uint64_t ld_logits, const __grid_constant__ TmaDescriptor tma_q,
-                           const __grid_constant__ TmaDescriptor tma_kv) {
+                           const float* __restrict__ piece_scales, const int32_t* __restrict__ ks,
+                           const int32_t* __restrict__ ke, void* __restrict__ logits, uint64_t ld_logits,
+                           const __grid_constant__ TmaDescriptor tma_q, const __grid_constant__ TmaDescriptor tma_kv,
+                           const __grid_constant__ TmaDescriptor tma_pieces) {
     using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kPingPong,
                                     kReluByAbs, kSignedSumByWgmma, kSplitHalves>;
     using OutBits = typename Kernel::OutBits;
@@ -508,6 +466,8 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
     if (threadIdx.x == Kernel::kNumMathThreads) {
         ptx::prefetch_tma_descriptor(&tma_q);
         ptx::prefetch_tma_descriptor(&tma_kv);
+        if constexpr (kSignedSumByWgmma)
+            ptx::prefetch_tma_descriptor(&tma_pieces);
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
             ptx::mbarrier_init(storage.full(i), 1);
@@ -527,7 +487,7 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
         ptx::warpgroup_reg_dealloc<Kernel::kProducerRegs>();
         const uint32_t tid = threadIdx.x - Kernel::kNumMathThreads;
         if (tid == 0 && num_tiles > 0) {
-            Kernel::producer(storage, q_first * kNumHeads, kv_first, num_tiles, &tma_q, &tma_kv);
+            Kernel::producer(storage, q_first, kv_first, num_tiles, &tma_q, &tma_kv, &tma_pieces);
         } else if (kCleanLogits && tid >= 32) {
             Kernel::clean(q_first, seq_len, seq_len_kv, out_width, num_kv_per_split, ks, ke,
                           static_cast<OutBits*>(logits), ld_logits, tid - 32);
@@ -536,7 +496,7 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
         ptx::warpgroup_reg_alloc<Kernel::kMathRegs>();
         if (num_tiles > 0)
             Kernel::math(storage, __shfl_sync(0xffffffff, threadIdx.x / 128, 0), q_first, kv_first, num_tiles, seq_len,
-                         seq_len_kv, out_width, kv_scales, weights, ld_weights, ks, ke,
+                         seq_len_kv, out_width, kv_scales, weights, ld_weights, piece_scales, ks, ke,
                          static_cast<OutBits*>(logits), ld_logits);
     }
 }

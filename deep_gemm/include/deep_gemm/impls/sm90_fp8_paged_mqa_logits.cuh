@@ -32,10 +32,11 @@
 //   warpgroup M (setmaxnreg 40): warps 0 and 1 produce, tile n by warp n % 2 (one warp's issue loop, a
 //       chain of ~70 dependent instructions, took ~800 cycles a tile: ncu run 25, the limit at ~65 % of
 //       the copy bandwidth). Each steps over the other's tiles as the math does; each warp's lanes hold
-//       the cache block ids of 64 consecutive kv blocks of the current request (two windows of 32, the second loaded 32 blocks ahead
-//       of use, so the block-table reads never stall the issue); warp 0's lane 0, per request: after
-//       q_empty, TMA of the request's Q tile into the next Q slot; per own tile, lane 0: after empty[s], TMA
-//       of the kv blocks' FP8 values and FP32 scales (block ids clamped into the cache). Warps 2-3
+//       the cache block ids of 64 consecutive kv blocks of the current request (two windows of 32, the
+//       second loaded 32 blocks ahead of use, so the block-table reads never stall the issue); warp 0's
+//       lane 0, per request: after q_empty, TMA of the request's Q tile into the next Q slot; per own tile,
+//       lane 0: after empty[s], TMA of the kv blocks' FP8 values and FP32 scales (block ids clamped into the
+//       cache). Warps 2-3
 //       (kCleanLogits): -inf past the end of rows blockIdx.x + k * gridDim.x (disjoint from the math's stores).
 // kv ring: kNumStages x [64 keys x D], 128B (D = 128) or 64B (D = 64) swizzle, and 64 FP32 kv scales;
 //   full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps). S is a multiple of M
