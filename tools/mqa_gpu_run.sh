@@ -2,6 +2,7 @@
 # On a GPU machine: install, then the MQA steps named in DG_MQA_STEPS (default: all, in this order):
 #   tests     the MQA GPU tests (paged ones also with a 6-stage ring: every stage reused often)
 #   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
+#   bench-torch the prefill rows with the chunked PyTorch baseline too (the speedup column), mqa-torch.json
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
 #   tests-forms the prefill GPU tests under each environment of DG_FORM_ENVS (';'-separated; default: the forms
@@ -69,6 +70,11 @@ if [[ $STEPS == *" tests-forms "* ]]; then
     done
 fi
 [[ $STEPS == *" bench "* ]] && bench mqa
+if [[ $STEPS == *" bench-torch "* ]]; then
+    (cd /tmp && timeout 400 python3 -m deep_gemm.bench --suite mqa --num-tests 10 --shapes $PREFILL \
+        --json "$OUT/mqa-torch.json" > "$L/mqa-torch.log" 2>&1)
+    note "bench-torch rc=$? $(grep -m1 'speedup vs chunked' "$L/mqa-torch.log")"
+fi
 if [[ $STEPS == *" ab-forms "* ]]; then
     for i in "${!FORM_ENVS[@]}"; do
         (export ${FORM_ENVS[$i]}; bench "mqa-form$i" $PREFILL 4096x16384x32x128)
