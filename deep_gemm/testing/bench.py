@@ -39,8 +39,8 @@ def _check_flush_mode(mode: str) -> None:
 
 
 def _l2_flusher(flush_l2: bool, mode: str, num_bytes: int) -> Callable[[], object] | None:
-    """A callable that evicts L2 by reading or writing a ``num_bytes`` buffer; ``None`` without ``flush_l2``."""
-    _check_flush_mode(mode)
+    """A callable that evicts L2 by reading or writing a ``num_bytes`` buffer; ``None`` without ``flush_l2``.
+    ``mode`` was checked by the caller (before its CUDA check)."""
     if not flush_l2:
         return None
     buffer = torch.zeros(num_bytes // 4, dtype=torch.int32, device="cuda")

@@ -11,14 +11,17 @@
 
 namespace dg::kernels {
 
+// One warp per query, 4 queries per CTA (the kernel's template argument)
+constexpr uint32_t kMqaLogitsPiecesThreads = 128;
+
 inline jit::KernelSource render_mqa_logits_pieces(uint32_t num_heads, uint32_t head_dim) {
     return {"smxx_mqa_logits_pieces",
             fmt::format("#include <deep_gemm/impls/smxx_mqa_logits_pieces.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&mqa_logits_pieces_kernel<{}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&mqa_logits_pieces_kernel<{}, {}, {}>);\n"
                         "}}\n",
-                        num_heads, head_dim)};
+                        num_heads, head_dim, kMqaLogitsPiecesThreads)};
 }
 
 // The pieces of queries [0, num_padded) (num_padded a multiple of 256 / H; those >= seq_len zero): q bytes with row
@@ -40,10 +43,10 @@ inline void launch_mqa_logits_pieces(int device, uint32_t num_heads, uint32_t he
         }
         kernel = slot;
     }
-    constexpr uint32_t kQueriesPerCta = 4;  // MqaLogitsPieces::kQueriesPerCta: one warp per query
+    constexpr uint32_t kQueriesPerCta = kMqaLogitsPiecesThreads / 32;
     jit::LaunchConfig launch;
     launch.grid = {(num_padded + kQueriesPerCta - 1) / kQueriesPerCta, 1, 1};
-    launch.num_threads = 32 * kQueriesPerCta;
+    launch.num_threads = kMqaLogitsPiecesThreads;
     launch.stream = stream;
     const auto* q_bytes = static_cast<const uint8_t*>(q);
     auto* pieces_bytes = static_cast<uint8_t*>(pieces);

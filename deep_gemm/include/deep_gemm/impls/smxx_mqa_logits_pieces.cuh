@@ -5,7 +5,7 @@
 // (Each CTA used to compute them itself before its first wgmma: ~1350 instructions per math warp while the tensor
 // core idled, 2.5-4.5 % of every prefill row, and S_kv / C times per query; run 61's source page.)
 //
-// Pipeline: one warp per query (4 per CTA of 128 threads), lane l holding d in [l * D / 32, +D / 32): per head, the
+// Pipeline: one warp per query (kNumThreads / 32 per CTA: the host's choice), lane l holding d in [l * D / 32, +D / 32): per head, the
 // weight (broadcast load) and the lane's D / 32 e4m3 values of q[i, h, :] (one coalesced row per warp), unpacked and
 // accumulated in FP32 in head order; then the split (warp max per piece) and the stores.
 // Output layout, queries padded to a multiple of Q = 256 / H (a prefill math warpgroup's queries; queries past S get
@@ -22,25 +22,25 @@
 
 namespace deep_gemm {
 
-template <uint32_t kNumHeads, uint32_t kHeadDim>
+template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumThreads>
 struct MqaLogitsPieces {
     using Pieces = mqa::SignedSumPieces<kHeadDim>;
     static constexpr uint32_t kQueriesPerBlock = 256 / kNumHeads;  // Q: one math warpgroup's queries
     static constexpr uint32_t kRowsPerBlock = kQueriesPerBlock * Pieces::kNumPieces;
-    static constexpr uint32_t kNumThreads = 128;
     static constexpr uint32_t kQueriesPerCta = kNumThreads / 32;
+    static_assert(kNumThreads % 32 == 0 && kNumThreads <= 1024, "whole warps, one query each");
     static_assert(kNumHeads == 32 || kNumHeads == 64, "the signed sums by wgmma run at H = 32 or 64");
     static_assert(kHeadDim == 64 || kHeadDim == 128, "D must be 64 or 128");
 };
 
 // q: [S, H, D] e4m3 bytes, row (i, h) at q + (i * H + h) * ld_q_row; weights: FP32 [S, H], row stride ld_weights;
 // queries [0, num_padded) with num_padded a multiple of Q (the ones >= seq_len give zero pieces).
-template <uint32_t kNumHeads, uint32_t kHeadDim>
-__global__ void __launch_bounds__(128, 1)
+template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumThreads>
+__global__ void __launch_bounds__(kNumThreads, 1)
 mqa_logits_pieces_kernel(const uint8_t* __restrict__ q, uint64_t ld_q_row, const float* __restrict__ weights,
                          uint64_t ld_weights, uint32_t seq_len, uint32_t num_padded, uint8_t* __restrict__ pieces,
                          float* __restrict__ piece_scales) {
-    using Layout = MqaLogitsPieces<kNumHeads, kHeadDim>;
+    using Layout = MqaLogitsPieces<kNumHeads, kHeadDim, kNumThreads>;
     using Pieces = typename Layout::Pieces;
     constexpr uint32_t kPerLane = Pieces::kPerLane;
     using Word = cuda::std::conditional_t<kPerLane == 4, uint32_t, uint16_t>;
