@@ -258,13 +258,9 @@ struct Sm90Fp8PagedMqaLogits {
         pipe.stage = warp;
         PipelineState<kNumQSlots> q_pipe;
         BlockIdWindow ids;
-        bool first_request = true;
         Cursor c = Cursor::start(p);
-        // Every request of the range (own tiles in it or not): its block ids; warp 0: its Q tile into the next slot
+        // Every request of the range (own tiles in it or not): its block ids; warp 0: its Q tile into its slot
         const auto enter = [&]() {
-            if (!first_request)
-                q_pipe.advance();
-            first_request = false;
             ids.reset(p, c.request, c.block, lane);
             if (warp == 0 && lane == 0) {
                 ptx::mbarrier_wait(s.q_empty(q_pipe.stage), q_pipe.phase ^ 1);
@@ -273,11 +269,16 @@ struct Sm90Fp8PagedMqaLogits {
                                  static_cast<int32_t>(c.request * WG_N));
             }
         };
+        // The cursor's steps enter every later request: into the next Q slot
+        const auto enter_next = [&]() {
+            q_pipe.advance();
+            enter();
+        };
         if (c.valid())
             enter();
-        c.step(p, warp, enter);
+        c.step(p, warp, enter_next);
         #pragma unroll 1
-        for (; c.valid(); c.step(p, kNumProducerWarps, enter), pipe.template advance_by<kNumProducerWarps>()) {
+        for (; c.valid(); c.step(p, kNumProducerWarps, enter_next), pipe.template advance_by<kNumProducerWarps>()) {
             uint32_t id[kBlocksPerTile];
             #pragma unroll
             for (uint32_t i = 0; i < kBlocksPerTile; ++i)
@@ -339,23 +340,21 @@ struct Sm90Fp8PagedMqaLogits {
         PipelineState<kNumStages> pipe;  // this warpgroup's stages: wg_idx, wg_idx + M, ... (its tiles' stages)
         pipe.stage = wg_idx;
         PipelineState<kNumQSlots> q_pipe;
-        bool first_request = true;
         Cursor c = Cursor::start(p);
-        // Every request of the range (own tiles in it or not): leave the previous request's Q slot, enter the next
-        const auto enter = [&]() {
-            if (!first_request) {
-                if (lane == 0)
-                    ptx::mbarrier_arrive(s.q_empty(q_pipe.stage));
-                q_pipe.advance();
-            }
-            first_request = false;
-            ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase);
+        // Every request of the range (own tiles in it or not): wait for its Q tile; the cursor's steps enter every
+        // later request, leaving the previous one's Q slot first
+        const auto enter = [&]() { ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase); };
+        const auto enter_next = [&]() {
+            if (lane == 0)
+                ptx::mbarrier_arrive(s.q_empty(q_pipe.stage));
+            q_pipe.advance();
+            enter();
         };
         if (c.valid())
             enter();
-        c.step(p, wg_idx, enter);
+        c.step(p, wg_idx, enter_next);
         #pragma unroll 1
-        for (; c.valid(); c.step(p, kNumMathWarpgroups, enter), pipe.template advance_by<kNumMathWarpgroups>()) {
+        for (; c.valid(); c.step(p, kNumMathWarpgroups, enter_next), pipe.template advance_by<kNumMathWarpgroups>()) {
             // A new request: its weights and query ends
             if (c.request != loaded_request) {
                 loaded_request = c.request;
