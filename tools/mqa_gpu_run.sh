@@ -114,7 +114,7 @@ if [[ $STEPS == *" sanitize "* ]]; then
             "test_mqa_logits.py::test_small_shapes_against_references[causal-64-128]" \
             "test_mqa_logits.py::test_small_shapes_against_references[random-32-128]" \
             "test_mqa_logits.py::test_small_shapes_against_references[random-16-64]" > "$L/sanitizer-$tool.txt" 2>&1)
-        note "sanitizer $tool rc=$? $(grep -m1 'ERROR SUMMARY' "$L/sanitizer-$tool.txt")"
+        note "sanitizer $tool rc=$? $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/sanitizer-$tool.txt")"
     done
     pack
 fi

@@ -8,9 +8,17 @@ from typing import Any
 import torch
 
 from deep_gemm.bench.registry import BenchOptions
-from deep_gemm.testing import bench_kernel
+from deep_gemm.testing import bench_kernel, bench_kineto
 
-__all__ = ["derive_throughput", "error_text", "parse_int_shape", "report_header", "time_call", "try_first_call"]
+__all__ = [
+    "derive_throughput",
+    "error_text",
+    "kernel_times",
+    "parse_int_shape",
+    "report_header",
+    "time_call",
+    "try_first_call",
+]
 
 
 def parse_int_shape(text: str, count: int, description: str, example: str, min_first: int = 1) -> tuple[int, ...]:
@@ -62,6 +70,20 @@ def time_call(fn: Callable[[], object], options: BenchOptions) -> dict[str, Any]
         l2_flush_mode=options.l2_flush_mode,
     )
     return {"median_us": result.median_us, "min_us": result.min_us, "samples_us": [s * 1e6 for s in result.samples_s]}
+
+
+def kernel_times(fn: Callable[[], object], kernels: dict[str, str], options: BenchOptions) -> dict[str, float]:
+    """Device time per call of the kernels ``fn`` launches, in µs, without the host's launch cost: for each
+    ``label: name substring`` of ``kernels``, the mean over ``options.num_tests`` profiled calls (CUPTI, through
+    :func:`deep_gemm.testing.bench_kineto`, with the L2 flush of the options before each call)."""
+    seconds = bench_kineto(
+        fn,
+        list(kernels.values()),
+        num_tests=options.num_tests,
+        flush_l2=options.flush_l2,
+        l2_flush_mode=options.l2_flush_mode,
+    )
+    return {label: seconds[name] * 1e6 for label, name in kernels.items()}
 
 
 def try_first_call(fn: Callable[[], Any]) -> tuple[Any, str | None]:

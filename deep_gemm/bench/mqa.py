@@ -23,7 +23,9 @@ D = 128, block_kv = 64, clean_logits=False as engines call it) for batch x next_
 built once outside the timing; the schedule kernel (``get_paged_mqa_logits_metadata``) and the call with
 ``clean_logits=True`` are timed too (columns ``meta %``: its time over the kernel's, ``meta us``: its time; ``clean
 %``: the extra time of the clean call over the kernel's); so is a 1-element fill, the floor of any launch under this
-protocol (printed as ``launch floor``). TFLOPS count 2 * H * D per valid (token, key) pair; GB/s count the kv cache
+protocol (printed as ``launch floor``). Both kernels are also timed on the device alone (CUPTI, the schedule kernel
+then the paged kernel per call, L2 flushed before each pair; columns ``dev us``: the paged kernel's mean, ``meta
+%dev``: the schedule kernel's over it), which leaves out the host's launch cost the event timings include. TFLOPS count 2 * H * D per valid (token, key) pair; GB/s count the kv cache
 blocks read, q, weights and the valid logits written, also as a percentage of the device-to-device copy
 bandwidth measured in the same run. Accuracy: ``calc_diff`` against a float64 reference of the first and
 last requests.
@@ -35,7 +37,7 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, report_header, time_call, try_first_call
+from deep_gemm.bench.common import derive_throughput, kernel_times, report_header, time_call, try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle, sm_clock_mhz
@@ -70,6 +72,8 @@ _PAGED_TABLE = Table(
         Column("% copy", 6),
         Column("meta %", 6),
         Column("meta us", 7),
+        Column("dev us", 8),
+        Column("meta %dev", 9),
         Column("clean %", 7),
         Column("SM MHz", 6),
         Column("diff", 8),
@@ -305,9 +309,11 @@ def _bench_paged(batch: int, next_n: int, ctx: int, mqa_paged, options: BenchOpt
     row["pairs"] = pairs
     row["flops"] = 2 * h * d * pairs
     row["bytes"] = num_blocks * block_kv * (d + 4) + q.numel() + 4 * (weights.numel() + pairs)
-    meta, row["ours_error"] = try_first_call(
-        lambda: deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms())
-    )
+
+    def schedule() -> torch.Tensor:
+        return deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms())
+
+    meta, row["ours_error"] = try_first_call(schedule)
 
     def ours() -> torch.Tensor:
         return mqa_paged(q, cache, weights, lens, table, meta, ctx)
@@ -317,16 +323,22 @@ def _bench_paged(batch: int, next_n: int, ctx: int, mqa_paged, options: BenchOpt
         out, row["ours_error"] = try_first_call(ours)
     row["ours"] = time_call(ours, options) if out is not None else None
     row["sm_clock_mhz"] = sm_clock_mhz() if out is not None else None
-    row["metadata"] = row["clean"] = None
+    row["metadata"] = row["clean"] = row["device_us"] = None
     if out is not None:
-        row["metadata"] = time_call(
-            lambda: deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms()), options
+        row["metadata"] = time_call(schedule, options)
+        row["device_us"] = kernel_times(
+            lambda: (schedule(), ours()),
+            {"metadata": "paged_mqa_schedule_kernel", "paged": "sm90_fp8_paged_mqa_logits_kernel"},
+            options,
         )
         row["clean"] = time_call(
             lambda: mqa_paged(q, cache, weights, lens, table, meta, ctx, clean_logits=True), options
         )
     row["meta_pct"] = (
         100.0 * row["metadata"]["median_us"] / row["ours"]["median_us"] if row["metadata"] and row["ours"] else None
+    )
+    row["meta_pct_device"] = (
+        100.0 * row["device_us"]["metadata"] / row["device_us"]["paged"] if row["device_us"] else None
     )
     row["clean_pct"] = _extra_pct(row["clean"], row["ours"])
     row["ours_diff"], row["ours_accurate"] = None, False
@@ -367,13 +379,19 @@ def _run_paged(
     tiny = torch.empty(1, device="cuda")
     tiny.zero_()
     launch_floor_us = time_call(tiny.zero_, options)["median_us"]
-    print(f"launch floor (a 1-element fill timed the same way): {launch_floor_us:.1f} us")
+    try:  # the same fill's device time alone (PyTorch's fill kernel: FillFunctor)
+        device_floor_us = kernel_times(tiny.zero_, {"fill": "FillFunctor"}, options)["fill"]
+    except ValueError as exc:  # another PyTorch may name its fill kernel differently
+        device_floor_us = None
+        print(f"note: no device time for the 1-element fill: {exc}")
+    print(f"launch floor (a 1-element fill timed the same way): {launch_floor_us:.1f} us, "
+          f"on the device alone: {fmt(device_floor_us, '.2f')} us")  # fmt: skip
     print(_PAGED_TABLE.header())
     rows = []
     for shape in shapes:
         gpu_idle(options.idle_s)
         row = _bench_paged(*shape, mqa_paged, options)
-        row["launch_floor_us"] = launch_floor_us
+        row["launch_floor_us"], row["device_floor_us"] = launch_floor_us, device_floor_us
         derive_throughput(row, copy_bandwidth, ())
         rows.append(row)
         diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
@@ -381,6 +399,10 @@ def _run_paged(
         cells += [fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"), fmt(row["tflops"], ".0f")]
         cells += [fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".1f"), fmt(row["meta_pct"], ".1f")]
         cells += [fmt(row["metadata"]["median_us"] if row["metadata"] else None, ".1f")]
+        cells += [
+            fmt(row["device_us"]["paged"] if row["device_us"] else None, ".1f"),
+            fmt(row["meta_pct_device"], ".1f"),
+        ]
         cells += [fmt(row["clean_pct"], ".1f"), fmt(row["sm_clock_mhz"]), diff]
         print(_PAGED_TABLE.row(cells), flush=True)
         torch.cuda.empty_cache()
