@@ -827,11 +827,14 @@ def test_paged_kernel_family_is_registered() -> None:
     assert "smxx_paged_mqa_schedule" in deep_gemm.kernel_families()
 
 
+@pytest.mark.parametrize("batch", [64, 4096], ids=["small-cta", "large-cta"])
 @pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
-def test_paged_schedule_kernel_compiles_without_local_memory(cache_dir, use_nvrtc: bool) -> None:
-    # get_paged_mqa_logits_metadata's kernel on CUDA tensors: unit counts in registers, per tile a scan barrier and
-    # (pass 1) one before the rows' binary searches of the prefixes
-    result = deep_gemm.compile_kernel("smxx_paged_mqa_schedule", {}, use_nvrtc=use_nvrtc)
+def test_paged_schedule_kernel_compiles_without_local_memory(cache_dir, use_nvrtc: bool, batch: int) -> None:
+    # get_paged_mqa_logits_metadata's kernel on CUDA tensors (both CTA shapes: 128 threads x 2 requests up to B = 256,
+    # else 512 x 8): unit counts in registers, per tile a scan barrier and (pass 1) one before the rows' binary
+    # searches of the prefixes
+    result = deep_gemm.compile_kernel("smxx_paged_mqa_schedule", {"batch": batch}, use_nvrtc=use_nvrtc)
+    assert f"paged_mqa_schedule_kernel<{128 if batch <= 256 else 512}, " in result["source"], result["source"]
     assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
     assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
     lines = dump_sass(result["cubin_path"]).splitlines()
@@ -1080,7 +1083,7 @@ PAGED_META_LAYOUTS = ["1d", "1d_strided", "t0", "t1", "t2", "t4", "t2_sliced", "
 
 @gpu
 @pytest.mark.parametrize("layout", PAGED_META_LAYOUTS)
-@pytest.mark.parametrize("batch", [0, 1, 3, 64, 256, 1000, 5000])
+@pytest.mark.parametrize("batch", [0, 1, 3, 64, 256, 257, 1000, 5000])
 def test_paged_metadata_cuda_kernel_matches_cpu(batch: int, layout: str) -> None:
     # The CUDA path (one JIT kernel) against the CPU path (tensor ops, checked above), bit for bit
     g = torch.Generator().manual_seed(batch * 31 + PAGED_META_LAYOUTS.index(layout))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: install, then the MQA steps named in DG_MQA_STEPS (default: all, in this order):
-#   tests     the MQA GPU tests (paged ones also with a 6-stage ring: every stage reused often)
-#   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log
+#   tests     the MQA GPU tests (paged ones also with a 6-stage ring: every stage reused often); DG_MQA_TESTS_K: a
+#             pytest -k expression that picks some of the first set
+#   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log; DG_MQA_BENCH_SHAPES: only those
 #   bench-torch the prefill rows with the chunked PyTorch baseline too (the speedup column), mqa-torch.json
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
@@ -54,7 +55,9 @@ bench() {  # bench NAME [shapes...]: the mqa suite (or those shapes) into NAME.l
     note "bench $name rc=$?"
 }
 if [[ $STEPS == *" tests "* ]]; then
-    (cd tests && timeout 300 python3 -m pytest -q -m gpu test_mqa_logits.py > "$L/pytest.log" 2>&1)
+    pick=()
+    [[ -n ${DG_MQA_TESTS_K:-} ]] && pick=(-k "$DG_MQA_TESTS_K")
+    (cd tests && timeout 300 python3 -m pytest -q -m gpu "${pick[@]}" test_mqa_logits.py > "$L/pytest.log" 2>&1)
     note "pytest rc=$? $(tail -1 "$L/pytest.log")"
     (cd tests && DG_PAGED_MQA_STAGES=6 timeout 120 python3 -m pytest -q -m gpu \
         -k "paged_against or paged_any or paged_unclean or paged_clean" test_mqa_logits.py > "$L/pytest-stages6.log" 2>&1)
@@ -69,7 +72,7 @@ if [[ $STEPS == *" tests-forms "* ]]; then
         note "pytest ${FORM_ENVS[$i]} rc=$? $(tail -1 "$L/pytest-form$i.log")"
     done
 fi
-[[ $STEPS == *" bench "* ]] && bench mqa
+[[ $STEPS == *" bench "* ]] && bench mqa ${DG_MQA_BENCH_SHAPES:-}
 if [[ $STEPS == *" bench-torch "* ]]; then
     (cd /tmp && timeout 400 python3 -m deep_gemm.bench --suite mqa --num-tests 10 --shapes $PREFILL \
         --json "$OUT/mqa-torch.json" > "$L/mqa-torch.log" 2>&1)
@@ -111,6 +114,7 @@ if [[ $STEPS == *" sanitize "* ]]; then
             "test_mqa_logits.py::test_paged_against_float64[b16-t4-h32-d128-bkv64-ctx3000]" \
             "test_mqa_logits.py::test_paged_against_float64[b16-t1-h16-d64-bkv32-ctx3000]" \
             "test_mqa_logits.py::test_paged_metadata_cuda_kernel_graph_replay" \
+            "test_mqa_logits.py::test_paged_metadata_cuda_kernel_matches_cpu[5000-1d]" \
             "test_mqa_logits.py::test_small_shapes_against_references[causal-64-128]" \
             "test_mqa_logits.py::test_small_shapes_against_references[random-32-128]" \
             "test_mqa_logits.py::test_small_shapes_against_references[random-16-64]" > "$L/sanitizer-$tool.txt" 2>&1)

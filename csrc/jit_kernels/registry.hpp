@@ -29,7 +29,11 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
          [](const KernelParams& p) { return render_sm90_fp8_mqa_logits(mqa_logits_config_from_params(p)); }},
         {"sm90_fp8_paged_mqa_logits",
          [](const KernelParams& p) { return render_sm90_fp8_paged_mqa_logits(paged_mqa_logits_config_from_params(p)); }},
-        {"smxx_paged_mqa_schedule", [](const KernelParams&) { return render_paged_mqa_schedule(); }},
+        {"smxx_paged_mqa_schedule", [](const KernelParams& p) {  // {"batch": B} picks the CTA shape (default 4096)
+             const auto it = p.find("batch");
+             return render_paged_mqa_schedule(
+                 paged_mqa_schedule_shape(static_cast<uint32_t>(it == p.end() ? 4096 : it->second)));
+         }},
         {"smxx_mqa_logits_pieces", [](const KernelParams& p) {
              const auto get = [&](const char* key, int64_t fallback) {
                  const auto it = p.find(key);

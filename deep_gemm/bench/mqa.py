@@ -379,19 +379,28 @@ def _run_paged(
     tiny = torch.empty(1, device="cuda")
     tiny.zero_()
     launch_floor_us = time_call(tiny.zero_, options)["median_us"]
-    try:  # the same fill's device time alone (PyTorch's fill kernel: FillFunctor)
-        device_floor_us = kernel_times(tiny.zero_, {"fill": "FillFunctor"}, options)["fill"]
-    except ValueError as exc:  # another PyTorch may name its fill kernel differently
-        device_floor_us = None
-        print(f"note: no device time for the 1-element fill: {exc}")
-    print(f"launch floor (a 1-element fill timed the same way): {launch_floor_us:.1f} us, "
-          f"on the device alone: {fmt(device_floor_us, '.2f')} us")  # fmt: skip
+    # The same fill's device time alone, and that of a 1-element copy (a kernel that reads one value from a cold L2,
+    # as the schedule kernel reads the lengths): PyTorch's FillFunctor and neg kernels (a same-dtype copy_ would be a
+    # memcpy, not a kernel)
+    tiny_src = torch.ones(1, device="cuda")
+    floors: dict[str, float | None] = {"fill": None, "copy": None}
+    for name, fn, kernel in (
+        ("fill", tiny.zero_, "FillFunctor"),
+        ("copy", lambda: torch.neg(tiny_src, out=tiny), "neg_kernel"),
+    ):
+        try:
+            floors[name] = kernel_times(fn, {name: kernel}, options)[name]
+        except ValueError as exc:  # another PyTorch may name its kernels differently
+            print(f"note: no device time for the 1-element {name}: {exc}")
+    print(f"launch floor (a 1-element fill timed the same way): {launch_floor_us:.1f} us; on the device alone: "
+          f"{fmt(floors['fill'], '.2f')} us, a 1-element negated copy {fmt(floors['copy'], '.2f')} us")  # fmt: skip
     print(_PAGED_TABLE.header())
     rows = []
     for shape in shapes:
         gpu_idle(options.idle_s)
         row = _bench_paged(*shape, mqa_paged, options)
-        row["launch_floor_us"], row["device_floor_us"] = launch_floor_us, device_floor_us
+        row["launch_floor_us"] = launch_floor_us
+        row["device_floor_us"], row["device_copy_floor_us"] = floors["fill"], floors["copy"]
         derive_throughput(row, copy_bandwidth, ())
         rows.append(row)
         diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")

@@ -20,7 +20,9 @@
 // Why this shape (ncu run 28, B = 64, cold caches): the first version placed the rows per request, two 32-bit
 // divisions per request by the share sizes, and divided each length by block_kv: ~1000 instructions per warp at 8
 // cycles each, 7.6 us on one SM; a row's search is ~log2(B) shared-memory loads, with nothing per request but the
-// load and the scan (run 29: ~440 instructions per warp, 3.9 us under ncu, 5.4-5.9 us in the bench).
+// load and the scan (run 29: ~440 instructions per warp, 3.9 us under ncu, 5.4-5.9 us in the bench). The host picks
+// the CTA: 128 threads x 2 requests (one warp per scheduler) up to B = 256, 512 x 8 beyond (run 68: the 512-thread CTA
+// took 3.0 us on the device for B = 64, a 1-element fill 0.77 us).
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
