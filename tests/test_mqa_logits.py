@@ -209,7 +209,7 @@ def check_relu_form(lines: list[str], num_accum: int, by_abs: bool) -> None:
 
 
 def test_bench_shapes_and_torch_version_on_cpu() -> None:
-    from deep_gemm.bench.mqa import MQA_SHAPES, make_key_ranges, parse_mqa_shape, torch_mqa_logits
+    from deep_gemm.bench.mqa import MQA_SHAPES, make_key_ranges, parse_mqa_shape, torch_mqa_chunks, torch_mqa_logits
 
     assert parse_mqa_shape("2048x8192") == (2048, 8192, 64, 128, "causal")
     assert parse_mqa_shape("2048x65536x32x64-cp") == (2048, 65536, 32, 64, "cp")
@@ -230,8 +230,22 @@ def test_bench_shapes_and_torch_version_on_cpu() -> None:
     ks, ke = make_key_ranges(2048, 8192, "cp")
     assert int(ks.abs().max()) == 0 and ke[[0, 1023, 1024, 2047]].tolist() == [1025, 2048, 6145, 7168]
     assert torch.equal(torch.stack(make_key_ranges(512, 512, "cp")), torch.stack(make_key_ranges(512, 512, "causal")))
-    for pattern in ("causal", "cp", "window"):
-        ks, ke = make_key_ranges(s, s_kv, pattern)
+    # The chunks: every query once, in order; each chunk's keys hold its rows' ranges, within the element bound
+    # (or one query); a causal chunk stops at its last query's end. Rows with no key (ks >= ke) add none.
+    ks, ke = make_key_ranges(2048, 8192, "causal")
+    ks[5:9], ke[5:9] = 100, 50
+    chunks = torch_mqa_chunks(ks, ke, 64, chunk_elements=1 << 22)
+    assert [c[0] for c in chunks] == [0] + [c[1] for c in chunks[:-1]] and chunks[-1][1] == 2048
+    for c0, c1, k0, k1 in chunks:
+        rows = [i for i in range(c0, c1) if ks[i] < ke[i]]
+        assert (k0, k1) == (min(int(ks[i]) for i in rows), max(int(ke[i]) for i in rows)), (c0, c1)
+        assert c1 - c0 == 1 or (c1 - c0) * 64 * (k1 - k0) <= 1 << 22
+    assert chunks[0][3] < 8192 - 2048 + 64  # the first chunk: only the keys its queries see
+    assert torch_mqa_chunks(torch.full((5,), 7), torch.full((5,), 3), 64) == [(0, 5, 0, 0)]
+    for pattern in ("causal", "cp", "window", "empty rows"):
+        ks, ke = make_key_ranges(s, s_kv, pattern.replace("empty rows", "causal"))
+        if pattern == "empty rows":
+            ke[3:9] = ks[3:9]
         assert bool((ks >= 0).all() and (ks <= ke).all() and (ke <= s_kv).all())
         out = torch_mqa_logits(q, (kv, scales), weights, ks, ke, chunk_elements=50_000)
         ref = reference(q, kv, scales, weights, ks, ke)

@@ -8,10 +8,11 @@ clean FP32 logits ``[S, S_kv]``.
 - ours: one ``fp8_mqa_logits`` call (with ``DG_MQA_LOGITS_SKIP_RANGE_CHECK=1``, so that the host check of
   ks/ke, a synchronization, is not timed); also timed with ``clean_logits=False``: the difference is what
   writing -inf outside [ks, ke) costs (column ``clean %``, of the clean call);
-- torch: :func:`torch_mqa_logits`, chunks of queries: one FP8 ``torch._scaled_mm`` per chunk with the
-  kv scales as per-column scales (so that they are applied before the relu, as the semantics need; BF16
-  ``matmul`` where ``_scaled_mm`` is unavailable), relu in place, the head sum as a batched matmul with
-  the weights, then -inf outside [ks, ke).
+- torch: :func:`torch_mqa_logits`, chunks of queries, each against only the keys one of its queries sees: one FP8
+  ``torch._scaled_mm`` per chunk with the kv scales as per-column scales (so that they are applied before the
+  relu, as the semantics need; BF16 ``matmul`` where ``_scaled_mm`` is unavailable), relu in place, the head sum
+  as a batched matmul with the weights, then -inf outside [ks, ke) (the chunks' bounds read from ks/ke once,
+  outside the timing).
 
 TFLOPS count 2 * H * D per valid (i, j) pair; GB/s count q, kv, scales, weights and the logits written.
 Accuracy of ours is checked with ``calc_diff`` against the torch result in float32 on the valid positions,
@@ -37,13 +38,28 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, kernel_times, report_header, time_call, try_first_call
+from deep_gemm.bench.common import (
+    derive_throughput,
+    error_text,
+    kernel_times,
+    report_header,
+    time_call,
+    try_first_call,
+)
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle, sm_clock_mhz
 from deep_gemm.utils import per_token_cast_to_fp8
 
-__all__ = ["MQA_SHAPES", "PAGED_SHAPES", "make_key_ranges", "parse_mqa_shape", "run_mqa", "torch_mqa_logits"]
+__all__ = [
+    "MQA_SHAPES",
+    "PAGED_SHAPES",
+    "make_key_ranges",
+    "parse_mqa_shape",
+    "run_mqa",
+    "torch_mqa_chunks",
+    "torch_mqa_logits",
+]
 
 _PAGED_PREFIX = "paged:"
 
@@ -167,6 +183,29 @@ def make_key_ranges(s: int, s_kv: int, pattern: str, seed: int = 0) -> tuple[tor
     return ks.int(), ke.int()
 
 
+def torch_mqa_chunks(
+    ks: torch.Tensor, ke: torch.Tensor, num_heads: int, chunk_elements: int = 1 << 28
+) -> list[tuple[int, int, int, int]]:
+    """The chunks :func:`torch_mqa_logits` computes: ``(c0, c1, k0, k1)``, queries ``[c0, c1)`` against keys
+    ``[k0, k1)``, the union of their rows' ``[ks, ke)`` (``k0 == k1`` when none has a key). Consecutive queries
+    join a chunk while its ``[queries, H, keys]`` intermediate stays within ``chunk_elements`` (one query at least),
+    so causal and context-parallel rows skip the keys no query of a chunk sees. Reads ks/ke on the host."""
+    starts, ends = ks.tolist(), ke.tolist()
+    chunks = []
+    c0 = 0
+    while c0 < len(starts):
+        lo, hi, c1 = 1 << 62, 0, c0  # the union of the chunk's non-empty ranges (none while lo >= hi)
+        while c1 < len(starts):
+            a, b = (starts[c1], ends[c1]) if starts[c1] < ends[c1] else (lo, hi)
+            new_lo, new_hi = min(lo, a), max(hi, b)
+            if c1 > c0 and (c1 + 1 - c0) * num_heads * max(new_hi - new_lo, 0) > chunk_elements:
+                break
+            lo, hi, c1 = new_lo, new_hi, c1 + 1
+        chunks.append((c0, c1, lo, hi) if lo < hi else (c0, c1, 0, 0))
+        c0 = c1
+    return chunks
+
+
 def torch_mqa_logits(
     q: torch.Tensor,
     kv: tuple[torch.Tensor, torch.Tensor],
@@ -174,15 +213,22 @@ def torch_mqa_logits(
     ks: torch.Tensor,
     ke: torch.Tensor,
     chunk_elements: int = 1 << 28,
+    chunks: list[tuple[int, int, int, int]] | None = None,
 ) -> torch.Tensor:
     """The same math as ``fp8_mqa_logits`` (clean FP32 logits ``[S, S_kv]``) in chunked PyTorch.
+
+    Per chunk of queries (:func:`torch_mqa_chunks`), only the keys some query of the chunk sees: one FP8
+    ``torch._scaled_mm`` with the kv scales as per-column scales (BF16 ``matmul`` where it is unavailable), relu
+    in place, the head sum as a batched matmul with the weights; then -inf outside each row's ``[ks, ke)``.
 
     Args:
         q: float8_e4m3fn ``[S, H, D]``.
         kv: ``(kv float8_e4m3fn [S_kv, D], scales FP32 [S_kv])``.
         weights: FP32 ``[S, H]``.
         ks, ke: int32 ``[S]``, valid keys ``[ks, ke)``.
-        chunk_elements: bound on the ``[chunk, H, S_kv]`` intermediate per chunk of queries.
+        chunk_elements: bound on the ``[chunk, H, keys]`` intermediate per chunk of queries.
+        chunks: :func:`torch_mqa_chunks` of these ks/ke, computed once outside a timed loop; computed here (a
+            host synchronization) when None.
 
     Returns:
         FP32 ``[S, S_kv]``, -inf outside ``[ks[i], ke[i])``.
@@ -190,22 +236,30 @@ def torch_mqa_logits(
     kv_fp8, scales = kv
     s, h, d = q.shape
     s_kv = kv_fp8.shape[0]
+    if chunks is None:
+        chunks = torch_mqa_chunks(ks, ke, h, chunk_elements)
     out = torch.empty(s, s_kv, device=q.device, dtype=torch.float32)
-    chunk = max(1, chunk_elements // (h * max(s_kv, 1)))
-    ones = torch.ones(chunk * h, 1, device=q.device, dtype=torch.float32)
+    ones = torch.ones(max((c1 - c0 for c0, c1, _, _ in chunks), default=1) * h, 1, device=q.device)
     scale_b = scales.float().view(1, s_kv)
     kv_scaled_bf16 = None
-    for c0 in range(0, s, chunk):
-        c1 = min(c0 + chunk, s)
+    for c0, c1, k0, k1 in chunks:
+        if k1 <= k0:
+            continue
+        # Whole 16-key groups (what _scaled_mm needs of its dimensions and keeps its operands 16-byte aligned)
+        k0, k1 = k0 // 16 * 16, min(s_kv, (k1 + 15) // 16 * 16)
         q2 = q[c0:c1].reshape((c1 - c0) * h, d)
         try:
-            x = torch._scaled_mm(q2, kv_fp8.t(), ones[: q2.shape[0]], scale_b, out_dtype=torch.bfloat16)
-        except (RuntimeError, AttributeError):
+            x = torch._scaled_mm(
+                q2, kv_fp8[k0:k1].t(), ones[: q2.shape[0]], scale_b[:, k0:k1], out_dtype=torch.bfloat16
+            )
+        except (RuntimeError, AttributeError) as exc:
             if kv_scaled_bf16 is None:
+                if q.is_cuda:  # expected on the CPU only: say so where the torch timings would change meaning
+                    print(f"note: torch._scaled_mm failed ({error_text(exc)}); the torch version runs BF16 matmuls")
                 kv_scaled_bf16 = (kv_fp8.float() * scales.float()[:, None]).bfloat16()
-            x = q2.bfloat16() @ kv_scaled_bf16.t()
-        x = x.view(c1 - c0, h, s_kv).relu_()
-        out[c0:c1] = torch.bmm(weights[c0:c1, None, :].to(x.dtype), x).squeeze(1).float()
+            x = q2.bfloat16() @ kv_scaled_bf16[k0:k1].t()
+        x = x.view(c1 - c0, h, k1 - k0).relu_()
+        out[c0:c1, k0:k1] = torch.bmm(weights[c0:c1, None, :].to(x.dtype), x).squeeze(1).float()
     j = torch.arange(s_kv, device=q.device)
     invalid = (j[None, :] < ks[:, None]) | (j[None, :] >= ke[:, None])
     return out.masked_fill_(invalid, float("-inf"))
@@ -239,8 +293,10 @@ def _bench_shape(s: int, s_kv: int, h: int, d: int, pattern: str, mqa, options: 
     row["torch"] = row["torch_error"] = row["ours_diff"] = None
     row["ours_accurate"] = False
 
+    chunks = torch_mqa_chunks(ks, ke, h)
+
     def torch_version() -> torch.Tensor:
-        return torch_mqa_logits(q, (kv, scales), weights, ks, ke)
+        return torch_mqa_logits(q, (kv, scales), weights, ks, ke, chunks=chunks)
 
     ref, row["torch_error"] = try_first_call(torch_version)
     if ref is not None and out is not None:
