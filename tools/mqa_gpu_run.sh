@@ -17,7 +17,8 @@
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
 #   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of the kernels named in
 #             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
-#             "paged-short": the paged kernel on 64 x 2 x 8192; "paged-256": on 256 x 1 x 65536; "prefill-long", "prefill-long-max": 2048 x 65536
+#             "paged-short": the paged kernel on 64 x 2 x 8192; "paged-256": on 256 x 1 x 65536; "paged-64x2": on
+#             64 x 2 x 65536; "prefill-long", "prefill-long-max": 2048 x 65536
 #             causal, the second with DG_MQA_LOGITS_SIGNED_WGMMA=0, the FMNMX form the pieces replaced;
 #             "prefill-cp": 2048 x 65536 context-parallel, "prefill-window": the same with the window pattern)
 #   balance   per-SM busy cycles (sm__cycles_active min / avg / max) and DRAM throughput of the kernel on each shape
@@ -126,6 +127,7 @@ if [[ $STEPS == *" ncu "* ]]; then
     # name, kernel regex, bench shape
     for spec in "paged sm90_fp8_paged_mqa_logits_kernel paged:64x1x65536" \
                 "paged-256 sm90_fp8_paged_mqa_logits_kernel paged:256x1x65536" \
+                "paged-64x2 sm90_fp8_paged_mqa_logits_kernel paged:64x2x65536" \
                 "prefill sm90_fp8_mqa_logits_kernel 2048x8192x64x128-causal" \
                 "meta paged_mqa_schedule_kernel paged:64x1x8192" \
                 "paged-short sm90_fp8_paged_mqa_logits_kernel paged:64x2x8192" \
