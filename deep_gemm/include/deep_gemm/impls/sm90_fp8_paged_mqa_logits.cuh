@@ -36,7 +36,9 @@
 //       second loaded 32 blocks ahead of use, so the block-table reads never stall the issue); warp 0's
 //       lane 0, per request: after q_empty, TMA of the request's Q tile into the next Q slot; per own tile,
 //       lane 0: after empty[s], TMA of the kv blocks' FP8 values and FP32 scales (block ids clamped into the
-//       cache). Warps 2-3
+//       cache). Warp 0 also fetches into L2 the first request's block-table lines as soon as the schedule row is
+//       read (in parallel with the request's length, which the cursor needs first) and every request's weight
+//       rows as it enters it (the math warpgroups read them on entering it, up to a ring of tiles later). Warps 2-3
 //       (kCleanLogits): -inf past the end of rows blockIdx.x + k * gridDim.x (disjoint from the math's stores).
 // kv ring: kNumStages x [64 keys x D], 128B (D = 128) or 64B (D = 64) swizzle, and 64 FP32 kv scales;
 //   full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps). S is a multiple of M
@@ -172,6 +174,24 @@ struct Sm90Fp8PagedMqaLogits {
         return static_cast<uint32_t>(min(max(id, 0), static_cast<int32_t>(p.num_kv_blocks) - 1));
     }
 
+    // Into L2, one line a lane (lanes past what there is do nothing): with_block_table, the block-table lines of the
+    // request's kv blocks [block, block + 64) (the producer's two id windows); always, the request's
+    // weight rows (what its first math warpgroup reads on entering it). A hint only: fetched ahead of the loads
+    // that need them, so that those hit L2 instead of waiting on memory.
+    static constexpr uint32_t kWeightLinesPerRow = (kNumHeads * 4 + 127) / 128;
+    __device__ __forceinline__ static void prefetch_request(const PagedMqaProblem& p, uint32_t request, uint32_t block,
+                                                            bool with_block_table, uint32_t lane) {
+        if (request >= p.batch_size)
+            return;
+        if (lane < kNextN * kWeightLinesPerRow) {
+            const uint32_t row = request * kNextN + lane / kWeightLinesPerRow;
+            ptx::prefetch_l2(p.weights + static_cast<uint64_t>(row) * p.ld_weights + (lane % kWeightLinesPerRow) * 32);
+        } else if (with_block_table && p.max_blocks > 0 && lane < kNextN * kWeightLinesPerRow + 3) {
+            const uint32_t column = min(block + min((lane - kNextN * kWeightLinesPerRow) * 32, 63u), p.max_blocks - 1);
+            ptx::prefetch_l2(p.block_table + static_cast<uint64_t>(request) * p.max_blocks + column);
+        }
+    }
+
     // ---------------------------------------------------------------- the CTA's tiles, in order
     struct Cursor {
         uint32_t request, block, num_blocks;  // the tile: kv blocks [block, +64 / BLOCK_KV) of request
@@ -184,12 +204,16 @@ struct Sm90Fp8PagedMqaLogits {
                 num_blocks = request < p.batch_size ? num_blocks_of(p, request) : 0;
             }
         }
-        __device__ __forceinline__ static Cursor start(const PagedMqaProblem& p) {
+        // The CTA's first tile; on_schedule(request, block) runs once the schedule row is read, before the
+        // request's length is (a role can start fetching what needs only those two)
+        template <typename OnSchedule>
+        __device__ __forceinline__ static Cursor start(const PagedMqaProblem& p, const OnSchedule& on_schedule) {
             Cursor c;
             c.request = min(static_cast<uint32_t>(max(__ldg(p.schedule + 2 * blockIdx.x), 0)), p.batch_size);
             c.block = static_cast<uint32_t>(max(__ldg(p.schedule + 2 * blockIdx.x + 1), 0));
             c.end_request = min(static_cast<uint32_t>(max(__ldg(p.schedule + 2 * blockIdx.x + 2), 0)), p.batch_size);
             c.end_block = static_cast<uint32_t>(max(__ldg(p.schedule + 2 * blockIdx.x + 3), 0));
+            on_schedule(c.request, c.block);
             c.num_blocks = c.request < p.batch_size ? num_blocks_of(p, c.request) : 0;
             c.skip_empty(p);
             return c;
@@ -258,7 +282,11 @@ struct Sm90Fp8PagedMqaLogits {
         pipe.stage = warp;
         PipelineState<kNumQSlots> q_pipe;
         BlockIdWindow ids;
-        Cursor c = Cursor::start(p);
+        // Warp 0: the first request's block-table lines and weights into L2 while the cursor reads its length
+        Cursor c = Cursor::start(p, [&](uint32_t request, uint32_t block) {
+            if (warp == 0)
+                prefetch_request(p, request, block, true, lane);
+        });
         // Every request of the range (own tiles in it or not): its block ids; warp 0: its Q tile into its slot
         const auto enter = [&]() {
             ids.reset(p, c.request, c.block, lane);
@@ -269,10 +297,13 @@ struct Sm90Fp8PagedMqaLogits {
                                  static_cast<int32_t>(c.request * WG_N));
             }
         };
-        // The cursor's steps enter every later request: into the next Q slot
+        // The cursor's steps enter every later request: into the next Q slot; warp 0 fetches its weights into L2
+        // for the math warpgroups, which enter it up to a ring of tiles later
         const auto enter_next = [&]() {
             q_pipe.advance();
             enter();
+            if (warp == 0)
+                prefetch_request(p, c.request, c.block, false, lane);
         };
         if (c.valid())
             enter();
@@ -340,7 +371,7 @@ struct Sm90Fp8PagedMqaLogits {
         PipelineState<kNumStages> pipe;  // this warpgroup's stages: wg_idx, wg_idx + M, ... (its tiles' stages)
         pipe.stage = wg_idx;
         PipelineState<kNumQSlots> q_pipe;
-        Cursor c = Cursor::start(p);
+        Cursor c = Cursor::start(p, [](uint32_t, uint32_t) {});
         // Every request of the range (own tiles in it or not): wait for its Q tile; the cursor's steps enter every
         // later request, leaving the previous one's Q slot first
         const auto enter = [&]() { ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase); };

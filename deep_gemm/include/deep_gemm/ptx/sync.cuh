@@ -1,5 +1,5 @@
 // Warp-specialization and synchronization primitives: register reallocation, named barriers,
-// stmatrix, programmatic dependent launch, GPU-scope flags, and the packing conversions (BF16, e4m3).
+// stmatrix, programmatic dependent launch, GPU-scope flags, an L2 prefetch, and the packing conversions (BF16, e4m3).
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
@@ -66,6 +66,11 @@ __device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* ptr) {
 
 __device__ __forceinline__ void st_relaxed_gpu(uint32_t* ptr, uint32_t value) {
     asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+}
+
+// Bring the line holding `ptr` into L2 (a hint: no result, no fault on an address inside an allocation)
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<uint64_t>(ptr)));
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
