@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../jit/cache.hpp"
+#include "params.hpp"
 #include "impls/sm90_gemm.hpp"
 #include "impls/sm90_fp8_mqa_logits.hpp"
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
@@ -17,8 +18,6 @@
 #include "impls/smxx_transpose_fp8.hpp"
 
 namespace dg::kernels {
-
-using KernelParams = std::map<std::string, int64_t>;
 
 inline const std::map<std::string, std::function<jit::KernelSource(const KernelParams&)>>& kernel_registry() {
     static const std::map<std::string, std::function<jit::KernelSource(const KernelParams&)>> registry = {
@@ -30,16 +29,10 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
         {"sm90_fp8_paged_mqa_logits",
          [](const KernelParams& p) { return render_sm90_fp8_paged_mqa_logits(paged_mqa_logits_config_from_params(p)); }},
         {"smxx_paged_mqa_schedule", [](const KernelParams& p) {  // {"batch": B} picks the CTA shape (default 4096)
-             const auto it = p.find("batch");
-             return render_paged_mqa_schedule(
-                 paged_mqa_schedule_shape(static_cast<uint32_t>(it == p.end() ? 4096 : it->second)));
+             return render_paged_mqa_schedule(paged_mqa_schedule_shape(param_or(p, "batch", 4096)));
          }},
         {"smxx_mqa_logits_pieces", [](const KernelParams& p) {
-             const auto get = [&](const char* key, int64_t fallback) {
-                 const auto it = p.find(key);
-                 return static_cast<uint32_t>(it == p.end() ? fallback : it->second);
-             };
-             return render_mqa_logits_pieces(get("num_heads", 64), get("head_dim", 128));
+             return render_mqa_logits_pieces(param_or(p, "num_heads", 64), param_or(p, "head_dim", 128));
          }},
         {"smxx_transpose_fp8", [](const KernelParams& p) {
              const auto it = p.find("aligned");

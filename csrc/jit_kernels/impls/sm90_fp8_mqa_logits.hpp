@@ -12,6 +12,7 @@
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
+#include "../params.hpp"
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_mqa_logits.hpp"
@@ -36,12 +37,9 @@ inline jit::KernelSource render_sm90_fp8_mqa_logits(const MqaLogitsConfig& c) {
 }
 
 // A config from named integer parameters (the compile-only entry point).
-inline MqaLogitsConfig mqa_logits_config_from_params(const std::map<std::string, int64_t>& params) {
+inline MqaLogitsConfig mqa_logits_config_from_params(const KernelParams& params) {
     MqaLogitsConfig c;
-    const auto get = [&](const char* key, uint32_t fallback) {
-        const auto it = params.find(key);
-        return it == params.end() ? fallback : static_cast<uint32_t>(it->second);
-    };
+    const auto get = [&](const char* key, uint32_t fallback) { return param_or(params, key, fallback); };
     c.num_heads = get("num_heads", c.num_heads);
     c.head_dim = get("head_dim", c.head_dim);
     c.num_stages = get("num_stages", c.head_dim == 128 ? 8 : 12);

@@ -11,6 +11,7 @@
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
+#include "../params.hpp"
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_mqa_logits.hpp"
@@ -30,11 +31,8 @@ inline jit::KernelSource render_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsCo
 }
 
 // A config from named integer parameters (the compile-only entry point).
-inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const std::map<std::string, int64_t>& params) {
-    const auto get = [&](const char* key, uint32_t fallback) {
-        const auto it = params.find(key);
-        return it == params.end() ? fallback : static_cast<uint32_t>(it->second);
-    };
+inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const KernelParams& params) {
+    const auto get = [&](const char* key, uint32_t fallback) { return param_or(params, key, fallback); };
     PagedMqaLogitsConfig c = get_paged_mqa_logits_config(get("next_n", 1), get("num_heads", 64), get("head_dim", 128),
                                                          get("block_kv", 64), get("is_2d_context_lens", 0) != 0,
                                                          get("clean_logits", 0) != 0);

@@ -18,6 +18,7 @@
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
+#include "../params.hpp"
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_gemm.hpp"
@@ -50,12 +51,9 @@ inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
 // their defaults, and the shared-memory size is derived. Operands: `per_row_sfb` (FP8 recipe (1, 1, 128)) or
 // `bf16` (with `mn_major_a`, `mn_major_b`, `fp32_out`, `has_c`); FP8 recipe (1, 128, 128) by default.
-inline GemmConfig config_from_params(const std::map<std::string, int64_t>& params) {
+inline GemmConfig config_from_params(const KernelParams& params) {
     GemmConfig c;
-    const auto get = [&](const char* key, uint32_t fallback) {
-        const auto it = params.find(key);
-        return it == params.end() ? fallback : static_cast<uint32_t>(it->second);
-    };
+    const auto get = [&](const char* key, uint32_t fallback) { return param_or(params, key, fallback); };
     c.shape_m = get("shape_m", 0), c.shape_n = get("shape_n", 0), c.shape_k = get("shape_k", 0);
     c.block_m = get("block_m", c.block_m), c.block_n = get("block_n", c.block_n);
     c.num_math_warpgroups = get("num_math_warpgroups", gemm_math_warpgroups(c.block_m));
