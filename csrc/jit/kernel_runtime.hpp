@@ -13,6 +13,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -211,5 +212,25 @@ inline const Kernel& get_kernel(const KernelSource& source, const std::string& a
     auto kernel = std::make_unique<Kernel>(source.family, built.cubin);
     return *loaded.emplace(id, std::move(kernel)).first->second;
 }
+
+// A launcher's memo of its loaded kernels by shape signature (the hot path's lookup, before get_kernel's render
+// and hash): `get(key, load)` returns the kernel of `key`, calling `load()` (which returns get_kernel's result) the
+// first time only. Thread-safe; one static instance per launcher.
+template <typename Key>
+class KernelCache {
+public:
+    template <typename Load>
+    const Kernel& get(const Key& key, const Load& load) {
+        std::lock_guard lock(mutex_);
+        const Kernel*& slot = kernels_[key];
+        if (slot == nullptr)
+            slot = &load();
+        return *slot;
+    }
+
+private:
+    std::map<Key, const Kernel*> kernels_;
+    std::mutex mutex_;
+};
 
 }  // namespace dg::jit

@@ -7,7 +7,6 @@
 #include <ATen/ATen.h>
 
 #include <map>
-#include <mutex>
 #include <tuple>
 
 #include "../../jit/device_runtime.hpp"
@@ -93,23 +92,17 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     }
 
     const auto stream = jit::current_stream(device);
-    static std::map<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool, bool>, const jit::Kernel*>
-        kernels;
-    static std::mutex mutex;
-    const jit::Kernel* kernel;
-    {
-        std::lock_guard lock(mutex);
-        auto& slot = kernels[{device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16, c.ping_pong,
-                              c.relu_by_abs, c.signed_sum_wgmma, c.split_halves}];
-        if (slot == nullptr) {
+    static jit::KernelCache<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool, bool>> kernels;
+    const jit::Kernel* kernel = &kernels.get(
+        {device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16, c.ping_pong, c.relu_by_abs,
+         c.signed_sum_wgmma, c.split_halves},
+        [&]() -> const jit::Kernel& {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
                      "MQA logits needs {} bytes of shared memory, device {} allows {}", c.smem_bytes, device,
                      props.smem_optin_bytes);
-            slot = &jit::get_kernel(render_sm90_fp8_mqa_logits(c), props.arch(), device, stream);
-        }
-        kernel = slot;
-    }
+            return jit::get_kernel(render_sm90_fp8_mqa_logits(c), props.arch(), device, stream);
+        });
 
     // q as [S * H, D]: boxes of 256 rows (one math warpgroup's queries); kv as [S_kv, D]: 64-key boxes
     const auto swizzle = jit::swizzle_for_bytes(head_dim);

@@ -6,7 +6,6 @@
 #include <ATen/ATen.h>
 
 #include <map>
-#include <mutex>
 #include <tuple>
 
 #include "../../jit/device_runtime.hpp"
@@ -95,24 +94,19 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     c.relu_by_abs = mqa_relu_by_abs_override().value_or(c.relu_by_abs);
 
     const auto stream = jit::current_stream(device);
-    static std::map<std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool, bool>,
-                    const jit::Kernel*>
+    static jit::KernelCache<
+        std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool, bool>>
         kernels;
-    static std::mutex mutex;
-    const jit::Kernel* kernel;
-    {
-        std::lock_guard lock(mutex);
-        auto& slot = kernels[{device, next_n, num_heads, head_dim, block_kv, c.num_stages, c.num_math_wgs,
-                              c.is_2d_context_lens, c.clean_logits, c.relu_by_abs}];
-        if (slot == nullptr) {
+    const jit::Kernel* kernel = &kernels.get(
+        {device, next_n, num_heads, head_dim, block_kv, c.num_stages, c.num_math_wgs, c.is_2d_context_lens,
+         c.clean_logits, c.relu_by_abs},
+        [&]() -> const jit::Kernel& {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
                      "paged MQA logits needs {} bytes of shared memory, device {} allows {}", c.smem_bytes, device,
                      props.smem_optin_bytes);
-            slot = &jit::get_kernel(render_sm90_fp8_paged_mqa_logits(c), props.arch(), device, stream);
-        }
-        kernel = slot;
-    }
+            return jit::get_kernel(render_sm90_fp8_paged_mqa_logits(c), props.arch(), device, stream);
+        });
 
     // q as [B * T * H, D]: one request's T * H rows per box; the cache as rows of D bytes: block i's FP8
     // values are rows [i * R, +BLOCK_KV), R = BLOCK_KV (D + 4) / D

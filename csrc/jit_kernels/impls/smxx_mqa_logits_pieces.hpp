@@ -2,8 +2,6 @@
 // device and config), launch on the current stream.
 #pragma once
 
-#include <map>
-#include <mutex>
 #include <tuple>
 
 #include "../../jit/device_runtime.hpp"
@@ -30,19 +28,12 @@ inline jit::KernelSource render_mqa_logits_pieces(uint32_t num_heads, uint32_t h
 inline void launch_mqa_logits_pieces(int device, uint32_t num_heads, uint32_t head_dim, const void* q,
                                      uint64_t ld_q_row, const float* weights, uint64_t ld_weights, uint32_t seq_len,
                                      uint32_t num_padded, void* pieces, float* piece_scales) {
-    static std::map<std::tuple<int, uint32_t, uint32_t>, const jit::Kernel*> kernels;
-    static std::mutex mutex;
+    static jit::KernelCache<std::tuple<int, uint32_t, uint32_t>> kernels;
     const auto stream = jit::current_stream(device);
-    const jit::Kernel* kernel;
-    {
-        std::lock_guard lock(mutex);
-        auto& slot = kernels[{device, num_heads, head_dim}];
-        if (slot == nullptr) {
-            const auto arch = jit::DeviceRuntime::instance().properties(device).arch();
-            slot = &jit::get_kernel(render_mqa_logits_pieces(num_heads, head_dim), arch, device, stream);
-        }
-        kernel = slot;
-    }
+    const jit::Kernel* kernel = &kernels.get({device, num_heads, head_dim}, [&]() -> const jit::Kernel& {
+        const auto arch = jit::DeviceRuntime::instance().properties(device).arch();
+        return jit::get_kernel(render_mqa_logits_pieces(num_heads, head_dim), arch, device, stream);
+    });
     constexpr uint32_t kQueriesPerCta = kMqaLogitsPiecesThreads / 32;
     jit::LaunchConfig launch;
     launch.grid = {(num_padded + kQueriesPerCta - 1) / kQueriesPerCta, 1, 1};
