@@ -303,6 +303,11 @@ struct GemmCostModel {
     // 4096 x 7168 x 7168 320.5 vs 323.0, 8192^3 864.5 vs 800.4, 4096 x 2112 x 7168 117.3 vs 102.8: each as that
     // rate and the waves predict). Applied only there, where it was measured (other widths cross a scale-block
     // boundary and ran slower: 128 x 112 231.8 us at 4096 x 4096 x 7168).
+    // The same tiles on m-grouped contiguous GEMMs (run 74/75 sweeps, H200, 5 stages either way): faster than the
+    // 128 x 160 tiles without overlap that the plain model picked, on all 16 rows of the grouped suite (4 x 8192,
+    // 8 x 4096, 32 x 256 and 256 x 64 rows, N x K of 4096 x 7168, 7168 x 2048, 6144 x 7168, 7168 x 3072): e.g.
+    // 4 x 8192 x 4096 x 7168 1421 -> 1248 us, 32 x 256 x 4096 x 7168 531 -> 462, 256 x 64 x 7168 x 2048 1254 -> 1134.
+    // Not on masked prefill-like groups (1 x 1024 x 7168 x 2048: 37.3 vs 33.5 us with 128 x 160), so not there.
     static constexpr double kOverlapMmaFactor = 0.83;
 
     // Stream-K (see gemm_stream_k_tiles): the flags' clearing before the launch (a memset, and the gap before the
@@ -317,17 +322,20 @@ struct GemmCostModel {
     };
     // (a K block is 128 bytes of each row: 128 FP8 or 64 BF16 elements, the same wgmma time either way)
     // `m` rows in `num_groups` groups of m / num_groups rows, each with its own B, in `units` units. `overlap`: the
-    // candidate runs the overlapped promotion; `dense`: not a grouped GEMM.
+    // candidate runs the overlapped promotion; `gemm_type`: the layout (the overlap's rate was measured on normal
+    // and m-grouped contiguous GEMMs).
     static UnitTimes unit_times(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n,
                                 uint32_t num_splits, uint64_t units, const GemmOperands& operands, uint64_t num_groups,
-                                bool overlap, bool dense) {
+                                bool overlap, GemmType gemm_type) {
         const uint64_t block_k = operands.block_k(), num_k_blocks = (k + block_k - 1) / block_k;
         const uint64_t group_rows = (m + num_groups - 1) / num_groups;
         // (with three warpgroups a K block costs the same at BLOCK_N 112 as at 128: measured 1216 vs 1153 cycles;
         // BF16 has no promotion: a smaller per-tile overhead)
         const double overhead = operands.is_fp8() ? 32 : 16;
-        const bool measured_overlap = overlap && dense && operands.block_sfb() && block_m == 128 && block_n == 128 &&
-                                      m >= kThreeWarpgroupMinM;
+        const bool measured_layout = gemm_type == GemmType::kNormal || gemm_type == GemmType::kMGroupedContiguous ||
+                                     gemm_type == GemmType::kMGroupedContiguousPsum;
+        const bool measured_overlap = overlap && measured_layout && operands.block_sfb() && block_m == 128 &&
+                                      block_n == 128 && m >= kThreeWarpgroupMinM;
         const double mma = block_m == 192 ? 192.0 * (128 + 32) / 32 * kThreeWarpgroupMmaFactor
                                           : double(block_m) * (block_n + overhead) / 32 *
                                                 (measured_overlap ? kOverlapMmaFactor : 1.0);
@@ -350,8 +358,9 @@ struct GemmCostModel {
     // `units` run in waves of `slots` (see unit_times for the rest).
     static double cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint32_t num_splits,
                        uint64_t units, uint64_t slots, const GemmOperands& operands = {}, uint64_t num_groups = 1,
-                       bool overlap = false, bool dense = true) {
-        const UnitTimes t = unit_times(m, n, k, block_m, block_n, num_splits, units, operands, num_groups, overlap, dense);
+                       bool overlap = false, GemmType gemm_type = GemmType::kNormal) {
+        const UnitTimes t = unit_times(m, n, k, block_m, block_n, num_splits, units, operands, num_groups, overlap,
+                                       gemm_type);
         const uint64_t full_waves = units / slots, last_wave = units % slots;
         return double(full_waves) * std::max(t.unit_time, double(slots) * t.dram_cycles_per_unit) +
                (last_wave > 0 ? std::max(t.unit_time, double(last_wave) * t.dram_cycles_per_unit) : 0.0);
@@ -362,7 +371,7 @@ struct GemmCostModel {
     // (a contribution stored to L2, the owner reading up to as many as a tile holds ranges) and the flags' clearing.
     static double stream_k_cost(uint64_t m, uint64_t n, uint64_t k, uint32_t block_m, uint32_t block_n, uint64_t tiles,
                                 uint64_t slots, uint64_t stream_k_tiles, const GemmOperands& operands, bool overlap) {
-        const UnitTimes t = unit_times(m, n, k, block_m, block_n, 1, tiles, operands, 1, overlap, true);
+        const UnitTimes t = unit_times(m, n, k, block_m, block_n, 1, tiles, operands, 1, overlap, GemmType::kNormal);
         const uint64_t whole_waves = (tiles - stream_k_tiles) / slots;
         const uint64_t share = (stream_k_tiles * t.num_k_blocks + slots - 1) / slots;
         const uint64_t segments = std::min(share, (share + t.num_k_blocks - 1) / t.num_k_blocks + 1);
@@ -518,7 +527,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                     continue;
                 const bool overlap = operands.is_fp8() && forced.overlap != 0 && gemm_fits_overlap(block_m, block_n, wgs);
                 double cost = GemmCostModel::cost(m, n, k, block_m, block_n, splits, units, slots, operands, num_groups,
-                                                  overlap, !grouped);
+                                                  overlap, gemm_type);
                 // Stream-K: where forced (each mode that fits), or by default where it was measured faster
                 // (gemm_stream_k_by_default); the model's cost of it counts where lower
                 uint32_t stream_k = 0;
