@@ -1,6 +1,6 @@
 """Time fp8_gemm_nt (or, with --suite bf16, bf16_gemm_*; with --suite kgrouped, the k-grouped FP8 GEMMs and the
-dense recipe (1, 1, 128); with --suite grouped / masked, the m-grouped FP8 GEMMs, shapes GxMxNxK) under forced
-configs, to calibrate the heuristic (run on a GPU machine).
+dense recipe (1, 1, 128); with --suite grouped / masked / bf16_grouped / bf16_masked, the m-grouped GEMMs, shapes
+GxMxNxK) under forced configs, to calibrate the heuristic (run on a GPU machine).
 
     python tools/sweep_fp8_gemm.py --shapes 64x2112x7168 1x4096x7168 --configs bm64-bn64-s4 bn128-s1 auto \
         --json sweep.json
@@ -86,7 +86,11 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", required=True)
     parser.add_argument("--json")
     parser.add_argument("--num-tests", default="20")
-    parser.add_argument("--suite", default="dense", choices=["dense", "bf16", "kgrouped", "grouped", "masked"])
+    parser.add_argument(
+        "--suite",
+        default="dense",
+        choices=["dense", "bf16", "kgrouped", "grouped", "masked", "bf16_grouped", "bf16_masked"],
+    )
     args = parser.parse_args()
     extra = ["--num-tests", args.num_tests, "--idle", "0.1", "--suite", args.suite]
     results = {config: run_config(config, args.shapes, extra) for config in args.configs}
@@ -115,16 +119,12 @@ def main() -> None:
             g, m, n, k = dims
             kind = dict(per_row_sfb=True, gemm_type=4 if g else 0)
             m *= max(g, 1)
-        elif args.suite in ("grouped", "masked"):
-            # (contiguous: G groups of about M rows, segments aligned to 128; masked: G groups of max_m rows,
+        elif args.suite in ("grouped", "masked", "bf16_grouped", "bf16_masked"):
+            # (contiguous: G groups of about M rows, segments aligned to 128; masked: G groups of max_m = 4096 rows,
             # planned for M expected rows each, as the bench calls it)
             g, m, n, k = dims
-            if args.suite == "grouped":
-                kind = dict(gemm_type=1)
-            else:
-                from deep_gemm.bench.grouped import MASKED_MAX_M
-
-                kind = dict(gemm_type=3, num_groups=g, grouped_alignment=128 if MASKED_MAX_M % 128 == 0 else 64)
+            kind = dict(gemm_type=1) if args.suite.endswith("grouped") else dict(gemm_type=3, num_groups=g)
+            kind.update(bf16=args.suite.startswith("bf16"))
             m *= g
         else:
             m, n, k = dims
