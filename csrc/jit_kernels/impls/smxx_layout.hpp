@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
@@ -29,12 +30,11 @@ inline void launch_layout_kernel(LayoutKernel kind, int device_index, const floa
                                  uint32_t sf_k, uint32_t aligned_mn, uint32_t num_groups, int64_t stride_g,
                                  int64_t stride_mn, int64_t stride_k) {
     const auto stream = jit::current_stream(device_index);
-    static const jit::Kernel* kernels[2][64] = {};
-    const jit::Kernel*& kernel = kernels[static_cast<int>(kind)][device_index & 63];
-    if (kernel == nullptr) [[unlikely]] {
+    static jit::KernelCache<std::pair<int, int>> kernels;
+    const jit::Kernel& kernel = kernels.get({device_index, static_cast<int>(kind)}, [&]() -> const jit::Kernel& {
         const auto arch = jit::DeviceRuntime::instance().properties(device_index).arch();
-        kernel = &jit::get_kernel(render_layout_kernel(kind), arch, device_index, stream);
-    }
+        return jit::get_kernel(render_layout_kernel(kind), arch, device_index, stream);
+    });
     const uint32_t num_k_outputs = kind == LayoutKernel::kTransposeSf ? sf_k : (sf_k + 3) / 4;
     DG_CHECK_INPUT(num_k_outputs <= 65535 && num_groups <= 65535,
                    "scaling factors too large for the layout kernel: {} K columns, {} groups", num_k_outputs, num_groups);
@@ -42,7 +42,7 @@ inline void launch_layout_kernel(LayoutKernel kind, int device_index, const floa
     config.grid = {(aligned_mn + kLayoutThreads - 1) / kLayoutThreads, num_k_outputs, num_groups};
     config.num_threads = kLayoutThreads;
     config.stream = stream;
-    kernel->launch(device_index, config, sf, out, mn, sf_k, aligned_mn, stride_g, stride_mn, stride_k);
+    kernel.launch(device_index, config, sf, out, mn, sf_k, aligned_mn, stride_g, stride_mn, stride_k);
 }
 
 }  // namespace dg::kernels

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <tuple>
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
@@ -40,19 +41,17 @@ inline jit::KernelSource render_paged_mqa_schedule(PagedMqaScheduleShape shape) 
 inline void launch_paged_mqa_schedule(int device_index, const int32_t* context_lens, int64_t stride_b,
                                       int64_t stride_t, uint32_t batch, uint32_t next_n, uint32_t block_kv,
                                       uint32_t num_sms, int32_t* schedule) {
-    static const jit::Kernel* kernels[64][2] = {};
+    static jit::KernelCache<std::tuple<int, uint32_t, uint32_t>> kernels;  // by device and CTA shape
     const PagedMqaScheduleShape shape = paged_mqa_schedule_shape(batch);
-    const bool small = shape.threads == kPagedMqaScheduleSmall.threads;
-    const jit::Kernel*& kernel = kernels[device_index & 63][small ? 0 : 1];
     const auto stream = jit::current_stream(device_index);
-    if (kernel == nullptr) [[unlikely]] {
+    const jit::Kernel& kernel = kernels.get({device_index, shape.threads, shape.items}, [&]() -> const jit::Kernel& {
         const auto arch = jit::DeviceRuntime::instance().properties(device_index).arch();
-        kernel = &jit::get_kernel(render_paged_mqa_schedule(shape), arch, device_index, stream);
-    }
+        return jit::get_kernel(render_paged_mqa_schedule(shape), arch, device_index, stream);
+    });
     jit::LaunchConfig config;
     config.num_threads = shape.threads;
     config.stream = stream;
-    kernel->launch(device_index, config, context_lens, stride_b, stride_t, batch, next_n, block_kv, num_sms, schedule);
+    kernel.launch(device_index, config, context_lens, stride_b, stride_t, batch, next_n, block_kv, num_sms, schedule);
 }
 
 }  // namespace dg::kernels

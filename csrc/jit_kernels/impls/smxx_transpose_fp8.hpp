@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "../../jit/device_runtime.hpp"
@@ -54,18 +55,17 @@ inline void launch_transpose_fp8_groups(int device_index, const void* src, void*
     DG_CHECK_INPUT(tiles <= 65535, "transpose_fp8_groups: sum K = {} rows is too many (at most {} tiles of {})",
                    starts.back() + ks.back(), 65535, kTransposeFp8Tile);
     const bool aligned = reinterpret_cast<uintptr_t>(src) % 16 == 0 && ld % 16 == 0;
-    static const jit::Kernel* kernels[2][64] = {};
-    const jit::Kernel*& kernel = kernels[aligned][device_index & 63];
+    static jit::KernelCache<std::pair<int, bool>> kernels;
     const auto stream = jit::current_stream(device_index);
-    if (kernel == nullptr) [[unlikely]] {
+    const jit::Kernel& kernel = kernels.get({device_index, aligned}, [&]() -> const jit::Kernel& {
         const auto arch = jit::DeviceRuntime::instance().properties(device_index).arch();
-        kernel = &jit::get_kernel(render_transpose_fp8(aligned), arch, device_index, stream);
-    }
+        return jit::get_kernel(render_transpose_fp8(aligned), arch, device_index, stream);
+    });
     jit::LaunchConfig config;
     config.grid = {(mn + kTransposeFp8Tile - 1) / kTransposeFp8Tile, tiles, 1};
     config.num_threads = 256;
     config.stream = stream;
-    kernel->launch(device_index, config, src, dst, mn, ld, groups);
+    kernel.launch(device_index, config, src, dst, mn, ld, groups);
 }
 
 }  // namespace dg::kernels
