@@ -138,7 +138,7 @@ def test_alias_and_heuristic() -> None:
 
 def test_contiguous_heuristic_takes_overlapped_128x128_tiles() -> None:
     # FP8 m-grouped contiguous GEMMs of 8192+ rows: 128 x 128 tiles with the overlapped promotion ran faster than the
-    # 128 x 160 tiles without it on all 16 rows of the grouped suite (runs 74-75 on the H200, 4-14 %); masked
+    # 128 x 160 tiles without it on all 16 rows of the grouped suite (runs 74-75 on the H200, 0.4-14 %); masked
     # prefill-like groups keep 128 x 160 at N x K = 7168 x 2048 (33.5 vs 37.3 us), BF16 has no promotion to overlap
     config = deep_gemm._C.get_gemm_config
     for gemm_type in (1, 2):
