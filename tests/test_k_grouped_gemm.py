@@ -112,6 +112,21 @@ def test_heuristic_k_grouped() -> None:
         assert not direct["use_tma_store"], direct
 
 
+def test_heuristic_row_scaled_overlap() -> None:
+    # The dense recipe (1, 1, 128) takes 128 x 128 overlapped tiles where run 79 measured them faster than 192 x 128
+    # (K >= 4096, the tile's L2 term binding), and keeps 192 x 128 where those were faster; k-grouped GEMMs keep it
+    config = deep_gemm._C.get_gemm_config
+    for has_c in (False, True):
+        for m, n, k in ((4096, 7168, 7168), (7168, 2048, 16384), (2048, 4096, 7168), (4096, 4096, 16384)):
+            cfg = config(m, n, k, per_row_sfb=True, has_c=has_c)
+            assert (cfg["block_m"], cfg["block_n"], cfg["overlap_promotion"]) == (128, 128, True), (m, n, k, cfg)
+        for m, n, k in ((4096, 2112, 7168), (8192, 8192, 8192), (4096, 24576, 1536), (8192, 7168, 2048)):
+            cfg = config(m, n, k, per_row_sfb=True, has_c=has_c)
+            assert (cfg["block_m"], cfg["overlap_promotion"]) == (192, False), (m, n, k, cfg)
+    for groups, m, n, k in ((4, 4096, 7168, 8192), (16, 4096, 7168, 2048)):
+        assert config(groups * m, n, k, gemm_type=4, per_row_sfb=True)["block_m"] == 192
+
+
 # ----------------------------------------------------------------------------- GPU tier
 def make_k_grouped_inputs(num_groups: int, m: int, n: int, expected_k: int, seed: int, psum: bool = False):
     """Random K per group (U(0.7, 1.3) x expected, a multiple of 16 with a tail past 128, group 1 empty);

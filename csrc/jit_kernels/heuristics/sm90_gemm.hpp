@@ -309,6 +309,15 @@ struct GemmCostModel {
     // 4 x 8192 x 4096 x 7168 1421 -> 1248 us, 32 x 256 x 4096 x 7168 531 -> 462, 256 x 64 x 7168 x 2048 1254 -> 1134.
     // Not on masked prefill-like groups (1 x 1024 x 7168 x 2048: 37.3 vs 33.5 us with 128 x 160), so not there.
     static constexpr double kOverlapMmaFactor = 0.83;
+    // The per-row recipe (1, 1, 128) on normal GEMMs of K >= kRowScaledOverlapMinK: the same tiles (FP32 D) beat
+    // the three-warpgroup 192 x 128 tile where this rate, with the tile's L2 term then binding, says so (run 79 sweep,
+    // H200, both in one run, median us: 4096 x 7168 x 7168 482.1 -> 467.2, 7168 x 2048 x 16384 529.2 -> 500.9, 2048 x
+    // 4096 x 7168 154.0 -> 142.3, 4096 x 4096 x 16384 630.7 -> 574.1; and 192 x 128 stays where it was faster:
+    // 4096 x 2112 x 7168 156.8 vs 172.9, 8192^3 1153.2 vs 1191.7, 7168 x 7168 x 4096 493.8 vs 495.4). Not below that K
+    // (4096 x 24576 x 1536: 421.2 vs 486.9, 8192 x 7168 x 2048: 316.9 vs 350.4, the FP32 epilogues' share), nor on
+    // k-grouped GEMMs (run 75: 4 x 4096 x 7168 x 8192 1989 vs 2023 us, 16 x 4096 x 7168 x 2048 2451 vs 2797).
+    static constexpr double kRowScaledOverlapMmaFactor = 0.80;
+    static constexpr uint64_t kRowScaledOverlapMinK = 4096;
 
     // Stream-K (see gemm_stream_k_tiles): the flags' clearing before the launch (a memset, and the gap before the
     // kernel) and each exchange's handshake (estimates).
@@ -334,11 +343,15 @@ struct GemmCostModel {
         const double overhead = operands.is_fp8() ? 32 : 16;
         const bool measured_layout = gemm_type == GemmType::kNormal || gemm_type == GemmType::kMGroupedContiguous ||
                                      gemm_type == GemmType::kMGroupedContiguousPsum;
-        const bool measured_overlap = overlap && measured_layout && operands.block_sfb() && block_m == 128 &&
-                                      block_n == 128 && m >= kThreeWarpgroupMinM;
+        const bool overlap_tile = overlap && block_m == 128 && block_n == 128 && m >= kThreeWarpgroupMinM;
+        const bool measured_overlap = overlap_tile && measured_layout && operands.block_sfb();
+        const bool measured_row_scaled_overlap = overlap_tile && gemm_type == GemmType::kNormal &&
+                                                 operands.per_row_sfb() && k >= kRowScaledOverlapMinK;
         const double mma = block_m == 192 ? 192.0 * (128 + 32) / 32 * kThreeWarpgroupMmaFactor
                                           : double(block_m) * (block_n + overhead) / 32 *
-                                                (measured_overlap ? kOverlapMmaFactor : 1.0);
+                                                (measured_overlap              ? kOverlapMmaFactor
+                                                 : measured_row_scaled_overlap ? kRowScaledOverlapMmaFactor
+                                                                               : 1.0);
         const double l2 = double(std::min<uint64_t>(block_m, group_rows) + block_n) * 128 / kL2BytesPerCycle;
         // With one row block (per group), every B tile is read by one unit only: it streams from DRAM (A hits L2).
         // With more, the units sharing a B tile run at about the same time and find it in L2.
