@@ -26,10 +26,10 @@ built once outside the timing; the schedule kernel (``get_paged_mqa_logits_metad
 %``: the extra time of the clean call over the kernel's); so is a 1-element fill, the floor of any launch under this
 protocol (printed as ``launch floor``). Both kernels are also timed on the device alone (CUPTI, the schedule kernel
 then the paged kernel per call, L2 flushed before each pair; columns ``dev us``: the paged kernel's mean, ``meta
-%dev``: the schedule kernel's over it), which leaves out the host's launch cost the event timings include. TFLOPS count 2 * H * D per valid (token, key) pair; GB/s count the kv cache
-blocks read, q, weights and the valid logits written, also as a percentage of the device-to-device copy
-bandwidth measured in the same run. Accuracy: ``calc_diff`` against a float64 reference of the first and
-last requests.
+%dev``: the schedule kernel's over it), which leaves out the host's launch cost the event timings include. TFLOPS
+count 2 * H * D per valid (token, key) pair; GB/s count the kv cache blocks read, q, weights and the valid logits
+written, also as a percentage of the device-to-device copy bandwidth measured in the same run. Accuracy:
+``calc_diff`` against a float64 reference of the first and last requests.
 """
 
 import json

@@ -5,15 +5,14 @@
 
 #include <ATen/ATen.h>
 
-#include <map>
 #include <tuple>
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
-#include "../params.hpp"
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_mqa_logits.hpp"
+#include "../params.hpp"
 
 namespace dg::kernels {
 

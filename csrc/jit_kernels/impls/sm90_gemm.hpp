@@ -18,10 +18,10 @@
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
-#include "../params.hpp"
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_gemm.hpp"
+#include "../params.hpp"
 
 namespace dg::kernels {
 

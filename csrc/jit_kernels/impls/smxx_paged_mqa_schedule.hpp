@@ -10,10 +10,9 @@
 
 namespace dg::kernels {
 
-// One CTA of `threads` threads, each owning `items` consecutive requests per tile. Batches of up to 256 requests
-// take the small CTA (one warp per scheduler: run 68 timed the large one at 3.0 us on the device for B = 64, a
-// 1-element fill at 0.77 us, its 16 warps issuing ~440 instructions each on one SM; run 69 the small one at 2.4-2.7
-// us); larger ones the large CTA, one tile up to 4096 requests (their lengths read once from memory).
+// One CTA of `threads` threads, each owning `items` consecutive requests per tile: batches of up to 256 requests take
+// the small CTA (one warp per scheduler), larger ones the large CTA, one tile up to 4096 requests (their lengths read
+// once from memory). Why, with the device times of both: the kernel's header (smxx_paged_mqa_schedule.cuh).
 struct PagedMqaScheduleShape {
     uint32_t threads, items;
 };
