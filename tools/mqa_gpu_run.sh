@@ -25,6 +25,8 @@
 #             of DG_BALANCE_SHAPES (default: the paged rows at 65536 keys and two prefill rows): max / avg > 1 is
 #             the share of the call its slowest SM adds over an even spread (balance.txt, in the summary)
 #   sweep     the paged rows at DG_SWEEP_STAGES kv stages (default 6 12)
+#   probe     tools/paged_schedule_probe.py: the paged kernel's device time under schedules that charge each request
+#             DG_PROBE_COSTS kv blocks (default "0 8 16 32 64") on DG_PROBE_SHAPES (probe.txt, in the summary)
 #   micro     tools/microbench_head_sum.cu: per-SM throughput of F2FP (relu + BF16 pack), FMNMX, FFMA, and the
 #             cycles of a register-A wgmma m64n8k16 and of an m64n256k32 FP8 wgmma (micro.txt, in the summary)
 #   ab-old    every row with the kernel headers of DG_AB_OLD_INCLUDE (a tarball of deep_gemm/include from an
@@ -168,5 +170,10 @@ if [[ $STEPS == *" sweep "* ]]; then
         DG_PAGED_MQA_STAGES=$s bench "mqa-stages$s" paged:64x2x8192 paged:64x1x65536 paged:256x2x65536
     done
     pack
+fi
+if [[ $STEPS == *" probe "* ]]; then
+    (cd /tmp && timeout 240 python3 "$ROOT/tools/paged_schedule_probe.py" --costs ${DG_PROBE_COSTS:-0 8 16 32 64} \
+        --shapes ${DG_PROBE_SHAPES:-64x2x65536 64x1x65536 256x2x65536 64x2x8192} > "$OUT/probe.txt" 2>&1)
+    note "probe rc=$?"; cat "$OUT/probe.txt" >> "$OUT/summary.txt"
 fi
 rm -rf "$L"

@@ -218,15 +218,18 @@ def bench_kineto(
     return {name: sum(us for kernel, us in kernels_us if name in kernel) * 1e-6 / num_tests for name in names}
 
 
-def d2d_copy_bandwidth(num_bytes: int = 2 << 30, num_tests: int = 10) -> float:
+def d2d_copy_bandwidth(num_bytes: int = 2 << 30, num_tests: int = 10, device_time: bool = False) -> float:
     """Device-to-device copy bandwidth of the current GPU, in bytes per second.
 
     Copies a ``num_bytes`` buffer into another with ``Tensor.copy_`` and counts the bytes
-    read plus written (``2 * num_bytes``) over the median time. The practical ceiling for
-    a memory-bound kernel.
+    read plus written (``2 * num_bytes``) over the median time (CUDA events, as
+    :func:`bench_kernel`), or with ``device_time`` over the copy's mean device time (CUPTI, as
+    :func:`bench_kineto`: the ceiling to hold a kernel's own device time against). The practical
+    ceiling for a memory-bound kernel.
 
     Raises:
-        ValueError: ``num_bytes`` or ``num_tests`` not positive.
+        ValueError: ``num_bytes`` or ``num_tests`` not positive, or (``device_time``) the profiler saw no
+            device-to-device memcpy.
         RuntimeError: no CUDA GPU.
     """
     if num_bytes <= 0:
@@ -236,8 +239,15 @@ def d2d_copy_bandwidth(num_bytes: int = 2 << 30, num_tests: int = 10) -> float:
     src = torch.ones(num_bytes // 4, dtype=torch.int32, device="cuda")
     dst = torch.empty_like(src)
     # The buffers dwarf L2, so no flush is needed.
+    if device_time:
+        seconds = bench_kineto(lambda: dst.copy_(src), _D2D_MEMCPY_EVENT, num_tests=num_tests, flush_l2=False)
+        return 2 * (num_bytes // 4) * 4 / seconds[_D2D_MEMCPY_EVENT]
     result = bench_kernel(lambda: dst.copy_(src), num_warmups=2, num_tests=num_tests, flush_l2=False)
     return 2 * (num_bytes // 4) * 4 / result.median_s
+
+
+# The profiler's name for a device-to-device cudaMemcpyAsync (what a same-dtype contiguous copy_ issues)
+_D2D_MEMCPY_EVENT = "Memcpy DtoD"
 
 
 def gpu_idle(seconds: float = 0.3) -> None:
