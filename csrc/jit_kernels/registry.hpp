@@ -34,10 +34,8 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
         {"smxx_mqa_logits_pieces", [](const KernelParams& p) {
              return render_mqa_logits_pieces(param_or(p, "num_heads", 64), param_or(p, "head_dim", 128));
          }},
-        {"smxx_transpose_fp8", [](const KernelParams& p) {
-             const auto it = p.find("aligned");
-             return render_transpose_fp8(it == p.end() || it->second != 0);
-         }},
+        {"smxx_transpose_fp8",
+         [](const KernelParams& p) { return render_transpose_fp8(param_or(p, "aligned", 1) != 0); }},
     };
     return registry;
 }
