@@ -10,7 +10,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deep_gemm.testing import BenchResult, bench_kernel, bench_kineto, calc_diff, count_bytes, gpu_idle, sm_clock_mhz
+from deep_gemm.testing import (
+    BenchResult,
+    bench_kernel,
+    bench_kineto,
+    calc_diff,
+    count_bytes,
+    d2d_copy_bandwidth,
+    gpu_idle,
+    sm_clock_mhz,
+)
 from deep_gemm.utils import (
     align,
     ceil_div,
@@ -481,6 +490,16 @@ def test_timing_helpers_without_gpu() -> None:
     assert sm_clock_mhz() is None
     with pytest.raises(RuntimeError, match="CUDA"):
         bench_kernel(lambda: None)
+    for device_time in (False, True):
+        with pytest.raises(RuntimeError, match="d2d_copy_bandwidth: needs a CUDA GPU"):
+            d2d_copy_bandwidth(1 << 20, device_time=device_time)
+
+
+def test_copy_bandwidth_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="num_bytes must be positive"):
+        d2d_copy_bandwidth(0, device_time=True)
+    with pytest.raises(ValueError, match="num_tests"):
+        d2d_copy_bandwidth(1 << 20, num_tests=0)
 
 
 @pytest.mark.parametrize("kwargs", [{"num_tests": 0}, {"num_warmups": -1}], ids=["no-tests", "negative-warmups"])
@@ -535,3 +554,7 @@ def test_timing_helpers_on_cuda() -> None:
     gpu_idle(0.01)
     clock = sm_clock_mhz()
     assert clock is None or 100 <= clock <= 5000
+    # The copy ceiling by events and on the device alone (the profiler's memcpy event): the same order of magnitude
+    by_events = d2d_copy_bandwidth(256 << 20, num_tests=3)
+    on_device = d2d_copy_bandwidth(256 << 20, num_tests=3, device_time=True)
+    assert 1e10 < by_events < 1e14 and 0.5 < on_device / by_events < 2.0, (by_events, on_device)
