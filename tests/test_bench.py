@@ -137,3 +137,18 @@ def test_bf16_suites_report_missing_function_or_gpu(suite: str, monkeypatch, tmp
     monkeypatch.setattr(deep_gemm, required[suite], lambda *args, **kwargs: None, raising=False)
     assert main(["--suite", suite, "--shapes", shape]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_dense_row_format_with_and_without_device_time() -> None:
+    # A row of the dense table: every column filled, and the memory-bound rows' device-time column blank elsewhere
+    from deep_gemm.bench.fp8_gemm import _TABLE, _format_row
+
+    timing = {"median_us": 12.4, "min_us": 12.0, "samples_us": [12.4]}
+    row = dict(m=64, n=2112, k=7168, ours=timing, blockwise=timing, fast_accum=timing, ours_error=None,
+               ours_diff=6.9e-4, ours_accurate=True, tflops=157.0, gbps=1286.0, pct_copy_bandwidth=30.1,
+               pct_copy_bandwidth_device=41.5, speedup_vs_blockwise=2.09, speedup_vs_fast_accum=0.97,
+               sm_clock_mhz=1980)  # fmt: skip
+    assert "%copy dev" in _TABLE.header()
+    line = _format_row(row)
+    assert "42" in line.split() and "30" in line.split()
+    assert "-" in _format_row(dict(row, pct_copy_bandwidth_device=None)).split()

@@ -48,6 +48,12 @@ def main() -> None:
         "memory-bound M <= 128, K >= 7168, % of copy bandwidth (target >= 75): "
         + ", ".join(f"{r['m']}x{r['n']}x{r['k']}: {r['pct_copy_bandwidth']:.0f}" for r in memory)
     )
+    on_device = [r for r in memory if r.get("pct_copy_bandwidth_device") is not None]
+    if on_device:  # (benches since run 80: the kernel's device time against the copy's, without the launch)
+        print(
+            "  the same on device time: "
+            + ", ".join(f"{r['m']}x{r['n']}x{r['k']}: {r['pct_copy_bandwidth_device']:.0f}" for r in on_device)
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ call (see :func:`deep_gemm.testing.bench_kernel`):
 - cuBLASLt with the same blockwise scales (``torch._scaled_mm``, 1x128 x 128x128);
 - cuBLASLt per-tensor FP8 with fast accumulation (a speed bound: less exact recipe).
 
+Memory-bound rows (M <= 128) also time our kernel on the device alone (CUPTI, the L2 flushed before each call;
+column ``%copy dev``: its bytes over that time against the copy's device time), the streaming rate without the
+launch that an event-timed call of a few microseconds also holds.
+
 A speedup is ``t_cublas / t_ours`` (above 1: ours is faster). Accuracy of ours (and of the
 cuBLASLt blockwise result) is checked against ``a_bf16 @ b_bf16.T`` in FP32 with
 ``calc_diff``; a shape above the bound is flagged, not aborted. Timings are never asserted.
@@ -20,7 +24,7 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, parse_int_shape, report_header
+from deep_gemm.bench.common import derive_throughput, error_text, kernel_times, parse_int_shape, report_header
 from deep_gemm.bench.common import time_call as _time
 from deep_gemm.bench.common import try_first_call as _try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
@@ -31,6 +35,9 @@ from deep_gemm.utils import mn_major_tma_aligned_reference, per_block_cast_to_fp
 __all__ = ["DENSE_SHAPES", "parse_mnk", "run_dense"]
 
 MAX_DIFF = 1e-3
+# Rows up to this M are memory-bound (about 2 M FLOP per byte against a ridge of ~465): timed on the device too
+MEMORY_BOUND_MAX_M = 128
+_KERNEL = "sm90_gemm_kernel"  # our kernel's name, for the device times
 _MS = (1, 16, 32, 64, 128, 4096)
 _NKS = (
     (2112, 7168),
@@ -53,6 +60,7 @@ _TABLE = Table(
         Column("TFLOPS", 7),
         Column("GB/s", 6),
         Column("%copy", 5),
+        Column("%copy dev", 9),
         Column("blockwise us", 9),
         Column("speedup", 7),
         Column("fast-accum us", 9),
@@ -97,6 +105,12 @@ def _bench_shape(
     row["ours_accurate"] = row["ours_diff"] is not None and row["ours_diff"] < MAX_DIFF
     row["ours"] = _time(ours, options) if out is not None else None
     row["sm_clock_mhz"] = sm_clock_mhz() if out is not None else None
+    row["ours_device_us"] = None
+    if out is not None and m <= MEMORY_BOUND_MAX_M:
+        try:
+            row["ours_device_us"] = kernel_times(ours, {"ours": _KERNEL}, options)["ours"]
+        except ValueError as exc:  # no kernel seen by the profiler: under ncu, which holds CUPTI
+            print(f"note: no device time for {m}x{n}x{k}: {error_text(exc)}")
 
     row["blockwise_error"] = row["fast_accum_error"] = None
     row["blockwise_diff"] = row["blockwise"] = row["fast_accum"] = None
@@ -142,6 +156,7 @@ def _format_row(row: dict[str, Any]) -> str:
             fmt(row["tflops"], ".0f"),
             fmt(row["gbps"], ".0f"),
             fmt(row["pct_copy_bandwidth"], ".0f"),
+            fmt(row["pct_copy_bandwidth_device"], ".0f"),
             us(row["blockwise"]),
             fmt(row["speedup_vs_blockwise"], ".2f"),
             us(row["fast_accum"]),
@@ -176,9 +191,16 @@ def run_dense(options: BenchOptions) -> SuiteReport:
     shapes = [parse_mnk(s) for s in options.shapes] if options.shapes else list(DENSE_SHAPES)
 
     copy_bandwidth = d2d_copy_bandwidth()
+    copy_bandwidth_device = None
+    if any(m <= MEMORY_BOUND_MAX_M for m, _, _ in shapes):
+        try:
+            copy_bandwidth_device = d2d_copy_bandwidth(device_time=True)
+        except ValueError as exc:  # no memcpy seen by the profiler: under ncu
+            print(f"note: no device time for the copy: {error_text(exc)}")
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-    print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s (read + write)")
+    print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s (read + write), on the device alone "
+          f"{fmt(copy_bandwidth_device * 1e-9 if copy_bandwidth_device else None, '.0f')} GB/s")  # fmt: skip
     print("speedup = cuBLASLt time / ours (above 1: ours faster); diff = calc_diff vs FP32 reference, '!' > 1e-3")
     print(_TABLE.header())
     rows = []
@@ -186,6 +208,11 @@ def run_dense(options: BenchOptions) -> SuiteReport:
         gpu_idle(options.idle_s)
         row = _bench_shape(m, n, k, gemm, sf_layout, options)
         derive_throughput(row, copy_bandwidth, ("blockwise", "fast_accum"))
+        row["pct_copy_bandwidth_device"] = (
+            row["bytes"] / (row["ours_device_us"] * 1e-6) / copy_bandwidth_device * 100
+            if row["ours_device_us"] and copy_bandwidth_device
+            else None
+        )
         rows.append(row)
         print(_format_row(row), flush=True)
 
@@ -211,6 +238,7 @@ def run_dense(options: BenchOptions) -> SuiteReport:
 
     data = {
         **report_header("dense", options, MAX_DIFF, copy_bandwidth),
+        "copy_bandwidth_device_gbps": copy_bandwidth_device * 1e-9 if copy_bandwidth_device else None,
         "geomean_speedup": {"cublaslt_blockwise": geomeans["blockwise"], "cublaslt_fast_accum": geomeans["fast_accum"]},
         "rows": rows,
     }
