@@ -152,3 +152,11 @@ def test_dense_row_format_with_and_without_device_time() -> None:
     line = _format_row(row)
     assert "42" in line.split() and "30" in line.split()
     assert "-" in _format_row(dict(row, pct_copy_bandwidth_device=None)).split()
+
+
+def test_pct_of_copy_bandwidth() -> None:
+    from deep_gemm.bench.common import pct_of_copy_bandwidth
+
+    assert pct_of_copy_bandwidth(2_000_000, 1000.0, 4e9) == pytest.approx(50.0)  # 2 MB in 1 ms at 4 GB/s
+    assert pct_of_copy_bandwidth(2_000_000, None, 4e9) is None
+    assert pct_of_copy_bandwidth(2_000_000, 1000.0, None) is None

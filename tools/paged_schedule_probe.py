@@ -16,6 +16,7 @@ import statistics
 import torch
 
 import deep_gemm
+from deep_gemm.bench.common import pct_of_copy_bandwidth
 from deep_gemm.bench.mqa import make_paged_inputs
 from deep_gemm.testing import bench_kineto, d2d_copy_bandwidth, gpu_idle
 
@@ -89,7 +90,7 @@ def probe_shape(shape: str, args: argparse.Namespace, block_kv: int, num_sms: in
             times[c].append(seconds[KERNEL] * 1e6)
     for c in schedules:
         median = statistics.median(times[c])
-        pct = inputs["bytes"] / (median * 1e-6) / copy_bw * 100
+        pct = pct_of_copy_bandwidth(inputs["bytes"], median, copy_bw)
         rounds = " ".join(f"{t:.1f}" for t in times[c])
         print(f"{shape:>12} {c:>5} {rounds:>28} {median:>8.1f} {pct:>10.1f} {str(same[c]):>5}", flush=True)
 

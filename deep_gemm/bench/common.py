@@ -8,13 +8,15 @@ from typing import Any
 import torch
 
 from deep_gemm.bench.registry import BenchOptions
-from deep_gemm.testing import bench_kernel, bench_kineto
+from deep_gemm.testing import bench_kernel, bench_kineto, d2d_copy_bandwidth
 
 __all__ = [
     "derive_throughput",
+    "device_copy_bandwidth",
     "error_text",
     "kernel_times",
     "parse_int_shape",
+    "pct_of_copy_bandwidth",
     "report_header",
     "time_call",
     "try_first_call",
@@ -37,8 +39,15 @@ def parse_int_shape(text: str, count: int, description: str, example: str, min_f
     return values
 
 
-def report_header(suite: str, options: BenchOptions, max_diff: float, copy_bandwidth: float) -> dict[str, Any]:
-    """The fields every suite's JSON report starts with: what ran, where, when, with which options."""
+def report_header(
+    suite: str,
+    options: BenchOptions,
+    max_diff: float,
+    copy_bandwidth: float,
+    copy_bandwidth_device: float | None = None,
+) -> dict[str, Any]:
+    """The fields every suite's JSON report starts with: what ran, where, when, with which options, and the copy
+    bandwidths (by events; on the device alone where the suite measured it, else None)."""
     import deep_gemm
 
     return {
@@ -51,6 +60,7 @@ def report_header(suite: str, options: BenchOptions, max_diff: float, copy_bandw
         "options": dict(vars(options)),
         "max_diff": max_diff,
         "copy_bandwidth_gbps": copy_bandwidth * 1e-9,
+        "copy_bandwidth_device_gbps": copy_bandwidth_device * 1e-9 if copy_bandwidth_device else None,
     }
 
 
@@ -84,6 +94,23 @@ def kernel_times(fn: Callable[[], object], kernels: dict[str, str], options: Ben
         l2_flush_mode=options.l2_flush_mode,
     )
     return {label: seconds[name] * 1e6 for label, name in kernels.items()}
+
+
+def device_copy_bandwidth() -> float | None:
+    """The device-to-device copy bandwidth on device time (:func:`deep_gemm.testing.d2d_copy_bandwidth` with
+    ``device_time``), the ceiling to hold a kernel's device time against; None, after a printed note, when the
+    profiler saw no memcpy (under ncu, which holds CUPTI)."""
+    try:
+        return d2d_copy_bandwidth(device_time=True)
+    except ValueError as exc:
+        print(f"note: no device time for the copy: {error_text(exc)}")
+        return None
+
+
+def pct_of_copy_bandwidth(num_bytes: int, device_us: float | None, copy_bandwidth: float | None) -> float | None:
+    """``num_bytes`` moved in ``device_us`` as a percentage of ``copy_bandwidth`` (bytes per second); None when
+    either timing is missing."""
+    return num_bytes / (device_us * 1e-6) / copy_bandwidth * 100 if device_us and copy_bandwidth else None
 
 
 def try_first_call(fn: Callable[[], Any]) -> tuple[Any, str | None]:

@@ -24,7 +24,15 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, error_text, kernel_times, parse_int_shape, report_header
+from deep_gemm.bench.common import (
+    derive_throughput,
+    device_copy_bandwidth,
+    error_text,
+    kernel_times,
+    parse_int_shape,
+    pct_of_copy_bandwidth,
+    report_header,
+)
 from deep_gemm.bench.common import time_call as _time
 from deep_gemm.bench.common import try_first_call as _try_first_call
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
@@ -191,12 +199,7 @@ def run_dense(options: BenchOptions) -> SuiteReport:
     shapes = [parse_mnk(s) for s in options.shapes] if options.shapes else list(DENSE_SHAPES)
 
     copy_bandwidth = d2d_copy_bandwidth()
-    copy_bandwidth_device = None
-    if any(m <= MEMORY_BOUND_MAX_M for m, _, _ in shapes):
-        try:
-            copy_bandwidth_device = d2d_copy_bandwidth(device_time=True)
-        except ValueError as exc:  # no memcpy seen by the profiler: under ncu
-            print(f"note: no device time for the copy: {error_text(exc)}")
+    copy_bandwidth_device = device_copy_bandwidth() if any(m <= MEMORY_BOUND_MAX_M for m, _, _ in shapes) else None
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s (read + write), on the device alone "
@@ -208,10 +211,8 @@ def run_dense(options: BenchOptions) -> SuiteReport:
         gpu_idle(options.idle_s)
         row = _bench_shape(m, n, k, gemm, sf_layout, options)
         derive_throughput(row, copy_bandwidth, ("blockwise", "fast_accum"))
-        row["pct_copy_bandwidth_device"] = (
-            row["bytes"] / (row["ours_device_us"] * 1e-6) / copy_bandwidth_device * 100
-            if row["ours_device_us"] and copy_bandwidth_device
-            else None
+        row["pct_copy_bandwidth_device"] = pct_of_copy_bandwidth(
+            row["bytes"], row["ours_device_us"], copy_bandwidth_device
         )
         rows.append(row)
         print(_format_row(row), flush=True)
@@ -237,8 +238,7 @@ def run_dense(options: BenchOptions) -> SuiteReport:
         )
 
     data = {
-        **report_header("dense", options, MAX_DIFF, copy_bandwidth),
-        "copy_bandwidth_device_gbps": copy_bandwidth_device * 1e-9 if copy_bandwidth_device else None,
+        **report_header("dense", options, MAX_DIFF, copy_bandwidth, copy_bandwidth_device),
         "geomean_speedup": {"cublaslt_blockwise": geomeans["blockwise"], "cublaslt_fast_accum": geomeans["fast_accum"]},
         "rows": rows,
     }

@@ -41,8 +41,10 @@ import torch
 
 from deep_gemm.bench.common import (
     derive_throughput,
+    device_copy_bandwidth,
     error_text,
     kernel_times,
+    pct_of_copy_bandwidth,
     report_header,
     time_call,
     try_first_call,
@@ -491,11 +493,8 @@ def _run_paged(
         row["device_floor_us"], row["device_copy_floor_us"] = floors["fill"], floors["copy"]
         derive_throughput(row, copy_bandwidth, ())
         # The kernel's own device time against the copy's (both without the launch the event timings include)
-        row["pct_copy_bandwidth_device"] = (
-            row["bytes"] / (row["device_us"]["paged"] * 1e-6) / copy_bandwidth_device * 100
-            if row["device_us"] and copy_bandwidth_device
-            else None
-        )
+        paged_us = row["device_us"]["paged"] if row["device_us"] else None
+        row["pct_copy_bandwidth_device"] = pct_of_copy_bandwidth(row["bytes"], paged_us, copy_bandwidth_device)
         rows.append(row)
         diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
         cells = [str(row["batch"]), str(row["next_n"]), str(row["ctx"])]
@@ -556,12 +555,8 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
     print(f"geomean speedup vs chunked torch: {fmt(geomeans['speedup_vs_torch'], '.2f')}")
     for note in sorted({f"{k}: {r[f'{k}_error']}" for r in rows for k in ("ours", "torch") if r[f"{k}_error"]}):
         print(f"note: {note}")
-    copy_bandwidth_device = None
+    copy_bandwidth_device = device_copy_bandwidth() if paged_shapes else None
     if paged_shapes:
-        try:
-            copy_bandwidth_device = d2d_copy_bandwidth(device_time=True)
-        except ValueError as exc:  # no memcpy seen by the profiler: under ncu, which holds CUPTI
-            print(f"note: no device time for the copy: {error_text(exc)}")
         print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s by events, "
               f"{fmt(copy_bandwidth_device * 1e-9 if copy_bandwidth_device else None, '.0f')} GB/s on the device alone")  # fmt: skip
     paged_rows = _run_paged(options, copy_bandwidth, copy_bandwidth_device, paged_shapes) if paged_shapes else []
@@ -585,8 +580,7 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
     if failed:
         print(f"{len(failed)} shape(s) failed: " + ", ".join(f"{r['s']}x{r['s_kv']}x{r['h']}x{r['d']}" for r in failed))
     data = {
-        **report_header("mqa", options, MAX_DIFF, copy_bandwidth),
-        "copy_bandwidth_device_gbps": copy_bandwidth_device * 1e-9 if copy_bandwidth_device else None,
+        **report_header("mqa", options, MAX_DIFF, copy_bandwidth, copy_bandwidth_device),
         "geomeans": geomeans,
         "rows": rows,
         "paged_rows": paged_rows,
