@@ -56,17 +56,19 @@
 //   further one once the store that many chunks back has read its buffer) and added there (a C whose rows TMA
 //   cannot address: from global memory). With a buffer per chunk the stores drain during the next K loop.
 //   Otherwise (D's row stride not 16-byte aligned, BF16 D with a C) threads store directly with bounds
-//   checks, after reading all of their C.
+//   checks, after reading all of their C. (TMA epilogues: common/gemm_tma_epilogue.cuh; direct stores:
+//   common/accum_fragment.cuh.)
 // Split-K (kNumSplits > 1, small M): a tile's kNumSplits units, over consecutive near-equal K ranges, run in the
 //   kNumSplits CTAs of one cluster (the grid is a whole number of clusters, so unit u = tile * kNumSplits + split
 //   lands on cluster rank `split`). After the K loop the CTAs exchange their FP32 partial sums through distributed
 //   shared memory and each adds a share of the tile's elements from all of them in split order, adds C and
-//   stores it to D directly (reduce_split_tile): one kernel, deterministic, no global workspace.
+//   stores it to D directly (SplitKExchange, common/gemm_exchange.cuh): one kernel, deterministic, no global
+//   workspace.
 // Stream-K (kStreamK, normal GEMMs whose tiles leave the last wave partly idle): the last stream_k.num_tiles tiles'
 //   K blocks are spread evenly over all CTAs (GemmScheduler); a CTA whose range starts inside a tile stores its
-//   FP32 partial sums to its slot of a global workspace and counts them in the tile's flag (stream_k_contribute);
+//   FP32 partial sums to its slot of a global workspace and counts them in the tile's flag (StreamKExchange);
 //   the tile's owner (the CTA that ran its first K blocks) waits for the count, adds the slots in K order and
-//   runs the normal epilogue (stream_k_add_contributions): deterministic, one kernel.
+//   runs the normal epilogue (StreamKExchange::add_contributions): deterministic, one kernel.
 // Tiles are taken by GemmScheduler (rasterized in groups of kNumGroupN column blocks).
 // M-grouped (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] (MN-major: [groups][K][N], a 3-D
 //   map) and sfb as [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous:
@@ -87,6 +89,9 @@
 #include <cuda_bf16.h>
 #include <cuda/std/type_traits>
 
+#include <deep_gemm/common/accum_fragment.cuh>
+#include <deep_gemm/common/gemm_exchange.cuh>
+#include <deep_gemm/common/gemm_tma_epilogue.cuh>
 #include <deep_gemm/common/pipeline.cuh>
 #include <deep_gemm/common/types.cuh>
 #include <deep_gemm/ptx/cluster.cuh>
@@ -133,26 +138,28 @@ struct Sm90Gemm {
     static constexpr bool kIsMGrouped = kGemmType != GemmType::kNormal && !kIsKGrouped;
     using KGroups = KGroupedParams<kMaxKGroups>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
+    using Accum = float[kNumWgmmaM][kNumAccum];
+
+    // The epilogues and the partial-sum exchanges, on this kernel's accumulator fragments
+    static constexpr bool kFp32TmaStore = kFp32Out && kUseTmaStore;
+    using Fragment = AccumFragment<kNumWgmmaM, kNumAccum>;
+    using Bf16Epilogue = Bf16TmaEpilogue<WG_M, BLOCK_N, kNumWgmmaM, kNumAccum, kStoreChunkN>;
+    using Fp32Epilogue = Fp32TmaEpilogue<kFp32TmaStore, WG_M, BLOCK_N, kNumWgmmaM, kNumAccum, kNumFp32Buffers>;
+    using StreamK = StreamKExchange<BLOCK_M * BLOCK_N, kNumWgmmaM, kNumAccum, kNumMathThreads>;
+    using SplitK = SplitKExchange<kNumSplits, kNumWgmmaM, kNumAccum, kNumMathThreads>;
 
     // TMA store staging: the BF16 tile, or for FP32 D a ring of kNumFp32Buffers 32-column chunks per math warpgroup
-    static constexpr uint32_t kFp32ChunkCols = 32;  // 128-byte rows
     static constexpr uint32_t SMEM_D_SIZE =
         !kUseTmaStore ? 0 : kFp32Out ? BLOCK_M * kNumFp32Buffers * 128 : BLOCK_M * BLOCK_N * 2;
-    static constexpr uint32_t kFp32ChunkBytes = WG_M * 128;  // one math warpgroup's rows of a 32-column chunk
     // FP32 D through TMA: one barrier per staging buffer of each math warpgroup, for the TMA loads of C into it
-    static constexpr bool kFp32TmaStore = kFp32Out && kUseTmaStore;
     static constexpr uint32_t kNumCBarriers = kFp32TmaStore ? kNumFp32Buffers * kNumMathWarpgroups : 0;
     static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K * kElemBytes;
     static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K * kElemBytes;
     static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kIsFp8 ? align_up(BLOCK_M * 4u, 128u) : 0;
     // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats; BF16: none
     static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kPerRowSfb ? align_up(BLOCK_N * 4u, 128u) : kBlockSfb ? 8 : 0;
-    // Split-K: each math thread's accumulators as float2 pairs; pair p of the tile is reduced by the cluster's
-    // CTA p % kNumSplits, which receives it from every split into its slot [split][p / kNumSplits]
-    static constexpr uint32_t kNumPairs = kNumWgmmaM * kNumAccum / 2;
-    static constexpr uint32_t kPairsPerOwner = ceil_div(kNumPairs, kNumSplits);
-    static constexpr uint32_t SMEM_SPLIT_SIZE =
-        kNumSplits == 1 ? 0 : align_up(kNumSplits * kPairsPerOwner * kNumMathThreads * 8, 1024u);
+    // Split-K: the slots of the accumulator pairs this CTA reduces (SplitKExchange)
+    static constexpr uint32_t SMEM_SPLIT_SIZE = kNumSplits == 1 ? 0 : align_up(SplitK::kSlotBytes, 1024u);
     static constexpr uint32_t kNumSplitBarriers = kNumSplits == 1 ? 0 : 2;  // split_full, split_free
     static constexpr uint32_t kClusterSize = kNumMulticast * kNumSplits;
     // (the stage ring starts after the D staging tile and the split-K slots)
@@ -161,8 +168,6 @@ struct Sm90Gemm {
                                           kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
                                                         SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE + 2 * 8) +
                                           (kNumCBarriers + kNumSplitBarriers) * 8;
-    static constexpr uint32_t kStoreChunkBytes = kStoreChunkN * 2;
-    static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
 
     static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192 || BLOCK_M == 256,
                   "BLOCK_M must be 64, 128, 192 (three math warpgroups) or 256");
@@ -179,12 +184,11 @@ struct Sm90Gemm {
                   "BF16 TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
     static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores D directly, not through TMA");
-    static_assert(kNumSplits <= 8, "a split-K cluster holds at most 8 CTAs");
     static_assert(kPerRowSfb ? kFp32Out : kBlockSfb ? !kFp32Out : true,
                   "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) BF16; BF16 GEMMs either");
-    static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % kFp32ChunkCols == 0,
+    static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % Fp32Epilogue::kChunkCols == 0,
                   "FP32 TMA stores go in 32-column chunks: BLOCK_N must be a multiple of 32");
-    static_assert(kFp32TmaStore ? kNumFp32Buffers >= 1 && kNumFp32Buffers <= BLOCK_N / kFp32ChunkCols
+    static_assert(kFp32TmaStore ? kNumFp32Buffers >= 1 && kNumFp32Buffers <= BLOCK_N / Fp32Epilogue::kChunkCols
                                 : kNumFp32Buffers == 0,
                   "FP32 D through TMA stages 1 .. BLOCK_N / 32 chunks per math warpgroup; other kernels none");
     static_assert(kIsFp8 ? !kMnMajorA && !kMnMajorB : true, "FP8 wgmma reads K-major operands only");
@@ -222,16 +226,16 @@ struct Sm90Gemm {
                                                SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE)) + stage;
         }
         __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
-        // FP32 D: staging buffer `buffer` (0 .. kNumFp32Buffers - 1) of math warpgroup `wg`, and the barrier of
-        // C's loads into it
+        // FP32 D (Fp32TmaEpilogue): staging buffer `buffer` (0 .. kNumFp32Buffers - 1) of math warpgroup `wg`, and
+        // the barrier of C's loads into it
         __device__ __forceinline__ uint8_t* fp32_buffer(uint32_t wg, uint32_t buffer) const {
-            return base + (wg * kNumFp32Buffers + buffer) * kFp32ChunkBytes;
+            return base + (wg * kNumFp32Buffers + buffer) * Fp32Epilogue::kChunkBytes;
         }
         __device__ __forceinline__ uint64_t* c_full(uint32_t wg, uint32_t buffer) const {
             return full(2 * kNumStages + wg * kNumFp32Buffers + buffer);
         }
-        // Split-K: the slots of the pairs this CTA reduces, [kNumSplits][kPairsPerOwner][kNumMathThreads] float2;
-        // split_full: each CTA of the cluster has stored its pairs here; split_free: each owner has read this CTA's
+        // Split-K: the slots of the pairs this CTA reduces (SplitKExchange); split_full: each CTA of the cluster
+        // has stored its pairs here; split_free: each owner has read this CTA's
         __device__ __forceinline__ float2* split_slots() const { return reinterpret_cast<float2*>(base + SMEM_D_SIZE); }
         __device__ __forceinline__ uint64_t* split_full() const { return full(2 * kNumStages + kNumCBarriers); }
         __device__ __forceinline__ uint64_t* split_free() const { return full(2 * kNumStages + kNumCBarriers + 1); }
@@ -450,8 +454,8 @@ struct Sm90Gemm {
     // scale block and the rest in the second: the split is a compile-time constant, so the promotion is
     // 4 FMUL + one FFMA per accumulator, with no per-column selection.
     template <uint32_t kFirstCols, typename Registers>
-    __device__ __forceinline__ static void promote_split(float (&accum)[kNumWgmmaM][kNumAccum],
-                                                         const Registers& partial, const StageScales& scales) {
+    __device__ __forceinline__ static void promote_split(Accum& accum, const Registers& partial,
+                                                         const StageScales& scales) {
         #pragma unroll
         for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
             const float scale_00 = scales.sfa[im][0] * scales.sfb.x, scale_01 = scales.sfa[im][0] * scales.sfb.y;
@@ -486,10 +490,9 @@ struct Sm90Gemm {
             ahead[j] = j < kNumAccum / 4 ? sfb_pairs(sfb_stage, lane)[j * 4] : float2{0.0f, 0.0f};
     }
     template <typename Registers>
-    __device__ __forceinline__ static void promote_per_row(float (&accum)[kNumWgmmaM][kNumAccum],
-                                                           const Registers& partial, const StageScales& scales,
-                                                           float2 (&ahead)[kSfbAhead], const float* sfb_stage,
-                                                           uint32_t lane) {
+    __device__ __forceinline__ static void promote_per_row(Accum& accum, const Registers& partial,
+                                                           const StageScales& scales, float2 (&ahead)[kSfbAhead],
+                                                           const float* sfb_stage, uint32_t lane) {
         #pragma unroll
         for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
             const float2 sfb = ahead[j % kSfbAhead];
@@ -511,7 +514,7 @@ struct Sm90Gemm {
     static constexpr uint32_t kBoundaryStep = gcd(BLOCK_N, 128u);
 
     template <uint32_t kBoundary = 128, typename Registers>
-    __device__ __forceinline__ static void promote(float (&accum)[kNumWgmmaM][kNumAccum], const Registers& partial,
+    __device__ __forceinline__ static void promote(Accum& accum, const Registers& partial,
                                                    const StageScales& scales, uint32_t boundary) {
         constexpr uint32_t kFirstCols = kBoundary < BLOCK_N ? kBoundary : BLOCK_N;
         if constexpr (kBoundary <= kBoundaryStep) {
@@ -530,10 +533,8 @@ struct Sm90Gemm {
     // next block's wgmmas during this block's promotion, and the wgmma latency leaves the per-block chain.
     template <bool kHasNext>
     __device__ __forceinline__ static void overlapped_step(const SharedStorage& s, PipelineState<kNumStages>& pipe,
-                                                           PipelineState<kNumStages>& ahead,
-                                                           float (&accum)[kNumWgmmaM][kNumAccum],
-                                                           float (&current)[kNumWgmmaM][kNumAccum],
-                                                           float (&next)[kNumWgmmaM][kNumAccum],
+                                                           PipelineState<kNumStages>& ahead, Accum& accum,
+                                                           Accum& current, Accum& next,
                                                            const StageScales& current_scales, StageScales& next_scales,
                                                            uint32_t boundary, uint64_t desc_a, uint64_t desc_b,
                                                            uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane,
@@ -558,8 +559,7 @@ struct Sm90Gemm {
     // the column scales from the stage (the first kSfbAhead pairs already in `sfb_ahead`), so it releases after
     // the promotion; the block-scaled recipe holds its scales in registers and releases first.
     template <typename Registers>
-    __device__ __forceinline__ static void promote_and_release(const SharedStorage& s, uint32_t stage,
-                                                               float (&accum)[kNumWgmmaM][kNumAccum],
+    __device__ __forceinline__ static void promote_and_release(const SharedStorage& s, uint32_t stage, Accum& accum,
                                                                const Registers& partial, const StageScales& scales,
                                                                float2 (&sfb_ahead)[kSfbAhead], uint32_t boundary,
                                                                uint32_t lane, uint32_t rank) {
@@ -593,8 +593,8 @@ struct Sm90Gemm {
         const uint64_t desc_a = make_desc<kMnMajorA>(s.a(0) + wg_idx * WG_M * 128);
         const uint64_t desc_b = make_desc<kMnMajorB>(s.b(0));
         // FP32 D through TMA with a C: how C is added (the same for every tile), the phases of the C-load
-        // barriers (bit b: staging buffer b), and the staging ring's position (see store_tile_tma_fp32)
-        const CMode c_mode = fp32_c_mode(c, ldc, d, ldd);
+        // barriers (bit b: staging buffer b), and the staging ring's position (see Fp32TmaEpilogue::store)
+        const CMode c_mode = Fp32Epilogue::c_mode(c, ldc, d, ldd);
         uint32_t c_phases = 0, fp32_ring = 0;
         uint32_t tile_count = 0;  // (split-K: the exchange barriers' phases)
         // One unit: its K loop, then its epilogue (a stream-K contribution: its partial sums to the workspace)
@@ -605,7 +605,7 @@ struct Sm90Gemm {
             // C's first chunks land during the K loop
             if constexpr (kFp32TmaStore) {
                 if (c_mode == CMode::kLoad && !Scheduler::is_stream_k_contribution(tile) && threadIdx.x % 128 == 0)
-                    load_c_prefetch(s, tma_c, fp32_ring, m0, n0, tile.group, wg_idx);
+                    Fp32Epilogue::load_c_prefetch(s, tma_c, fp32_ring, m0, n0, tile.group, wg_idx);
             }
 
             #pragma unroll
@@ -678,16 +678,18 @@ struct Sm90Gemm {
             // Stream-K: a contribution goes to the workspace (no D); an owner adds the contributions first
             if constexpr (kStreamK) {
                 if (Scheduler::is_stream_k_contribution(tile)) {
-                    stream_k_contribute(stream_k, accum, scheduler.stream_k_tile());
+                    StreamK::contribute(stream_k, accum, scheduler.stream_k_tile());
                     return;
                 }
                 if (const uint32_t num_contributors = scheduler.stream_k_contributors(tile); num_contributors > 0)
-                    stream_k_add_contributions(stream_k, accum, scheduler.stream_k_tile(), num_contributors);
+                    StreamK::add_contributions(stream_k, accum, scheduler.stream_k_tile(), num_contributors);
             }
 
             if constexpr (kNumSplits > 1) {
-                reduce_split_tile(s, accum, tile, tile_count, m0, n0, shape_m, shape_n, static_cast<Out*>(d), ldd, c, ldc,
-                                  warp_in_wg, lane);
+                // The cluster's partial sums of the pairs this CTA owns, then their direct store (C read first)
+                SplitK::reduce(s.split_slots(), s.split_full(), s.split_free(), accum, tile.split, tile_count);
+                Fragment::template store_direct<kNumSplits>(accum, m0, n0, shape_m, shape_n, static_cast<Out*>(d), ldd,
+                                                            c, ldc, warp_in_wg, lane, nullptr, tile.split);
             } else if constexpr (kFp32Out) {
                 // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
                 const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
@@ -695,16 +697,16 @@ struct Sm90Gemm {
                 const float* c_group = c != nullptr ? c + group_offset * ldc : nullptr;
                 if constexpr (kUseTmaStore) {
                     if (c_mode == CMode::kRegisters)
-                        add_c(accum, m0, n0, shape_m, shape_n, c_group, ldc, warp_in_wg, lane);
-                    store_tile_tma_fp32(s, accum, m0, n0, tile.group, tma_d, tma_c, c_mode, c_phases, fp32_ring, wg_idx,
+                        Fragment::add_c(accum, m0, n0, shape_m, shape_n, c_group, ldc, warp_in_wg, lane);
+                    Fp32Epilogue::store(s, accum, m0, n0, tile.group, tma_d, tma_c, c_mode, c_phases, fp32_ring, wg_idx,
                                         warp_in_wg, lane);
                 } else {
-                    store_tile_direct(accum, m0, n0, shape_m, shape_n, d_group, ldd, c_group, ldc, warp_in_wg, lane);
+                    Fragment::store_direct(accum, m0, n0, shape_m, shape_n, d_group, ldd, c_group, ldc, warp_in_wg, lane);
                 }
             } else if (c != nullptr) {
                 // BF16 D = C + A @ B^T (dense BF16 GEMMs only)
-                store_tile_direct(accum, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, c, ldc,
-                                  warp_in_wg, lane);
+                Fragment::store_direct(accum, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, c, ldc,
+                                       warp_in_wg, lane);
             } else {
                 store_tile_bf16(s, accum, tile, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, tma_d,
                                 layout, wg_idx, warp_in_wg, lane);
@@ -739,382 +741,21 @@ struct Sm90Gemm {
             return true;
     }
 
-    // ---------------------------------------------------------------- stream-K exchange through global memory
-    // A contribution: every math thread stores its accumulators float4 by float4 into its CTA's slot (float4 q of
-    // thread t at [q][t]: a warp stores 512 contiguous bytes), bypassing L1; once all have (the math threads'
-    // barrier), one thread publishes them: a GPU-scope fence, then the tile's count + 1 (the pattern of a grid
-    // barrier). The owner's first math thread waits until the count shows every contribution, resets it to 0
-    // (nothing else touches it in this launch, so the next one finds it zero), and after the barrier every thread
-    // adds the slots to its accumulators in K order (the CTAs after the owner, one by one): the sum does not
-    // depend on timing. Contributors never wait, and every CTA of the grid is resident (one per SM, at most
-    // #SMs), so the owner's wait ends.
-    static constexpr uint32_t kAccumPerThread = kNumWgmmaM * kNumAccum;
-    static_assert(kNumAccum % 4 == 0, "a float4 of accumulators lies in one wgmma row block");
-    static constexpr uint32_t kExchangeBarrierId = 8;  // named barrier of the math threads (split-K or stream-K)
-
-    __device__ __forceinline__ static float4* stream_k_slot(const StreamKParams& stream_k, uint32_t cta) {
-        return reinterpret_cast<float4*>(stream_k.partials + static_cast<uint64_t>(cta) * BLOCK_M * BLOCK_N);
-    }
-
-    __device__ __forceinline__ static void stream_k_contribute(const StreamKParams& stream_k,
-                                                               float (&accum)[kNumWgmmaM][kNumAccum],
-                                                               uint32_t stream_k_tile) {
-        const uint32_t thread = threadIdx.x;  // (a math thread)
-        float4* slot = stream_k_slot(stream_k, blockIdx.x);
-        #pragma unroll
-        for (uint32_t q = 0; q < kAccumPerThread / 4; ++q) {
-            const float* v = &accum[q * 4 / kNumAccum][q * 4 % kNumAccum];
-            __stcg(slot + q * kNumMathThreads + thread, make_float4(v[0], v[1], v[2], v[3]));
-        }
-        ptx::named_barrier_sync(kExchangeBarrierId, kNumMathThreads);
-        if (thread == 0) {
-            ptx::fence_acq_rel_gpu();
-            ptx::red_add_relaxed_gpu(stream_k.flags + stream_k_tile, 1);
-        }
-    }
-
-    __device__ __forceinline__ static void stream_k_add_contributions(const StreamKParams& stream_k,
-                                                                      float (&accum)[kNumWgmmaM][kNumAccum],
-                                                                      uint32_t stream_k_tile, uint32_t num_contributors) {
-        const uint32_t thread = threadIdx.x;
-        if (thread == 0) {
-            uint32_t* flag = stream_k.flags + stream_k_tile;
-            while (ptx::ld_acquire_gpu(flag) != num_contributors)
-                __nanosleep(32);
-            ptx::st_relaxed_gpu(flag, 0);
-        }
-        ptx::named_barrier_sync(kExchangeBarrierId, kNumMathThreads);
-        // (loads in batches of kBatch float4s, all in flight before their adds: few registers beyond the
-        // accumulators, which three math warpgroups' 128 registers per thread leave no room for)
-        // (the last batch may be short: BLOCK_N = 176 gives 22 float4s per thread)
-        constexpr uint32_t kBatch = 4, kNumQuads = kAccumPerThread / 4;
-        #pragma unroll 1
-        for (uint32_t j = 1; j <= num_contributors; ++j) {
-            const float4* slot = stream_k_slot(stream_k, blockIdx.x + j);
-            #pragma unroll
-            for (uint32_t q0 = 0; q0 < kNumQuads; q0 += kBatch) {
-                float4 parts[kBatch];
-                #pragma unroll
-                for (uint32_t i = 0; i < kBatch; ++i)
-                    if (q0 + i < kNumQuads)
-                        parts[i] = __ldcg(slot + (q0 + i) * kNumMathThreads + thread);
-                #pragma unroll
-                for (uint32_t i = 0; i < kBatch; ++i) {
-                    if (q0 + i < kNumQuads) {
-                        float* v = &accum[(q0 + i) * 4 / kNumAccum][(q0 + i) * 4 % kNumAccum];
-                        v[0] += parts[i].x, v[1] += parts[i].y, v[2] += parts[i].z, v[3] += parts[i].w;
-                    }
-                }
-            }
-        }
-    }
-
-    // ---------------------------------------------------------------- split-K reduction in the cluster
-    // The kNumSplits CTAs of a cluster (cluster rank = tile.split) computed one tile over consecutive K ranges.
-    // Every math thread holds the same fragment pairs p of the tile in each of them; pair p is reduced by CTA
-    // p % kNumSplits. Each CTA stores its pairs straight into their owners' slots (remote stores into distributed
-    // shared memory: nothing waits on their latency), then every owner adds its pairs' kNumSplits slots in split
-    // order (the sum does not depend on timing: deterministic) into its accumulators, frees its slots, and stores
-    // its pairs with the direct store (which reads all of C before writing D: no load waits behind a store). Per
-    // tile, in each CTA: split_full completes when all kNumSplits CTAs have stored their pairs into it (one
-    // arrival each, after a cluster-scope fence), split_free when all owners have read the pairs this CTA sent
-    // them (the next tile's stores wait for it).
-    __device__ __forceinline__ static void reduce_split_tile(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
-                                                             const GemmTile& tile, uint32_t tile_count, uint32_t m0,
-                                                             uint32_t n0, uint32_t shape_m, uint32_t shape_n, Out* d,
-                                                             uint32_t ldd, const Out* c, uint32_t ldc,
-                                                             uint32_t warp_in_wg, uint32_t lane) {
-        constexpr uint32_t kPairsPerRowBlock = kNumAccum / 2;
-        const uint32_t thread = threadIdx.x;  // (a math thread: 0 .. kNumMathThreads - 1)
-        const uint32_t split = tile.split;
-        if (tile_count > 0)
-            ptx::mbarrier_wait_cluster(s.split_free(), (tile_count - 1) & 1);
-        const uint32_t slots = ptx::smem_addr(s.split_slots());
-        #pragma unroll
-        for (uint32_t p = 0; p < kNumPairs; ++p) {
-            const uint32_t slot = (split * kPairsPerOwner + p / kNumSplits) * kNumMathThreads + thread;
-            ptx::st_cluster_v2(ptx::map_to_cta(slots + slot * 8, p % kNumSplits),
-                               accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2],
-                               accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2 + 1]);
-        }
-        ptx::fence_acq_rel_cluster();
-        ptx::named_barrier_sync(kExchangeBarrierId, kNumMathThreads);
-        if (thread < kNumSplits)
-            ptx::mbarrier_arrive_cluster(s.split_full(), thread);
-        ptx::mbarrier_wait_cluster(s.split_full(), tile_count & 1);
-
-        // This CTA's pairs p = split + kNumSplits * j: the sum of their slots replaces their accumulators
-        const float2* own = s.split_slots();
-        #pragma unroll
-        for (uint32_t p = 0; p < kNumPairs; ++p) {
-            if (p % kNumSplits != split)
-                continue;
-            const uint32_t j = p / kNumSplits;
-            float2 sum = own[j * kNumMathThreads + thread];
-            #pragma unroll
-            for (uint32_t q = 1; q < kNumSplits; ++q) {
-                const float2 v = own[(q * kPairsPerOwner + j) * kNumMathThreads + thread];
-                sum.x += v.x, sum.y += v.y;
-            }
-            accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2] = sum.x;
-            accum[p / kPairsPerRowBlock][(p % kPairsPerRowBlock) * 2 + 1] = sum.y;
-        }
-        // This CTA's slots are read: each sender may overwrite its slot with the next tile's pairs
-        ptx::named_barrier_sync(kExchangeBarrierId, kNumMathThreads);
-        if (thread < kNumSplits) {
-            ptx::fence_acq_rel_cluster();
-            ptx::mbarrier_arrive_cluster(s.split_free(), thread);
-        }
-        store_tile_direct<kNumSplits>(accum, m0, n0, shape_m, shape_n, d, ldd, c, ldc, warp_in_wg, lane, nullptr, split);
-    }
-
     // ---------------------------------------------------------------- epilogues
     // BF16 D: through TMA when D's rows allow it and the tile has no padding rows, else directly.
-    __device__ __forceinline__ static void store_tile_bf16(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
+    __device__ __forceinline__ static void store_tile_bf16(const SharedStorage& s, Accum& accum,
                                                            const GemmTile& tile, uint32_t m0, uint32_t n0,
                                                            uint32_t shape_m, uint32_t shape_n, __nv_bfloat16* d,
                                                            uint32_t ldd, const TmaDescriptor* tma_d, GroupedLayout layout,
                                                            uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
         if constexpr (kUseTmaStore) {
             if (tile_fully_valid(tile, shape_m, layout)) {
-                store_tile_tma(s, accum, m0, n0, tma_d, wg_idx, warp_in_wg, lane);
+                Bf16Epilogue::store(reinterpret_cast<uint8_t*>(s.d()), accum, m0, n0, tma_d, wg_idx, warp_in_wg, lane);
                 return;
             }
         }
-        store_tile_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, static_cast<const __nv_bfloat16*>(nullptr), 0,
-                          warp_in_wg, lane,
-                          kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr);
-    }
-
-    // BF16 via stmatrix into this warpgroup's WG_M rows of the staging tile, then TMA stores.
-    __device__ __forceinline__ static void store_tile_tma(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
-                                                          uint32_t m0, uint32_t n0, const TmaDescriptor* tma_d,
-                                                          uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
-        constexpr uint32_t kChunkSize = WG_M * kStoreChunkBytes;  // bytes of one column chunk of this warpgroup
-        uint8_t* staging = reinterpret_cast<uint8_t*>(s.d()) + wg_idx * WG_M * BLOCK_N * 2;
-        const bool is_leader = threadIdx.x % 128 == 0;
-
-        // The previous tile's stores must have finished reading the staging tile
-        if (is_leader)
-            ptx::tma_store_wait_read();
-        ptx::named_barrier_sync(1 + wg_idx, 128);
-
-        // Lane l addresses row l % 8 of matrix l / 8: (rows +8 if matrix is odd, columns +8 if matrix >= 2)
-        const uint32_t row_in_slice = warp_in_wg * 16 + (lane / 8 % 2) * 8 + lane % 8;
-        const uint32_t col_offset = (lane / 16) * 8;
-        #pragma unroll
-        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-            #pragma unroll
-            for (uint32_t j = 0; j < kNumAccum / 4; j += 2) {
-                const uint32_t col = j * 8 + col_offset;
-                const uint32_t chunk = col / kStoreChunkN;
-                const uint32_t row = im * 64 + row_in_slice;
-                const uint32_t offset =
-                    ptx::swizzled_offset<kStoreChunkBytes>(row * kStoreChunkBytes + (col % kStoreChunkN) * 2);
-                const float* v = &accum[im][j * 4];
-                ptx::stmatrix_x4(staging + chunk * kChunkSize + offset, ptx::pack_bf16x2(v[0], v[1]),
-                                 ptx::pack_bf16x2(v[2], v[3]), ptx::pack_bf16x2(v[4], v[5]),
-                                 ptx::pack_bf16x2(v[6], v[7]));
-            }
-        }
-        ptx::fence_proxy_async_smem();
-        ptx::named_barrier_sync(1 + wg_idx, 128);
-        if (is_leader) {
-            #pragma unroll
-            for (uint32_t c = 0; c < kNumStoreChunks; ++c)
-                ptx::tma_store_2d(tma_d, staging + c * kChunkSize, n0 + c * kStoreChunkN, m0);
-            ptx::tma_store_commit();
-        }
-    }
-
-    // How the FP32 TMA epilogue adds C: not at all (no C), by TMA loads into the staging buffers (C's rows
-    // 16-byte aligned, as TMA needs: the host encoded tma_c exactly then), in place by a TMA reduce-add into D
-    // (C is D), or from global memory into the registers (any other C; slow: serialized loads).
-    enum class CMode : uint32_t { kNone, kLoad, kReduce, kRegisters };
-    __device__ __forceinline__ static CMode fp32_c_mode(const void* c, uint32_t ldc, const void* d, uint32_t ldd) {
-        if (!kFp32TmaStore || c == nullptr)
-            return CMode::kNone;
-        if (c == d && ldc == ldd)
-            return CMode::kReduce;
-        return reinterpret_cast<uintptr_t>(c) % 16 == 0 && ldc % 4 == 0 ? CMode::kLoad : CMode::kRegisters;
-    }
-
-    // The FP32 staging ring: kNumFp32Buffers buffers per math warpgroup, used chunk after chunk across tiles (with
-    // as many buffers as chunks, or a divisor of the count, every tile starts at buffer 0 and `ring` stays 0).
-    static constexpr uint32_t kNumFp32Chunks = BLOCK_N / kFp32ChunkCols;
-    static constexpr uint32_t kFp32Ring = kFp32TmaStore ? kNumFp32Buffers : 1;  // (1: no ring, unused)
-    static constexpr bool kFp32RingRotates = kNumFp32Chunks % kFp32Ring != 0;
-    __device__ __forceinline__ static uint32_t fp32_buffer_of(uint32_t ring, uint32_t chunk) {
-        return ((kFp32RingRotates ? ring : 0) + chunk) % kFp32Ring;
-    }
-
-    // One thread of the warpgroup: TMA-load chunk `chunk` of C (this warpgroup's rows) into staging buffer
-    // `buffer`, which the store that used it last has read. The box clips at M and N (zeros beyond).
-    __device__ __forceinline__ static void load_c_chunk(const SharedStorage& s, const TmaDescriptor* tma_c,
-                                                        uint32_t chunk, uint32_t buffer, uint32_t m0, uint32_t n0,
-                                                        uint32_t group, uint32_t wg_idx) {
-        uint64_t* bar = s.c_full(wg_idx, buffer);
-        ptx::mbarrier_arrive_expect_tx(bar, kFp32ChunkBytes);
-        ptx::tma_load_3d(s.fp32_buffer(wg_idx, buffer), tma_c, bar, n0 + chunk * kFp32ChunkCols, m0, group);
-    }
-
-    // At a tile's start, one thread of the warpgroup: C's first kFp32Ring chunks (one per buffer: the ring is at
-    // most a tile's chunk count) into the ring's buffers (they land during the K loop), once every store that used
-    // them has read them.
-    __device__ __forceinline__ static void load_c_prefetch(const SharedStorage& s, const TmaDescriptor* tma_c,
-                                                           uint32_t ring, uint32_t m0, uint32_t n0, uint32_t group,
-                                                           uint32_t wg_idx) {
-        ptx::tma_store_wait_read<0>();
-        #pragma unroll
-        for (uint32_t chunk = 0; chunk < kFp32Ring; ++chunk)
-            load_c_chunk(s, tma_c, chunk, fp32_buffer_of(ring, chunk), m0, n0, group, wg_idx);
-    }
-
-    // FP32 D through TMA, per 32-column chunk (128-byte rows) of this warpgroup's WG_M rows, through the staging
-    // ring (128B-swizzled, as the box expects); one thread stores each chunk. The 3-D box (N, M, group) clips at
-    // N and M. With a buffer per chunk (the host's choice where shared memory allows), the epilogue never waits
-    // for its own stores: they drain during the next tile's K loop. By `c_mode`:
-    //   kNone / kRegisters (C already in accum): wait until the store issued from the buffer kFp32Ring chunks
-    //     ago has read it, write the chunk, fence, store.
-    //   kReduce (C is D): the same, but TMA adds the chunk into D (reads, adds and writes each element once).
-    //   kLoad: C's first kFp32Ring chunks were loaded at the tile's start (load_c_prefetch); per chunk, wait
-    //     for its C, add it to the chunk in place in shared memory, fence, store, then (with fewer buffers than
-    //     chunks, once that store has read the buffer) load C's chunk kFp32Ring further on into it.
-    // `c_phases` holds the buffers' C-load barrier phases, `ring` the ring's position (advanced by the tile).
-    __device__ __forceinline__ static void store_tile_tma_fp32(const SharedStorage& s, float (&accum)[kNumWgmmaM][kNumAccum],
-                                                               uint32_t m0, uint32_t n0, uint32_t group,
-                                                               const TmaDescriptor* tma_d, const TmaDescriptor* tma_c,
-                                                               CMode c_mode, uint32_t& c_phases, uint32_t& ring,
-                                                               uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
-        const bool is_leader = threadIdx.x % 128 == 0;
-        const bool load_c = c_mode == CMode::kLoad;
-        #pragma unroll
-        for (uint32_t chunk = 0; chunk < kNumFp32Chunks; ++chunk) {
-            const uint32_t buffer_idx = fp32_buffer_of(ring, chunk);
-            uint8_t* buffer = s.fp32_buffer(wg_idx, buffer_idx);
-            if (load_c) {
-                ptx::mbarrier_wait(s.c_full(wg_idx, buffer_idx), (c_phases >> buffer_idx) & 1);
-                c_phases ^= 1u << buffer_idx;
-            } else {
-                if (is_leader)
-                    ptx::tma_store_wait_read<kFp32Ring - 1>();
-                ptx::named_barrier_sync(1 + wg_idx, 128);
-            }
-            #pragma unroll
-            for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-                #pragma unroll
-                for (uint32_t jj = 0; jj < kFp32ChunkCols / 8; ++jj) {
-                    const uint32_t j = chunk * (kFp32ChunkCols / 8) + jj;
-                    #pragma unroll
-                    for (uint32_t half = 0; half < 2; ++half) {
-                        const uint32_t row = im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
-                        const uint32_t offset = ptx::swizzled_offset<128>(row * 128 + jj * 32 + (lane % 4) * 8);
-                        float2* out = reinterpret_cast<float2*>(buffer + offset);
-                        float2 value{accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]};
-                        if (load_c) {
-                            const float2 c = *out;
-                            value.x += c.x, value.y += c.y;
-                        }
-                        *out = value;
-                    }
-                }
-            }
-            ptx::fence_proxy_async_smem();
-            ptx::named_barrier_sync(1 + wg_idx, 128);
-            if (is_leader) {
-                if (c_mode == CMode::kReduce)
-                    ptx::tma_reduce_add_3d(tma_d, buffer, n0 + chunk * kFp32ChunkCols, m0, group);
-                else
-                    ptx::tma_store_3d(tma_d, buffer, n0 + chunk * kFp32ChunkCols, m0, group);
-                ptx::tma_store_commit();
-                if (load_c && chunk + kFp32Ring < kNumFp32Chunks) {
-                    ptx::tma_store_wait_read<0>();
-                    load_c_chunk(s, tma_c, chunk + kFp32Ring, buffer_idx, m0, n0, group, wg_idx);
-                }
-            }
-        }
-        if constexpr (kFp32RingRotates)
-            ring = (ring + kNumFp32Chunks) % kFp32Ring;
-    }
-
-    // accum += C for this thread's elements inside rows [.., row_end) (and not padding, with `row_groups`) and
-    // columns [.., shape_n), of the pairs for_each_pair visits.
-    template <uint32_t kPairStride = 1, typename T>
-    __device__ __forceinline__ static void add_c(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0, uint32_t n0,
-                                                 uint32_t row_end, uint32_t shape_n, const T* c, uint32_t ldc,
-                                                 uint32_t warp_in_wg, uint32_t lane, const int32_t* row_groups = nullptr,
-                                                 uint32_t pair_owner = 0) {
-        for_each_pair<kPairStride>(accum, m0, n0, row_end, row_groups, warp_in_wg, lane, pair_owner,
-                                   [&](uint32_t row, uint32_t col, float& v0, float& v1) {
-                                       const T* in = c + static_cast<uint64_t>(row) * ldc + col;
-                                       v0 += col < shape_n ? to_float(in[0]) : 0.0f;
-                                       v1 += col + 1 < shape_n ? to_float(in[1]) : 0.0f;
-                                   });
-    }
-
-    // body(row, col, v0, v1) for this thread's element pairs (row, col), (row, col + 1) of each accumulator pair,
-    // skipping rows at or past `row_end` and, with `row_groups` (the per-row grouped layout), padding rows. Pairs
-    // are numbered p = im * kNumAccum / 2 + i / 2 (accumulator i of row block im); with kPairStride > 1 (split-K)
-    // only those with p % kPairStride == pair_owner are visited.
-    template <uint32_t kPairStride = 1, typename Body>
-    __device__ __forceinline__ static void for_each_pair(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0, uint32_t n0,
-                                                         uint32_t row_end, const int32_t* row_groups,
-                                                         uint32_t warp_in_wg, uint32_t lane, uint32_t pair_owner,
-                                                         Body&& body) {
-        #pragma unroll
-        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-            #pragma unroll
-            for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
-                #pragma unroll
-                for (uint32_t half = 0; half < 2; ++half) {
-                    const uint32_t pair = im * (kNumAccum / 2) + j * 2 + half;
-                    if (kPairStride > 1 && pair % kPairStride != pair_owner)
-                        continue;
-                    const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
-                    const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
-                    if (row >= row_end || (row_groups != nullptr && __ldg(row_groups + row) < 0))
-                        continue;
-                    body(row, col, accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]);
-                }
-            }
-        }
-    }
-
-    template <typename T>
-    __device__ __forceinline__ static T convert(float value) {
-        if constexpr (cuda::std::is_same_v<T, float>)
-            return value;
-        else
-            return __float2bfloat16_rn(value);
-    }
-    __device__ __forceinline__ static float to_float(float value) { return value; }
-    __device__ __forceinline__ static float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-    // Stores straight from registers, bounds-checked: BF16 into D (rows not 16-byte aligned, or a grouped
-    // tile with padding rows), or
-    // D = C + accum (FP32 D, or BF16 D with a C; C of D's type; `c` may be D itself: each element is read,
-    // then written, by the same thread; null: no C). Rows at or past `row_end` are skipped, and with
-    // `row_groups` (the per-row grouped layout) rows whose group id is negative (padding); with kPairStride > 1
-    // (split-K) only the pairs this CTA owns (for_each_pair).
-    template <uint32_t kPairStride = 1, typename T>
-    __device__ __forceinline__ static void store_tile_direct(float (&accum)[kNumWgmmaM][kNumAccum], uint32_t m0,
-                                                             uint32_t n0, uint32_t row_end, uint32_t shape_n,
-                                                             T* d, uint32_t ldd, const T* c, uint32_t ldc,
-                                                             uint32_t warp_in_wg, uint32_t lane,
-                                                             const int32_t* row_groups = nullptr,
-                                                             uint32_t pair_owner = 0) {
-        // NOTES: C is read in full before D is written. C may be D itself (or alias it), so a load may not
-        // move past an earlier store: interleaved, every pair would wait out a global-load latency.
-        if (c != nullptr)
-            add_c<kPairStride>(accum, m0, n0, row_end, shape_n, c, ldc, warp_in_wg, lane, row_groups, pair_owner);
-        for_each_pair<kPairStride>(accum, m0, n0, row_end, row_groups, warp_in_wg, lane, pair_owner,
-                                   [&](uint32_t row, uint32_t col, float& v0, float& v1) {
-                                       T* out = d + static_cast<uint64_t>(row) * ldd + col;
-                                       if (col < shape_n)
-                                           out[0] = convert<T>(v0);
-                                       if (col + 1 < shape_n)
-                                           out[1] = convert<T>(v1);
-                                   });
+        Fragment::store_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, static_cast<const __nv_bfloat16*>(nullptr),
+                               0, warp_in_wg, lane, kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr);
     }
 };
 
@@ -1158,7 +799,7 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
             ptx::prefetch_tma_descriptor(&tma_sfb);
         if constexpr (kUseTmaStore)
             ptx::prefetch_tma_descriptor(&tma_d);
-        if (Gemm::fp32_c_mode(c, ldc, d, ldd) == Gemm::CMode::kLoad)
+        if (Gemm::Fp32Epilogue::c_mode(c, ldc, d, ldd) == CMode::kLoad)
             ptx::prefetch_tma_descriptor(&tma_c);
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
