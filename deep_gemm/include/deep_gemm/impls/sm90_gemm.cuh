@@ -19,7 +19,7 @@
 //       FP8, per 128-deep K block: wait full[s]; read its sfa rows from smem; issue 4 x wgmma m64nBLOCK_Nk32
 //       per 64 rows into `partial`; wait; arrive empty[s] (one lane per warp); promote: accum += partial *
 //       sfa[row] * sfb[col block] on the CUDA cores (two-level accumulation: FP8 tensor-core sums never run
-//       longer than 128 of K). With kOverlapPromotion (one or two math warpgroups, where a second partial buffer
+//       longer than 128 of K; common/fp8_promotion.cuh). With kOverlapPromotion (one or two math warpgroups, where a second partial buffer
 //       fits): block k + 1's wgmmas are issued into the other buffer before waiting (wait_group 1) for block k's,
 //       so the tensor cores run them during block k's promotion (overlapped_step).
 //       BF16, per 64-deep K block: wait full[s]; issue 4 x wgmma m64nBLOCK_Nk16 per 64 rows accumulating into
@@ -90,6 +90,7 @@
 #include <cuda/std/type_traits>
 
 #include <deep_gemm/common/accum_fragment.cuh>
+#include <deep_gemm/common/fp8_promotion.cuh>
 #include <deep_gemm/common/gemm_exchange.cuh>
 #include <deep_gemm/common/gemm_tma_epilogue.cuh>
 #include <deep_gemm/common/pipeline.cuh>
@@ -147,6 +148,11 @@ struct Sm90Gemm {
     using Fp32Epilogue = Fp32TmaEpilogue<kFp32TmaStore, WG_M, BLOCK_N, kNumWgmmaM, kNumAccum, kNumFp32Buffers>;
     using StreamK = StreamKExchange<BLOCK_M * BLOCK_N, kNumWgmmaM, kNumAccum, kNumMathThreads>;
     using SplitK = SplitKExchange<kNumSplits, kNumWgmmaM, kNumAccum, kNumMathThreads>;
+    // FP8: the promotion of each K block's partial sums; per-row sfb keeps kSfbAhead column-scale pairs in
+    // registers ahead of their use (two with three math warpgroups: within 128 registers)
+    static constexpr uint32_t kSfbAhead = kNumMathWarpgroups == 3 ? 2 : 4;
+    using Promotion = Fp8Promotion<kNumWgmmaM, kNumAccum, BLOCK_N, kSfbAhead>;
+    using StageScales = typename Promotion::StageScales;
 
     // TMA store staging: the BF16 tile, or for FP32 D a ring of kNumFp32Buffers 32-column chunks per math warpgroup
     static constexpr uint32_t SMEM_D_SIZE =
@@ -369,13 +375,6 @@ struct Sm90Gemm {
     }
 
     // ---------------------------------------------------------------- math warpgroups: one K block's steps
-    // The scales of one stage, for this thread's rows (r and r + 8 of each 64-row slice) and the tile's two
-    // column blocks.
-    struct StageScales {
-        float sfa[kNumWgmmaM][2];
-        float2 sfb;
-    };
-
     template <typename Registers>
     __device__ __forceinline__ static void fence_registers(Registers& regs) {
         #pragma unroll
@@ -450,83 +449,6 @@ struct Sm90Gemm {
         }
     }
 
-    // accum += partial * sfa[row] * sfb[column block], with columns [0, kFirstCols) of the tile in the first
-    // scale block and the rest in the second: the split is a compile-time constant, so the promotion is
-    // 4 FMUL + one FFMA per accumulator, with no per-column selection.
-    template <uint32_t kFirstCols, typename Registers>
-    __device__ __forceinline__ static void promote_split(Accum& accum, const Registers& partial,
-                                                         const StageScales& scales) {
-        #pragma unroll
-        for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-            const float scale_00 = scales.sfa[im][0] * scales.sfb.x, scale_01 = scales.sfa[im][0] * scales.sfb.y;
-            const float scale_10 = scales.sfa[im][1] * scales.sfb.x, scale_11 = scales.sfa[im][1] * scales.sfb.y;
-            #pragma unroll
-            for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
-                // This thread's columns j * 8 + 2 * (lane % 4) + {0, 1}: the 8-column group is on one side
-                const bool in_first = j * 8 < kFirstCols;
-                const float scale_top = in_first ? scale_00 : scale_01;
-                const float scale_bottom = in_first ? scale_10 : scale_11;
-                accum[im][j * 4 + 0] = fmaf(partial[im][j * 4 + 0], scale_top, accum[im][j * 4 + 0]);
-                accum[im][j * 4 + 1] = fmaf(partial[im][j * 4 + 1], scale_top, accum[im][j * 4 + 1]);
-                accum[im][j * 4 + 2] = fmaf(partial[im][j * 4 + 2], scale_bottom, accum[im][j * 4 + 2]);
-                accum[im][j * 4 + 3] = fmaf(partial[im][j * 4 + 3], scale_bottom, accum[im][j * 4 + 3]);
-            }
-        }
-    }
-
-    // Per-row sfb (recipe (1, 1, 128)): accum += partial * sfa[row] * sfb[column], the column scales read from
-    // the stage (so the stage is released after this). This thread's column pair of 8-column group j is
-    // sfb_stage[j * 8 + 2 (lane % 4)]; the first kSfbAhead pairs are read before the wgmma wait (`ahead`, see
-    // load_sfb_ahead), each later one kSfbAhead groups before its use, so that no FMUL waits on its LDS
-    // (ncu, run 20: a third of the promotion's stall samples were those waits).
-    static constexpr uint32_t kSfbAhead = kNumMathWarpgroups == 3 ? 2 : 4;  // (three: within 128 registers)
-    __device__ __forceinline__ static const float2* sfb_pairs(const float* sfb_stage, uint32_t lane) {
-        return reinterpret_cast<const float2*>(sfb_stage + (lane % 4) * 2);
-    }
-    __device__ __forceinline__ static void load_sfb_ahead(float2 (&ahead)[kSfbAhead], const float* sfb_stage,
-                                                          uint32_t lane) {
-        #pragma unroll
-        for (uint32_t j = 0; j < kSfbAhead; ++j)
-            ahead[j] = j < kNumAccum / 4 ? sfb_pairs(sfb_stage, lane)[j * 4] : float2{0.0f, 0.0f};
-    }
-    template <typename Registers>
-    __device__ __forceinline__ static void promote_per_row(Accum& accum, const Registers& partial,
-                                                           const StageScales& scales, float2 (&ahead)[kSfbAhead],
-                                                           const float* sfb_stage, uint32_t lane) {
-        #pragma unroll
-        for (uint32_t j = 0; j < kNumAccum / 4; ++j) {
-            const float2 sfb = ahead[j % kSfbAhead];
-            if (j + kSfbAhead < kNumAccum / 4)
-                ahead[j % kSfbAhead] = sfb_pairs(sfb_stage, lane)[(j + kSfbAhead) * 4];
-            #pragma unroll
-            for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-                accum[im][j * 4 + 0] = fmaf(partial[im][j * 4 + 0], scales.sfa[im][0] * sfb.x, accum[im][j * 4 + 0]);
-                accum[im][j * 4 + 1] = fmaf(partial[im][j * 4 + 1], scales.sfa[im][0] * sfb.y, accum[im][j * 4 + 1]);
-                accum[im][j * 4 + 2] = fmaf(partial[im][j * 4 + 2], scales.sfa[im][1] * sfb.x, accum[im][j * 4 + 2]);
-                accum[im][j * 4 + 3] = fmaf(partial[im][j * 4 + 3], scales.sfa[im][1] * sfb.y, accum[im][j * 4 + 3]);
-            }
-        }
-    }
-
-    // The tile's first column n0 is a multiple of BLOCK_N, so n0 % 128 is a multiple of gcd(BLOCK_N, 128) and
-    // `boundary` = 128 - n0 % 128 takes one of 128 / gcd values: dispatch (warp-uniform) to the promotion
-    // specialized for it, trying kBoundary, kBoundary - gcd, ..., gcd.
-    static constexpr uint32_t kBoundaryStep = gcd(BLOCK_N, 128u);
-
-    template <uint32_t kBoundary = 128, typename Registers>
-    __device__ __forceinline__ static void promote(Accum& accum, const Registers& partial,
-                                                   const StageScales& scales, uint32_t boundary) {
-        constexpr uint32_t kFirstCols = kBoundary < BLOCK_N ? kBoundary : BLOCK_N;
-        if constexpr (kBoundary <= kBoundaryStep) {
-            promote_split<kFirstCols>(accum, partial, scales);  // the last case (also any unexpected value)
-        } else {
-            if (boundary == kBoundary)
-                promote_split<kFirstCols>(accum, partial, scales);
-            else
-                promote<kBoundary - kBoundaryStep>(accum, partial, scales, boundary);
-        }
-    }
-
     // kOverlapPromotion, one K block: `current` holds the block at `pipe` (its wgmmas in flight). If kHasNext, wait
     // for the next block's stage (at `ahead`), read its scales into `next_scales` and issue its wgmmas into `next`,
     // then wait only for `current`'s group; promote `current` and release its stage. So the tensor cores run the
@@ -550,7 +472,7 @@ struct Sm90Gemm {
         fence_registers(current);
         float2 sfb_ahead[kSfbAhead];
         if constexpr (kPerRowSfb)
-            load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
+            Promotion::load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
         promote_and_release(s, pipe.stage, accum, current, current_scales, sfb_ahead, boundary, lane, rank);
         pipe.advance();
     }
@@ -564,11 +486,11 @@ struct Sm90Gemm {
                                                                float2 (&sfb_ahead)[kSfbAhead], uint32_t boundary,
                                                                uint32_t lane, uint32_t rank) {
         if constexpr (kPerRowSfb) {
-            promote_per_row(accum, partial, scales, sfb_ahead, s.sfb(stage), lane);
+            Promotion::promote_per_row(accum, partial, scales, sfb_ahead, s.sfb(stage), lane);
             release_stage(s, stage, lane, rank);
         } else {
             release_stage(s, stage, lane, rank);
-            promote(accum, partial, scales, boundary);
+            Promotion::promote(accum, partial, scales, boundary);
         }
     }
 
@@ -652,7 +574,7 @@ struct Sm90Gemm {
                     issue_mma<false>(desc_a, desc_b, pipe.stage, partial);
                     float2 sfb_ahead[kSfbAhead];
                     if constexpr (kPerRowSfb)
-                        load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
+                        Promotion::load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
                     ptx::wgmma_wait<0>();
                     fence_registers(partial);
                     promote_and_release(s, pipe.stage, accum, partial, scales, sfb_ahead, boundary, lane, rank);
