@@ -160,3 +160,12 @@ def test_pct_of_copy_bandwidth() -> None:
     assert pct_of_copy_bandwidth(2_000_000, 1000.0, 4e9) == pytest.approx(50.0)  # 2 MB in 1 ms at 4 GB/s
     assert pct_of_copy_bandwidth(2_000_000, None, 4e9) is None
     assert pct_of_copy_bandwidth(2_000_000, 1000.0, None) is None
+
+
+def test_copy_bandwidth_text() -> None:
+    from deep_gemm.bench.common import copy_bandwidth_text
+
+    assert copy_bandwidth_text(4.288e12, 4.24e12) == (
+        "device-to-device copy: 4288 GB/s by events, 4240 GB/s on the device alone"
+    )
+    assert "by events, - GB/s on the device alone" in copy_bandwidth_text(4.288e12, None)

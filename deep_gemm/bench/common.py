@@ -8,10 +8,12 @@ from typing import Any
 import torch
 
 from deep_gemm.bench.registry import BenchOptions
+from deep_gemm.bench.report import fmt
 from deep_gemm.testing import bench_kernel, bench_kineto, d2d_copy_bandwidth
 
 __all__ = [
     "derive_throughput",
+    "copy_bandwidth_text",
     "device_copy_bandwidth",
     "error_text",
     "kernel_times",
@@ -105,6 +107,13 @@ def device_copy_bandwidth() -> float | None:
     except ValueError as exc:
         print(f"note: no device time for the copy: {error_text(exc)}")
         return None
+
+
+def copy_bandwidth_text(by_events: float, on_device: float | None) -> str:
+    """The suites' copy-ceiling line: the copy bandwidth by events and on the device alone (``-`` where not
+    measured), both in GB/s of bytes read plus written."""
+    device_gbps = fmt(on_device * 1e-9 if on_device else None, ".0f")
+    return f"device-to-device copy: {by_events * 1e-9:.0f} GB/s by events, {device_gbps} GB/s on the device alone"
 
 
 def pct_of_copy_bandwidth(num_bytes: int, device_us: float | None, copy_bandwidth: float | None) -> float | None:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from deep_gemm.bench.common import (
+    copy_bandwidth_text,
     derive_throughput,
     device_copy_bandwidth,
     error_text,
@@ -202,8 +203,7 @@ def run_dense(options: BenchOptions) -> SuiteReport:
     copy_bandwidth_device = device_copy_bandwidth() if any(m <= MEMORY_BOUND_MAX_M for m, _, _ in shapes) else None
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-    print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s (read + write), on the device alone "
-          f"{fmt(copy_bandwidth_device * 1e-9 if copy_bandwidth_device else None, '.0f')} GB/s")  # fmt: skip
+    print(copy_bandwidth_text(copy_bandwidth, copy_bandwidth_device))
     print("speedup = cuBLASLt time / ours (above 1: ours faster); diff = calc_diff vs FP32 reference, '!' > 1e-3")
     print(_TABLE.header())
     rows = []

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from deep_gemm.bench.common import (
+    copy_bandwidth_text,
     derive_throughput,
     device_copy_bandwidth,
     error_text,
@@ -557,8 +558,7 @@ def run_mqa(options: BenchOptions) -> SuiteReport:
         print(f"note: {note}")
     copy_bandwidth_device = device_copy_bandwidth() if paged_shapes else None
     if paged_shapes:
-        print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s by events, "
-              f"{fmt(copy_bandwidth_device * 1e-9 if copy_bandwidth_device else None, '.0f')} GB/s on the device alone")  # fmt: skip
+        print(copy_bandwidth_text(copy_bandwidth, copy_bandwidth_device))
     paged_rows = _run_paged(options, copy_bandwidth, copy_bandwidth_device, paged_shapes) if paged_shapes else []
     if paged_rows:
         geomeans["paged_tflops"] = geomean(r["tflops"] for r in paged_rows)
