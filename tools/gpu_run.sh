@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: install, GPU + CPU tests, JIT timings, benchmark; logs and JSON to $1.
+# One call on a GPU machine: install, GPU + CPU tests, JIT and host-cost timings, benchmark; logs and JSON to $1.
 #   tools/gpu_run.sh OUTDIR [pytest-args...]
 # Offline machines: wheels for what the image lacks in .whl/, fetched beforehand on a machine online:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -110,6 +110,13 @@ if [[ -n "${DG_GPU_RUN_SANITIZE_TESTS:-}" ]]; then
     (cd tests && timeout ${DG_GPU_RUN_SANITIZE_TIMEOUT:-240} compute-sanitizer --tool memcheck python3 -m pytest -q -x \
         -p no:cacheprovider $DG_GPU_RUN_SANITIZE_TESTS) > "$OUT/sanitizer.txt" 2>&1
     grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.txt" | tail -3
+    pack
+fi
+if [[ -z "${DG_GPU_RUN_SKIP_JIT:-}" ]]; then
+    # Cold and warm compiles (NVCC, NVRTC) and the host cost of one cached call (docs/perf/jit.md), ~20 s
+    timeout 180 python3 tools/measure_jit.py --json "$OUT/jit.json" > "$OUT/jit.log" 2>&1
+    echo "measure_jit exit code $?"
+    grep -E '"(seconds|[a-z_]*us_per_call)"' "$OUT/jit.log" | tr -s ' ' | paste -sd' '
     pack
 fi
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
