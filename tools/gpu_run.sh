@@ -21,8 +21,9 @@
 #      DG_GPU_RUN_AB_ENV="VAR=value ... [@suite,...]; ..." (after the benches: each bench that ran, or the suites
 #      named after '@' (main = the dense bench), again, ours only, under that environment; several A/Bs separated
 #      by ';'; tools/bench_ab.py compares them row by row into ab.log).
-#      DG_GPU_RUN_OLD_INCLUDE=.ab/include-COMMIT.tar.gz (after the benches: the main bench again, no baselines, with
-#      the kernel headers of an earlier commit, as bench-old.log / bench-old.json: tools/with_old_headers.sh).
+#      DG_GPU_RUN_OLD_INCLUDE=".ab/include-COMMIT.tar.gz ..." (after the benches: the main bench again, no baselines,
+#      with the kernel headers of an earlier commit or of a diagnostic variant, as bench-old-<i>.log / .json, compared
+#      with bench.json in ab.log: tools/with_old_headers.sh).
 # The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
 # packs all of it into $OUT/all-logs.tgz and copies the main logs and JSON next to it (7 at most).
 set -uo pipefail
@@ -140,10 +141,16 @@ if [[ -n "${DG_GPU_RUN_MULTICAST_SHAPES:-}" ]]; then
     done
 fi
 if [[ -n "${DG_GPU_RUN_OLD_INCLUDE:-}" ]]; then
-    tools/with_old_headers.sh "$DG_GPU_RUN_OLD_INCLUDE" timeout 300 python3 -m deep_gemm.bench --no-baselines \
-        --json "$OUT/bench-old.json" ${DG_BENCH_ARGS:-} > "$OUT/bench-old.log" 2>&1
-    echo "bench with old headers exit code $?"; tail -30 "$OUT/bench-old.log"
-    pack
+    # (several tarballs separated by spaces: bench-old-<i>.log / .json, each compared with bench.json in ab.log)
+    read -ra old_includes <<< "$DG_GPU_RUN_OLD_INCLUDE"
+    for i in "${!old_includes[@]}"; do
+        tools/with_old_headers.sh "${old_includes[$i]}" timeout 300 python3 -m deep_gemm.bench --no-baselines \
+            --json "$OUT/bench-old-$i.json" ${DG_BENCH_ARGS:-} > "$OUT/bench-old-$i.log" 2>&1
+        echo "bench with headers ${old_includes[$i]} exit code $?"; tail -30 "$OUT/bench-old-$i.log"
+        [[ -f "$OUT/bench.json" ]] && python3 tools/bench_ab.py "$OUT/bench.json" "$OUT/bench-old-$i.json" \
+            --names default "$(basename "${old_includes[$i]}" .tar.gz)" >> "$OUT/ab.log" 2>&1 && tail -1 "$OUT/ab.log"
+        pack
+    done
 fi
 if [[ -n "${DG_GPU_RUN_MICRO:-}" ]]; then
     # Standalone microbenchmarks, tools/microbench_<name>.cu, each built with nvcc and run (micro-<name>.log)
