@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import deep_gemm
+from deep_gemm.bench.fp8_gemm import DENSE_SHAPES
 from deep_gemm.testing import H200_CLUSTER_CTAS, calc_diff
 from deep_gemm.utils import ceil_div, per_block_cast_to_fp8, per_token_cast_to_fp8
 
@@ -252,6 +253,13 @@ def test_heuristic_forced_choices() -> None:
     assert config(1024, 4096, 7168)["block_m"] == 128
     cfg = config(1024, 7168, 7168, block_m=192)
     assert (cfg["block_m"], cfg["num_math_warpgroups"]) == (192, 3) and cfg["block_n"] <= 128
+    # 128 x 192 on two math warpgroups (192 accumulator registers, compiled without spills, never timed): only
+    # when forced, never the heuristic's pick
+    cfg = config(4096, 7168, 7168, block_m=128, block_n=192)
+    assert (cfg["block_m"], cfg["block_n"], cfg["num_math_warpgroups"], cfg["overlap_promotion"]) == (128, 192, 2, False)
+    for m, n, k in DENSE_SHAPES:
+        for per_row_sfb in (False, True):
+            assert config(m, n, k, per_row_sfb=per_row_sfb)["block_n"] != 192, (m, n, k, per_row_sfb)
     # A forced value no config can take is an error naming the variables
     with pytest.raises(ValueError, match="DG_FP8_GEMM_BLOCK_M"):
         config(64, 2112, 7168, block_n=200)
@@ -420,6 +428,12 @@ FORCED_ENVS = {
     ),
     "split_k3": ({"DG_FP8_GEMM_SPLIT_K": "3"}, "split_k=3 ", "split_k=3 "),
     "bm192": ({"DG_FP8_GEMM_BLOCK_M": "192"}, "BLOCK_M=192 ", "BLOCK_M=192 "),
+    # (forced only: 96 + 96 accumulators per thread; tiles at column 64 of a scale block, the boundary at 64)
+    "bm128_bn192": (
+        {"DG_FP8_GEMM_BLOCK_M": "128", "DG_FP8_GEMM_BLOCK_N": "192"},
+        "BLOCK_M=128 BLOCK_N=192 ",
+        "BLOCK_M=128 BLOCK_N=192 ",
+    ),
     # (the default where it fits; here the promotion after each block's wgmmas everywhere)
     "overlap_off": ({"DG_FP8_GEMM_OVERLAP": "0"}, "overlap=false ", "overlap=false "),
     "split_k2_bm128_bn48": (

@@ -46,6 +46,7 @@ GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=2048, block_m=64, block_n=112, num_stages=6, gemm_type=2),
     dict(shape_n=4096, shape_k=7168, block_m=64, block_n=128, num_stages=6, gemm_type=3),  # masked
     dict(shape_n=7168, shape_k=7168, block_m=192, block_n=128, num_stages=4),  # three math warpgroups
+    dict(shape_n=7168, shape_k=7168, block_m=128, block_n=192, num_stages=4),  # 96 + 96 accumulators (forced only)
     # stream-K: partial sums through a global workspace, a flag per tile
     dict(shape_n=7168, shape_k=16384, block_m=192, block_n=128, num_stages=5, stream_k=1),
     dict(shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, overlap_promotion=1, stream_k=1),
