@@ -256,7 +256,12 @@ def test_heuristic_forced_choices() -> None:
     # 128 x 192 on two math warpgroups (192 accumulator registers, compiled without spills, never timed): only
     # when forced, never the heuristic's pick
     cfg = config(4096, 7168, 7168, block_m=128, block_n=192)
-    assert (cfg["block_m"], cfg["block_n"], cfg["num_math_warpgroups"], cfg["overlap_promotion"]) == (128, 192, 2, False)
+    assert (cfg["block_m"], cfg["block_n"], cfg["num_math_warpgroups"], cfg["overlap_promotion"]) == (
+        128,
+        192,
+        2,
+        False,
+    )
     for m, n, k in DENSE_SHAPES:
         for per_row_sfb in (False, True):
             assert config(m, n, k, per_row_sfb=per_row_sfb)["block_n"] != 192, (m, n, k, per_row_sfb)
