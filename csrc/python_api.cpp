@@ -224,7 +224,8 @@ PYBIND11_MODULE(_C, m) {
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
              uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
              uint32_t grouped_alignment, bool bf16, bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c,
-             int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups, int32_t stream_k) {
+             int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups, int32_t stream_k,
+             bool multicast_on_a) {
               DG_CHECK_INPUT(cluster_ctas.empty() || cluster_ctas.size() == dg::kernels::kMaxSplits,
                              "cluster_ctas must list the CTAs that whole clusters of 1 .. {} CTAs fill ({} values), got {}",
                              dg::kernels::kMaxSplits, dg::kernels::kMaxSplits, cluster_ctas.size());
@@ -243,7 +244,7 @@ PYBIND11_MODULE(_C, m) {
                                          : dg::kernels::fp8_operands(per_row_sfb, has_c);
               const auto c = dg::kernels::get_gemm_config(
                   m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast,
-                  {block_m, block_n, num_splits, overlap, 0, stream_k},
+                  {block_m, block_n, num_splits, overlap, 0, stream_k, multicast_on_a},
                   operands, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment, &capacity, num_groups);
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
@@ -258,7 +259,7 @@ PYBIND11_MODULE(_C, m) {
           "allow_multicast"_a = dg::kernels::kMulticastByDefault, "block_m"_a = 0, "block_n"_a = 0, "num_splits"_a = 0,
           "per_row_sfb"_a = false, "gemm_type"_a = 0, "grouped_alignment"_a = 128, "bf16"_a = false,
           "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false, "overlap"_a = -1,
-          "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1, "stream_k"_a = -1,
+          "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1, "stream_k"_a = -1, "multicast_on_a"_a = false,
           "The config the SM90 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
           "allow_multicast lets it pair tiles into 2-CTA clusters (default: the library's default, which\n"
           "DG_FP8_GEMM_MULTICAST=0/1 overrides at run time); block_m, block_n, num_splits force those choices\n"
@@ -274,7 +275,8 @@ PYBIND11_MODULE(_C, m) {
           "fill on the device (8 values; empty: whole clusters of num_sms), which sizes the split-K and multicast\n"
           "clusters' waves; stream_k: 1 / 2 forces stream-K of that mode where the plan can take it (1: the last\n"
           "wave's tiles shared by all CTAs along K; 2: the last two waves'), 0 turns it off, -1 lets the heuristic\n"
-          "decide (as DG_FP8_GEMM_STREAM_K). Raises ValueError when no config fits.");
+          "decide (as DG_FP8_GEMM_STREAM_K); multicast_on_a: only 2-CTA tile pairs along N sharing A (as\n"
+          "DG_FP8_GEMM_MULTICAST_ON_A=1). Raises ValueError when no config fits.");
 
     // BF16 GEMMs
     m.def("bf16_gemm_nt", &dg::apis::bf16_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "nk",

@@ -115,6 +115,8 @@ def get_gemm_config(
     overlap: int = -1,
     cluster_ctas: list[int] = ...,
     num_groups: int = 1,
+    stream_k: int = -1,
+    multicast_on_a: bool = False,
 ) -> dict[str, Any]: ...
 def bf16_gemm_nt(
     a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "nk"

@@ -265,6 +265,16 @@ def test_heuristic_forced_choices() -> None:
     for m, n, k in DENSE_SHAPES:
         for per_row_sfb in (False, True):
             assert config(m, n, k, per_row_sfb=per_row_sfb)["block_n"] != 192, (m, n, k, per_row_sfb)
+    # Tile pairs along N sharing A (DG_FP8_GEMM_MULTICAST_ON_A): only when forced, then every plan without split-K
+    cfg = config(128, 7168, 16384, multicast_on_a=True)
+    assert (cfg["num_multicast"], cfg["is_multicast_on_a"], cfg["num_splits"]) == (2, True, 1)
+    assert config(128, 2112, 7168, multicast_on_a=True)["num_splits"] == 1
+    for m, n, k in DENSE_SHAPES:
+        assert not config(m, n, k, allow_multicast=True)["is_multicast_on_a"], (m, n, k)
+    with pytest.raises(ValueError, match="DG_FP8_GEMM_MULTICAST_ON_A"):
+        config(64 * 20, 4096, 7168, gemm_type=3, grouped_alignment=4096, num_groups=20, multicast_on_a=True)
+    with pytest.raises(ValueError, match="DG_FP8_GEMM_MULTICAST_ON_A"):
+        config(128, 4096, 7168, bf16=True, mn_major_a=True, multicast_on_a=True)
     # A forced value no config can take is an error naming the variables
     with pytest.raises(ValueError, match="DG_FP8_GEMM_BLOCK_M"):
         config(64, 2112, 7168, block_n=200)
@@ -431,6 +441,9 @@ FORCED_ENVS = {
         "multicast=2(B) ",
         "multicast=1 ",
     ),
+    # (never the heuristic's pick: pairs along N, A's rows loaded in halves, one by each CTA; odd column-block
+    # counts leave a phantom second tile)
+    "multicast_on_a": ({"DG_FP8_GEMM_MULTICAST_ON_A": "1"}, "multicast=2(A) ", "multicast=2(A) "),
     "split_k3": ({"DG_FP8_GEMM_SPLIT_K": "3"}, "split_k=3 ", "split_k=3 "),
     "bm192": ({"DG_FP8_GEMM_BLOCK_M": "192"}, "BLOCK_M=192 ", "BLOCK_M=192 "),
     # (forced only: 96 + 96 accumulators per thread; tiles at column 64 of a scale block, the boundary at 64)

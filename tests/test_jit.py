@@ -32,6 +32,7 @@ GEMM_CONFIGS = [
     dict(block_m=128, block_n=128, num_stages=4),  # all dimensions at run time
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5, num_multicast=2),
     dict(shape_n=4096, shape_k=7168, block_m=128, block_n=144, num_stages=5, num_multicast=2, is_multicast_on_a=1),
+    dict(shape_n=7168, shape_k=16384, block_m=64, block_n=64, num_stages=8, num_multicast=2, is_multicast_on_a=1),
     dict(shape_n=7168, shape_k=16384, block_m=192, block_n=128, num_stages=5, num_multicast=2),  # three math WGs
     # split-K (one cluster per tile: the partial sums exchanged in shared memory, D stored directly)
     dict(shape_n=2112, shape_k=7168, block_m=64, block_n=112, num_stages=8, num_splits=3),

@@ -9,7 +9,8 @@ GxMxNxK) under forced configs, to calibrate the heuristic (run on a GPU machine)
 
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
 (BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on), ov0/ov1 (overlapped promotion off/on), fbN (FP32 D's
-staging buffers per math warpgroup), sk0/sk1/sk2 (stream-K off / the last wave / the last two waves). Each config runs in its own process (the
+staging buffers per math warpgroup), sk0/sk1/sk2 (stream-K off / the last wave / the last two waves), ma1 (2-CTA
+pairs along N sharing A). Each config runs in its own process (the
 choices are read when a shape's plan is made) through `python -m deep_gemm.bench --no-baselines`;
 shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
 fastest config per shape marked with '*', and what the heuristic picked.
@@ -30,6 +31,7 @@ KEYS = {
     "ov": "DG_FP8_GEMM_OVERLAP",
     "fb": "DG_FP8_GEMM_FP32_BUFFERS",
     "sk": "DG_FP8_GEMM_STREAM_K",
+    "ma": "DG_FP8_GEMM_MULTICAST_ON_A",
 }
 
 
@@ -40,7 +42,9 @@ def config_env(config: str) -> dict[str, str]:
     for part in config.split("-"):
         key = part.rstrip("0123456789")
         if key not in KEYS or key == part:
-            raise SystemExit(f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN, ovN, fbN or skN")
+            raise SystemExit(
+                f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN, ovN, fbN, skN or maN"
+            )
         env[KEYS[key]] = part[len(key) :]
     return env
 

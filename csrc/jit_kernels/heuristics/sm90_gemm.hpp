@@ -278,11 +278,16 @@ inline bool gemm_fits_overlap(uint32_t block_m, uint32_t block_n, uint32_t num_m
 // where not even two stages fit then; kernels without FP32 D through TMA have none).
 // DG_FP8_GEMM_STREAM_K: 0 = never, 1 / 2 = stream-K of that mode wherever a plan can take it (normal GEMMs
 // without split-K or multicast, enough K blocks for every CTA), unset = the heuristic.
+// DG_FP8_GEMM_MULTICAST_ON_A=1: only 2-CTA clusters of tile pairs along N that share A (each CTA loads half of A's
+// rows into both; normal GEMMs with a K-major A, no split-K, at least two column blocks; an error where none fits).
+// The kernel and host support these pairs, the heuristic never picks them (not yet timed): for sweeps of M <= 128,
+// where every column tile re-reads the same A from L2.
 struct GemmOverrides {
     uint32_t block_m = 0, block_n = 0, num_splits = 0;
     int32_t overlap = -1;
     uint32_t fp32_buffers = 0;
     int32_t stream_k = -1;
+    bool multicast_on_a = false;
 };
 
 // Estimated time, in SM cycles, of one candidate (see the model at the top of this file).
@@ -428,7 +433,7 @@ inline GemmOverrides forced_config() {
                                         ? -1
                                         : static_cast<int32_t>(get_env_uint("DG_FP8_GEMM_STREAM_K", 0, 2, "0, 1 or 2"));
     return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K"), forced_overlap,
-            read("DG_FP8_GEMM_FP32_BUFFERS"), forced_stream_k};
+            read("DG_FP8_GEMM_FP32_BUFFERS"), forced_stream_k, get_env_flag("DG_FP8_GEMM_MULTICAST_ON_A")};
 }
 
 constexpr uint32_t kMaxSplits = 8;  // (the CTAs of a tile's splits form one cluster: at most 8, portably)
@@ -537,9 +542,13 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 if (gemm_max_stages(block_m, block_n, tma_store, operands, splits,
                                     gemm_min_fp32_buffers(block_n, tma_store, operands)) == 0)
                     continue;
-                // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K)
-                const bool multicast = allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2;
-                const uint64_t units = gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, false) * splits;
+                // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K); forced, pairs along N
+                // share A instead
+                const bool multicast_on_a = forced.multicast_on_a;
+                if (multicast_on_a && (grouped || splits > 1 || n_blocks < 2 || operands.mn_major_a || num_sms < 2))
+                    continue;
+                const bool multicast = multicast_on_a || (allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2);
+                const uint64_t units = gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, multicast_on_a) * splits;
                 // (a pair, or a split tile's units, form one cluster: as many as the GPCs hold)
                 const uint64_t slots = multicast ? cluster_ctas.ctas[2] / 2 : cluster_ctas.ctas[splits];
                 if (slots == 0)
@@ -581,15 +590,17 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                     best.stream_k = stream_k;
                     best.num_math_warpgroups = wgs;
                     best.num_multicast = multicast ? 2 : 1;
-                    best.is_multicast_on_a = false;
+                    best.is_multicast_on_a = multicast_on_a;
                     best.overlap_promotion = overlap;
                 }
             }
         }
     }
     DG_CHECK_INPUT(best_cost >= 0, "no GEMM config fits m={} n={} k={} with the forced BLOCK_M={} BLOCK_N={} "
-                   "split-K={} (DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K; 0 = not forced)", m, n, k, forced.block_m,
-                   forced.block_n, forced.num_splits);
+                   "split-K={} (DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K; 0 = not forced){}", m, n, k, forced.block_m,
+                   forced.block_n, forced.num_splits,
+                   forced.multicast_on_a ? " and DG_FP8_GEMM_MULTICAST_ON_A=1 (normal GEMMs, K-major A, no split-K, "
+                                           "at least two column blocks)" : "");
 
     best.use_tma_store = use_tma_store && best.num_splits == 1;
     // (with DG_FP8_GEMM_OVERLAP=1 the winner runs the overlapped promotion exactly when it fits)
