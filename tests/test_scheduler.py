@@ -15,6 +15,7 @@ from deep_gemm.utils import align, ceil_div
 
 ROOT = Path(__file__).resolve().parent.parent
 NORMAL, CONTIGUOUS, PSUM, MASKED, SPLIT_K3, PAIRS, K_GROUPED = 0, 1, 2, 3, 4, 5, 6
+PAIRS_ALONG_N = 8
 
 
 def cuda_include_dirs() -> list[str]:
@@ -118,6 +119,25 @@ def test_multicast_pairs(scheduler_binary: Path, m: int) -> None:
     assert set(tiles) == expected
     for cta, mb, _nb, *_ in lines:
         assert mb % 2 == cta % 2  # rank r takes tile r of each pair
+
+
+@pytest.mark.parametrize("n", [128, 700, 896, 4104])
+def test_multicast_pairs_along_n(scheduler_binary: Path, n: int) -> None:
+    # Pairs along N (multicast on A): the two CTAs of a cluster take column blocks 2i and 2i + 1 of the same row
+    # block; an odd count leaves a phantom block past N (still run, so that it loads its half of A)
+    m, grid = 1000, 132
+    lines = walk(scheduler_binary, PAIRS_ALONG_N, 128, 128, m, n, grid)
+    tiles = tiles_of(lines)
+    assert len(tiles) == len(set(tiles))
+    n_blocks = ceil_div(n, 128)
+    expected = {(mb, nb, 0, m) for mb in range(ceil_div(m, 128)) for nb in range(align(n_blocks, 2))}
+    assert set(tiles) == expected
+    by_cta = {}
+    for cta, mb, nb, *_ in lines:
+        assert nb % 2 == cta % 2  # rank r takes tile r of each pair
+        by_cta.setdefault(cta, []).append((mb, nb))
+    for cta in range(0, grid, 2):  # the pair's CTAs walk the same row blocks, side by side
+        assert [(mb, nb + 1) for mb, nb in by_cta.get(cta, [])] == by_cta.get(cta + 1, [])
 
 
 def contiguous_case(rng: random.Random, groups: int, bm: int, alignment: int):

@@ -3,7 +3,8 @@
 // of a virtual persistent grid is walked in turn.
 //
 // type: 0 normal, 1 contiguous, 2 psum, 3 masked, 4 normal with 3-way split-K, 5 normal with 2-CTA pairs along M,
-//       6 k-grouped (layout: each group's K block count), 7 normal with stream-K (max_m: the stream-K tiles)
+//       6 k-grouped (layout: each group's K block count), 7 normal with stream-K (max_m: the stream-K tiles),
+//       8 normal with 2-CTA pairs along N (multicast on A)
 // stdin:  type block_m block_n shape_m shape_n num_k_blocks grid num_groups alignment max_m layout_len layout...
 // stdout: one line per tile: cta m_block n_block group row_end k_begin k_end
 //         (type 7: then stream_k_tile num_contributors is_contribution)
@@ -32,12 +33,12 @@ using std::min;
 using namespace deep_gemm;
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1,
-          bool kStreamK = false>
+          bool kStreamK = false, bool kIsMulticastOnA = false>
 static void walk(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint32_t grid, GroupedLayout layout) {
     gridDim.x = grid;
     for (uint32_t cta = 0; cta < grid; ++cta) {
         blockIdx.x = cta;
-        GemmScheduler<BLOCK_M, BLOCK_N, 8, kNumMulticast, false, kNumSplits, kType, kStreamK> scheduler(
+        GemmScheduler<BLOCK_M, BLOCK_N, 8, kNumMulticast, kIsMulticastOnA, kNumSplits, kType, kStreamK> scheduler(
             shape_m, shape_n, num_k_blocks, cta % kNumMulticast, layout, kStreamK ? layout.max_m : 0);
         GemmTile tile;
         // (each unit written over a poisoned tile: a field the scheduler leaves unset shows)
@@ -52,13 +53,14 @@ static void walk(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint
     }
 }
 
-template <GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1, bool kStreamK = false>
+template <GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1, bool kStreamK = false,
+          bool kIsMulticastOnA = false>
 static bool dispatch_blocks(uint32_t bm, uint32_t bn, uint32_t m, uint32_t n, uint32_t kb, uint32_t grid,
                             GroupedLayout layout) {
     if (bm == 128 && bn == 128)
-        walk<128, 128, kType, kNumSplits, kNumMulticast, kStreamK>(m, n, kb, grid, layout);
+        walk<128, 128, kType, kNumSplits, kNumMulticast, kStreamK, kIsMulticastOnA>(m, n, kb, grid, layout);
     else if (bm == 64 && bn == 112)
-        walk<64, 112, kType, kNumSplits, kNumMulticast, kStreamK>(m, n, kb, grid, layout);
+        walk<64, 112, kType, kNumSplits, kNumMulticast, kStreamK, kIsMulticastOnA>(m, n, kb, grid, layout);
     else
         return false;
     return true;
@@ -85,6 +87,7 @@ int main() {
         case 5: ok = dispatch_blocks<GemmType::kNormal, 1, 2>(bm, bn, m, n, kb, grid, layout); break;  // pairs along M
         case 6: ok = dispatch_blocks<GemmType::kKGroupedContiguous>(bm, bn, m, n, kb, grid, layout); break;
         case 7: ok = dispatch_blocks<GemmType::kNormal, 1, 1, true>(bm, bn, m, n, kb, grid, layout); break;
+        case 8: ok = dispatch_blocks<GemmType::kNormal, 1, 2, false, true>(bm, bn, m, n, kb, grid, layout); break;
     }
     return ok ? 0 : 3;
 }
