@@ -106,38 +106,32 @@ def test_split_k_ranges_partition_k(scheduler_binary: Path, num_k_blocks: int) -
         assert all(k1 > k0 for k0, k1 in parts)
 
 
-@pytest.mark.parametrize("m", [128, 384, 1000, 4096])
-def test_multicast_pairs(scheduler_binary: Path, m: int) -> None:
-    # Pairs along M: the two CTAs of a cluster take row blocks 2i and 2i + 1 of the same column block;
-    # an odd count leaves a phantom block past M (still run, so that it loads its half of B)
-    n, grid = 700, 132
-    lines = walk(scheduler_binary, PAIRS, 128, 128, m, n, grid)
+@pytest.mark.parametrize(
+    "along,m,n",
+    [("m", 128, 700), ("m", 384, 700), ("m", 1000, 700), ("m", 4096, 700)]
+    + [("n", 1000, 128), ("n", 1000, 700), ("n", 1000, 896), ("n", 1000, 4104)],
+)
+def test_multicast_pairs(scheduler_binary: Path, along: str, m: int, n: int) -> None:
+    # Pairs along M (multicast on B) or along N (on A): the two CTAs of a cluster take blocks 2i and 2i + 1 of the
+    # paired dimension with the same block of the other; an odd count leaves a phantom block past the matrix (still
+    # run, so that it loads its half of the shared operand)
+    grid = 132
+    lines = walk(scheduler_binary, PAIRS if along == "m" else PAIRS_ALONG_N, 128, 128, m, n, grid)
     tiles = tiles_of(lines)
     assert len(tiles) == len(set(tiles))
-    m_blocks = ceil_div(m, 128)
-    expected = {(mb, nb, 0, m) for mb in range(align(m_blocks, 2)) for nb in range(ceil_div(n, 128))}
-    assert set(tiles) == expected
-    for cta, mb, _nb, *_ in lines:
-        assert mb % 2 == cta % 2  # rank r takes tile r of each pair
-
-
-@pytest.mark.parametrize("n", [128, 700, 896, 4104])
-def test_multicast_pairs_along_n(scheduler_binary: Path, n: int) -> None:
-    # Pairs along N (multicast on A): the two CTAs of a cluster take column blocks 2i and 2i + 1 of the same row
-    # block; an odd count leaves a phantom block past N (still run, so that it loads its half of A)
-    m, grid = 1000, 132
-    lines = walk(scheduler_binary, PAIRS_ALONG_N, 128, 128, m, n, grid)
-    tiles = tiles_of(lines)
-    assert len(tiles) == len(set(tiles))
-    n_blocks = ceil_div(n, 128)
-    expected = {(mb, nb, 0, m) for mb in range(ceil_div(m, 128)) for nb in range(align(n_blocks, 2))}
-    assert set(tiles) == expected
+    m_blocks, n_blocks = ceil_div(m, 128), ceil_div(n, 128)
+    if along == "m":
+        m_blocks = align(m_blocks, 2)
+    else:
+        n_blocks = align(n_blocks, 2)
+    assert set(tiles) == {(mb, nb, 0, m) for mb in range(m_blocks) for nb in range(n_blocks)}
     by_cta = {}
     for cta, mb, nb, *_ in lines:
-        assert nb % 2 == cta % 2  # rank r takes tile r of each pair
+        assert (mb if along == "m" else nb) % 2 == cta % 2  # rank r takes tile r of each pair
         by_cta.setdefault(cta, []).append((mb, nb))
-    for cta in range(0, grid, 2):  # the pair's CTAs walk the same row blocks, side by side
-        assert [(mb, nb + 1) for mb, nb in by_cta.get(cta, [])] == by_cta.get(cta + 1, [])
+    step = (1, 0) if along == "m" else (0, 1)
+    for cta in range(0, grid, 2):  # a pair's CTAs walk the same units, side by side
+        assert [(mb + step[0], nb + step[1]) for mb, nb in by_cta.get(cta, [])] == by_cta.get(cta + 1, [])
 
 
 def contiguous_case(rng: random.Random, groups: int, bm: int, alignment: int):
