@@ -567,6 +567,21 @@ def test_gemm_stream_k_forced() -> None:
 
 
 @gpu
+def test_gemm_multicast_on_a_forced() -> None:
+    # Tile pairs along N sharing A (forced; never the heuristic's pick): the layouts with a K-major A, every D dtype
+    # and C, odd and even column-block counts, against float64 and bitwise repeatable
+    script = (
+        "import test_bf16_gemm as t\n"
+        "for layout in ('nt', 'nn'):\n"
+        "    t.run_gemm_cases('bf16_gemm', layout, 300, 2112, 7168, t.ALL_CASES, seed=13)\n"
+        "    t.run_gemm_cases('bf16_gemm', layout, 129, 1000, 1040, t.ALL_CASES, seed=14)\n"
+    )
+    out = run_script_printing_configs(script, dict(DG_FP8_GEMM_MULTICAST_ON_A="1"))
+    plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
+    assert plans and all("multicast=2(A) " in line for line in plans), out.stderr
+
+
+@gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gemm_k8(family: str, layout: str) -> None:
