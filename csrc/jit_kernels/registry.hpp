@@ -9,7 +9,7 @@
 
 #include "../jit/cache.hpp"
 #include "params.hpp"
-#include "impls/sm90_gemm.hpp"
+#include "impls/sm90_gemm_source.hpp"
 #include "impls/sm90_fp8_mqa_logits.hpp"
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/smxx_layout.hpp"

@@ -21,70 +21,10 @@
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_gemm.hpp"
-#include "../params.hpp"
+#include "sm90_gemm_source.hpp"
+#include "sm90_gemm_tma_maps.hpp"
 
 namespace dg::kernels {
-
-// The kernel's instantiation; it also asserts that the shared memory the host launches it with (gemm_smem_bytes)
-// covers what the kernel lays out (Sm90Gemm::SMEM_SIZE): the two are written separately.
-inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
-    const auto b = [](bool value) { return value ? "true" : "false"; };
-    const std::string args =
-        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", c.shape_m,
-                    c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups, c.num_group_n,
-                    c.num_multicast, b(c.is_multicast_on_a), c.store_chunk_n, c.fp32_buffers, b(c.use_tma_store),
-                    c.num_splits,
-                    operand_kind_name(c.operands.kind), b(c.operands.mn_major_a), b(c.operands.mn_major_b),
-                    b(c.operands.fp32_out || c.operands.per_row_sfb()), gemm_type_name(c.gemm_type), c.max_k_groups,
-                    b(c.overlap_promotion), b(c.stream_k > 0));
-    return {"sm90_gemm",
-            fmt::format("#include <deep_gemm/impls/sm90_gemm.cuh>\n\n"
-                        "using namespace deep_gemm;\n\n"
-                        "static_assert(Sm90Gemm<{}>::SMEM_SIZE <= {}, \"the host launches with less shared memory than "
-                        "the kernel lays out\");\n\n"
-                        "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_gemm_kernel<{}>);\n"
-                        "}}\n",
-                        args, c.smem_bytes, args)};
-}
-
-// A config from named integer parameters (the compile-only entry point); unspecified fields keep
-// their defaults, and the shared-memory size is derived. Operands: `per_row_sfb` (FP8 recipe (1, 1, 128)) or
-// `bf16` (with `mn_major_a`, `mn_major_b`, `fp32_out`, `has_c`); FP8 recipe (1, 128, 128) by default.
-inline GemmConfig config_from_params(const KernelParams& params) {
-    GemmConfig c;
-    const auto get = [&](const char* key, uint32_t fallback) { return param_or(params, key, fallback); };
-    c.shape_m = get("shape_m", 0), c.shape_n = get("shape_n", 0), c.shape_k = get("shape_k", 0);
-    c.block_m = get("block_m", c.block_m), c.block_n = get("block_n", c.block_n);
-    c.num_math_warpgroups = get("num_math_warpgroups", gemm_math_warpgroups(c.block_m));
-    c.num_stages = get("num_stages", c.num_stages);
-    c.num_group_n = get("num_group_n", c.num_group_n);
-    c.num_multicast = get("num_multicast", 1);
-    c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
-    c.num_splits = get("num_splits", 1);
-    c.stream_k = get("stream_k", 0);
-    c.overlap_promotion = get("overlap_promotion", 0) != 0;
-    const bool per_row_sfb = get("per_row_sfb", 0) != 0, bf16 = get("bf16", 0) != 0;
-    DG_CHECK_INPUT(!(per_row_sfb && bf16), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
-    c.operands = fp8_operands(per_row_sfb);
-    if (bf16)
-        c.operands = {OperandKind::kBf16, get("mn_major_a", 0) != 0, get("mn_major_b", 0) != 0,
-                      get("fp32_out", 0) != 0, get("has_c", 0) != 0};
-    c.gemm_type = static_cast<GemmType>(get("gemm_type", 0));
-    DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 4, "gemm_type must be 0 (normal), 1 (m-grouped contiguous), "
-                   "2 (m-grouped contiguous, psum layout), 3 (m-grouped masked) or 4 (k-grouped contiguous)");
-    c.max_k_groups = get("max_k_groups", c.gemm_type == GemmType::kKGroupedContiguous ? 8 : 0);
-    DG_CHECK_INPUT((c.max_k_groups > 0) == (c.gemm_type == GemmType::kKGroupedContiguous) &&
-                   c.max_k_groups <= kMaxKGroups, "max_k_groups must be 1..{} for k-grouped GEMMs (gemm_type 4), 0 "
-                   "otherwise", kMaxKGroups);
-    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.operands.direct_store() &&
-                                           !(c.operands.fp32_out && c.block_n % 32 != 0)) != 0;
-    c.store_chunk_n = get("store_chunk_n", gemm_store_chunk(c.block_n));
-    c.fp32_buffers = get("fp32_buffers", gemm_min_fp32_buffers(c.block_n, c.use_tma_store, c.operands));
-    c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands, c.num_splits,
-                                   c.fp32_buffers);
-    return c;
-}
 
 // Arguments of one call, already validated by the API layer. A and B are given as logical [M, K] and
 // [N, K] (or [G, N, K]) views: K-major (stride 1 along K) or, for BF16, MN-major (stride 1 along M / N:
@@ -164,7 +104,7 @@ struct alignas(64) KGroupedParamBuffer {
     }
 };
 
-class Sm90GemmRunner {
+class Sm90GemmRunner : private Sm90GemmMaps {
 public:
     static void run(const GemmArgs& args) {
         const int device = args.a.device().index();
@@ -352,67 +292,6 @@ private:
         std::array<jit::CUtensorMap, kNumTma> maps;
         std::array<const void*, kNumTma> bases;
     };
-
-    // The stride of dimension `dim` of `t`, between its `rows` rows of `extent` elements: a single row has no
-    // meaningful stride (it may be anything), so TMA gets the row length rounded up to 16 bytes.
-    static int64_t row_stride(const at::Tensor& t, int64_t dim, int64_t rows, int64_t extent) {
-        const int64_t align = 16 / t.element_size();
-        return rows > 1 ? t.stride(dim) : (extent + align - 1) / align * align;
-    }
-
-    // A K-major operand, `rows` rows of `k` elements `ld` elements apart: boxes of 128 bytes of K (one K block)
-    // x `box_rows`, 128B-swizzled as the wgmma descriptors expect.
-    static jit::CUtensorMap k_major_map(const void* base, const GemmOperands& operands, uint64_t k, uint64_t rows,
-                                        uint64_t ld, uint32_t box_rows) {
-        const uint32_t bytes = operands.element_bytes();
-        return jit::make_tma_2d(base, bytes == 1 ? driver::CU_TENSOR_MAP_DATA_TYPE_UINT8 : driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                                k, rows, ld * bytes, 128 / bytes, box_rows, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-    }
-
-    // An MN-major BF16 operand, `groups` x `k` rows of `mn` elements (rows `ld` elements apart, groups k x ld):
-    // boxes of 64 (MN, 128 bytes) x 64 (one K block) x 1, 128B-swizzled.
-    static jit::CUtensorMap mn_major_map(const void* base, uint64_t mn, uint64_t k, uint64_t ld, uint64_t groups) {
-        return jit::make_tma_3d(base, driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, {mn, k, groups}, {ld * 2, k * ld * 2},
-                                {64, 64, 1}, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-    }
-
-    // An operand of a plan: A [M, K] or B [groups x N, K], K-major or (BF16) MN-major.
-    static jit::CUtensorMap operand_map(const void* base, const GemmOperands& operands, bool mn_major, uint64_t k,
-                                        uint64_t rows, uint64_t groups, uint64_t ld, uint32_t box_rows) {
-        return mn_major ? mn_major_map(base, rows, k, ld, groups)
-                        : k_major_map(base, operands, k, rows * groups, ld, box_rows);
-    }
-
-    // FP32 D [groups][M][N] (rows `ldd` elements apart, groups M x ldd): boxes of 32 columns (128-byte rows,
-    // swizzled) x a math warpgroup's rows x 1, as the FP32 TMA epilogue stages them.
-    static jit::CUtensorMap fp32_d_map(void* base, uint64_t m, uint64_t n, uint64_t ldd, uint64_t groups,
-                                       const GemmConfig& c) {
-        return jit::make_tma_3d(base, driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, {n, m, groups}, {ldd * 4, m * ldd * 4},
-                                {32, c.block_m / c.num_math_warpgroups, 1}, driver::CU_TENSOR_MAP_SWIZZLE_128B);
-    }
-
-    // Whether the kernel TMA-loads an FP32 C (not D itself) into its staging buffers: when TMA can address its
-    // rows (mirrors Sm90Gemm::fp32_c_mode; otherwise the math threads read C from global memory).
-    static bool c_loaded_by_tma(const void* c, int64_t ldc) {
-        return reinterpret_cast<uintptr_t>(c) % 16 == 0 && ldc % 4 == 0;
-    }
-
-    // MN-major FP32 scales, one row of `mn` per K block, rows `row_floats` apart: boxes of `box_mn` x 1.
-    static jit::CUtensorMap scale_map(const void* base, uint64_t mn, uint64_t rows, uint64_t row_floats, uint32_t box_mn) {
-        return jit::make_tma_2d(base, driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, mn, rows, row_floats * 4, box_mn, 1,
-                                driver::CU_TENSOR_MAP_SWIZZLE_NONE);
-    }
-
-    // Rows of the A box (granularity 8) and the sfa box (granularity 4): BLOCK_M, or for a plain GEMM whose M is
-    // below BLOCK_M (K-major A, not multicast on A) only the rows that exist, aligned up (mirrors
-    // Sm90Gemm::small_m_box_rows, which arms the stage barrier with the bytes of these boxes).
-    static uint32_t small_m_box_rows(const GemmConfig& c, uint64_t m, uint32_t granularity) {
-        const bool may_shrink = c.gemm_type == GemmType::kNormal && !c.operands.mn_major_a &&
-                                !(c.num_multicast > 1 && c.is_multicast_on_a);
-        if (!may_shrink || m >= c.block_m)
-            return c.block_m;
-        return static_cast<uint32_t>((std::max<uint64_t>(m, 1) + granularity - 1) / granularity * granularity);
-    }
 
     // The descriptor templates of a plan (not k-grouped), encoded with the first call's addresses.
     static void encode_maps(Plan& plan, const Signature& sig, const GemmArgs& args) {

@@ -1,0 +1,75 @@
+// The source of the SM90 GEMM kernel for a config (deep_gemm/include/deep_gemm/impls/sm90_gemm.cuh instantiated
+// with it), and a config from named integer parameters for the compile-only entry point (compile_kernel).
+#pragma once
+
+#include <string>
+
+#include "../../jit/cache.hpp"
+#include "../../utils/exception.hpp"
+#include "../heuristics/sm90_gemm.hpp"
+#include "../params.hpp"
+
+namespace dg::kernels {
+
+// The kernel's instantiation; it also asserts that the shared memory the host launches it with (gemm_smem_bytes)
+// covers what the kernel lays out (Sm90Gemm::SMEM_SIZE): the two are written separately.
+inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
+    const auto b = [](bool value) { return value ? "true" : "false"; };
+    const std::string args =
+        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", c.shape_m,
+                    c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups, c.num_group_n,
+                    c.num_multicast, b(c.is_multicast_on_a), c.store_chunk_n, c.fp32_buffers, b(c.use_tma_store),
+                    c.num_splits,
+                    operand_kind_name(c.operands.kind), b(c.operands.mn_major_a), b(c.operands.mn_major_b),
+                    b(c.operands.fp32_out || c.operands.per_row_sfb()), gemm_type_name(c.gemm_type), c.max_k_groups,
+                    b(c.overlap_promotion), b(c.stream_k > 0));
+    return {"sm90_gemm",
+            fmt::format("#include <deep_gemm/impls/sm90_gemm.cuh>\n\n"
+                        "using namespace deep_gemm;\n\n"
+                        "static_assert(Sm90Gemm<{}>::SMEM_SIZE <= {}, \"the host launches with less shared memory than "
+                        "the kernel lays out\");\n\n"
+                        "static void __instantiate_kernel() {{\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_gemm_kernel<{}>);\n"
+                        "}}\n",
+                        args, c.smem_bytes, args)};
+}
+
+// A config from named integer parameters (the compile-only entry point); unspecified fields keep
+// their defaults, and the shared-memory size is derived. Operands: `per_row_sfb` (FP8 recipe (1, 1, 128)) or
+// `bf16` (with `mn_major_a`, `mn_major_b`, `fp32_out`, `has_c`); FP8 recipe (1, 128, 128) by default.
+inline GemmConfig config_from_params(const KernelParams& params) {
+    GemmConfig c;
+    const auto get = [&](const char* key, uint32_t fallback) { return param_or(params, key, fallback); };
+    c.shape_m = get("shape_m", 0), c.shape_n = get("shape_n", 0), c.shape_k = get("shape_k", 0);
+    c.block_m = get("block_m", c.block_m), c.block_n = get("block_n", c.block_n);
+    c.num_math_warpgroups = get("num_math_warpgroups", gemm_math_warpgroups(c.block_m));
+    c.num_stages = get("num_stages", c.num_stages);
+    c.num_group_n = get("num_group_n", c.num_group_n);
+    c.num_multicast = get("num_multicast", 1);
+    c.is_multicast_on_a = get("is_multicast_on_a", 0) != 0;
+    c.num_splits = get("num_splits", 1);
+    c.stream_k = get("stream_k", 0);
+    c.overlap_promotion = get("overlap_promotion", 0) != 0;
+    const bool per_row_sfb = get("per_row_sfb", 0) != 0, bf16 = get("bf16", 0) != 0;
+    DG_CHECK_INPUT(!(per_row_sfb && bf16), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
+    c.operands = fp8_operands(per_row_sfb);
+    if (bf16)
+        c.operands = {OperandKind::kBf16, get("mn_major_a", 0) != 0, get("mn_major_b", 0) != 0,
+                      get("fp32_out", 0) != 0, get("has_c", 0) != 0};
+    c.gemm_type = static_cast<GemmType>(get("gemm_type", 0));
+    DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 4, "gemm_type must be 0 (normal), 1 (m-grouped contiguous), "
+                   "2 (m-grouped contiguous, psum layout), 3 (m-grouped masked) or 4 (k-grouped contiguous)");
+    c.max_k_groups = get("max_k_groups", c.gemm_type == GemmType::kKGroupedContiguous ? 8 : 0);
+    DG_CHECK_INPUT((c.max_k_groups > 0) == (c.gemm_type == GemmType::kKGroupedContiguous) &&
+                   c.max_k_groups <= kMaxKGroups, "max_k_groups must be 1..{} for k-grouped GEMMs (gemm_type 4), 0 "
+                   "otherwise", kMaxKGroups);
+    c.use_tma_store = get("use_tma_store", c.num_splits == 1 && !c.operands.direct_store() &&
+                                           !(c.operands.fp32_out && c.block_n % 32 != 0)) != 0;
+    c.store_chunk_n = get("store_chunk_n", gemm_store_chunk(c.block_n));
+    c.fp32_buffers = get("fp32_buffers", gemm_min_fp32_buffers(c.block_n, c.use_tma_store, c.operands));
+    c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands, c.num_splits,
+                                   c.fp32_buffers);
+    return c;
+}
+
+}  // namespace dg::kernels
