@@ -1,5 +1,5 @@
-// Host side of deep_gemm/include/deep_gemm/impls/sm90_gemm.cuh: render the kernel for a
-// config, build its TMA descriptors, launch. Everything that depends only on the shape signature
+// Host side of deep_gemm/include/deep_gemm/impls/sm90_gemm.cuh: plan a shape (config, kernel from
+// sm90_gemm_source.hpp, TMA descriptors from sm90_gemm_tma_maps.hpp), launch. Everything that depends only on the shape signature
 // (config, loaded kernel, descriptor templates) is memoized, so a repeated call renders, hashes and
 // encodes nothing: it patches the base addresses that moved since this thread's last call of the
 // same plan (cuTensorMapReplaceAddress), and launches.
