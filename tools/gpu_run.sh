@@ -55,9 +55,11 @@ if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$O
 # Smoke: one call per kernel variant under a short timeout, so that a hanging or wrong kernel stops
 # the run in a minute instead of at every later step's timeout
 for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_FP8_GEMM_MULTICAST=1 1024 7168 2048" \
-             "DG_FP8_GEMM_STREAM_K=1 4096 4096 7168" \
+             "DG_FP8_GEMM_STREAM_K=1 4096 4096 7168" "DG_FP8_GEMM_MULTICAST_ON_A=1 128 7168 16384" \
+             "DG_FP8_GEMM_BLOCK_M=128 DG_FP8_GEMM_BLOCK_N=192 4096 7168 2048" \
              "300 2112 7168 --bf16" "1000 1000 1024 --bf16 --fp32-c"; do
-    env_part=""; [[ $smoke == DG_* ]] && env_part=${smoke%% *} && smoke=${smoke#* }
+    env_part=""
+    while [[ $smoke == DG_* ]]; do env_part="$env_part ${smoke%% *}"; smoke=${smoke#* }; done
     if ! env $env_part DG_PRINT_CONFIGS=1 timeout 90 python3 tools/profile_gemm.py $smoke --calls 2 >> "$OUT/smoke.log" 2>&1; then
         echo "smoke test failed: $env_part $smoke"; tail -20 "$OUT/smoke.log"; exit 1
     fi
