@@ -13,7 +13,8 @@
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ...[; ...]" (tools/sweep_fp8_gemm.py, last; several separated by ';'),
 #      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of the GEMMs
 #      DG_GPU_RUN_NCU_SHAPE="M N K [--bf16 | --per-row] [--fp32-c]; ...", as ncu-<i>.txt / ncu-source-<i>.csv),
-#      DG_GPU_RUN_SANITIZE_TESTS="pytest args" (memcheck of those tests, any profile setting).
+#      DG_GPU_RUN_SANITIZE_TESTS="pytest args" (memcheck of those tests, any profile setting),
+#      DG_GPU_RUN_SMOKE_EXTRA="[DG_X=v ...] M N K [profile_gemm.py options]; ..." (more smoke calls).
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
 #  picks test files, default all.)
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
@@ -54,10 +55,12 @@ if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$O
 
 # Smoke: one call per kernel variant under a short timeout, so that a hanging or wrong kernel stops
 # the run in a minute instead of at every later step's timeout
-for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_FP8_GEMM_MULTICAST=1 1024 7168 2048" \
-             "DG_FP8_GEMM_STREAM_K=1 4096 4096 7168" "DG_FP8_GEMM_MULTICAST_ON_A=1 128 7168 16384" \
-             "DG_FP8_GEMM_BLOCK_M=128 DG_FP8_GEMM_BLOCK_N=192 4096 7168 2048" \
-             "300 2112 7168 --bf16" "1000 1000 1024 --bf16 --fp32-c"; do
+# (DG_GPU_RUN_SMOKE_EXTRA="[DG_X=v ...] M N K [options]; ...": more entries, e.g. configs never run before)
+smokes=("1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_FP8_GEMM_MULTICAST=1 1024 7168 2048"
+        "DG_FP8_GEMM_STREAM_K=1 4096 4096 7168" "300 2112 7168 --bf16" "1000 1000 1024 --bf16 --fp32-c")
+IFS=';' read -ra extra_smokes <<< "${DG_GPU_RUN_SMOKE_EXTRA:-}"
+for extra in "${extra_smokes[@]}"; do extra=$(echo $extra); [[ -n $extra ]] && smokes+=("$extra"); done
+for smoke in "${smokes[@]}"; do
     env_part=""
     while [[ $smoke == DG_* ]]; do env_part="$env_part ${smoke%% *}"; smoke=${smoke#* }; done
     if ! env $env_part DG_PRINT_CONFIGS=1 timeout 90 python3 tools/profile_gemm.py $smoke --calls 2 >> "$OUT/smoke.log" 2>&1; then
