@@ -4,7 +4,7 @@
 # Offline machines: wheels for what the image lacks in .whl/, fetched beforehand on a machine online:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-#     nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86
+#     nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86 [pytest-xdist execnet]
 # Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_GPU_RUN_SKIP_JIT=1, DG_GPU_RUN_PROFILE=1,
 #      DG_BENCH_ARGS="--shapes ...",
 #      DG_GPU_RUN_MULTICAST_SHAPES="4096x7168x2048 ..." (after the main bench, these shapes again with
@@ -17,6 +17,8 @@
 #      DG_GPU_RUN_SMOKE_EXTRA="[DG_X=v ...] M N K [profile_gemm.py options]; ..." (more smoke calls).
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
 #  picks test files, default all.)
+#      DG_GPU_RUN_TEST_WORKERS=N (pytest-xdist, from .whl: N test processes share the GPU and compile kernels in
+#      parallel; the tests assert no timing, so sharing is safe).
 #      DG_GPU_RUN_GROUPED_BENCH=1 (the grouped and masked bench suites; DG_GPU_RUN_GROUPED_SUITES="..." picks them).
 #      DG_GPU_RUN_MICRO="tma_stream ..." (tools/microbench_<name>.cu built and run, as micro-<name>.log),
 #      DG_GPU_RUN_AB_ENV="VAR=value ... [@suite,...]; ..." (after the benches: each bench that ran, or the suites
@@ -71,7 +73,13 @@ grep -h "calc_diff\|sm90_gemm m=" "$OUT/smoke.log"
 pack
 
 if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
-    (cd tests && timeout ${DG_GPU_RUN_TEST_TIMEOUT:-420} python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "$@" ${DG_GPU_RUN_TEST_PATHS:-.}) > "$OUT/pytest.log" 2>&1
+    workers=()
+    if [[ -n "${DG_GPU_RUN_TEST_WORKERS:-}" ]]; then
+        python3 -c "import xdist" 2>/dev/null || python3 -m pip install -q --no-index --no-deps .whl/execnet-*.whl \
+            .whl/pytest_xdist-*.whl >> "$OUT/install.log" 2>&1
+        workers=(-n "$DG_GPU_RUN_TEST_WORKERS")
+    fi
+    (cd tests && timeout ${DG_GPU_RUN_TEST_TIMEOUT:-420} python3 -m pytest -q --durations=15 -p no:cacheprovider --timeout=150 --timeout_method=thread "${workers[@]}" "$@" ${DG_GPU_RUN_TEST_PATHS:-.}) > "$OUT/pytest.log" 2>&1
     echo "pytest exit code $?"; tail -25 "$OUT/pytest.log"
 fi
 pack
