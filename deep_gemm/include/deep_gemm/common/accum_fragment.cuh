@@ -23,6 +23,13 @@ __device__ __forceinline__ T convert_accum(float value) {
 __device__ __forceinline__ float to_float(float value) { return value; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
 
+// The layout above: the row, among the warpgroup's rows, of this thread's pair `half` in 64-row slice `im`, and the
+// first of its two columns in each 8-column group.
+__device__ __forceinline__ uint32_t accum_fragment_row(uint32_t im, uint32_t half, uint32_t warp_in_wg, uint32_t lane) {
+    return im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
+}
+__device__ __forceinline__ uint32_t accum_fragment_col(uint32_t lane) { return (lane % 4) * 2; }
+
 // kNumWgmmaM slices of 64 rows, kNumAccum accumulators per thread per slice (BLOCK_N / 2).
 template <uint32_t kNumWgmmaM, uint32_t kNumAccum>
 struct AccumFragment {
@@ -45,8 +52,8 @@ struct AccumFragment {
                     const uint32_t pair = im * (kNumAccum / 2) + j * 2 + half;
                     if (kPairStride > 1 && pair % kPairStride != pair_owner)
                         continue;
-                    const uint32_t row = m0 + im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
-                    const uint32_t col = n0 + j * 8 + (lane % 4) * 2;
+                    const uint32_t row = m0 + accum_fragment_row(im, half, warp_in_wg, lane);
+                    const uint32_t col = n0 + j * 8 + accum_fragment_col(lane);
                     if (row >= row_end || (row_groups != nullptr && __ldg(row_groups + row) < 0))
                         continue;
                     body(row, col, accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]);

@@ -7,6 +7,7 @@
 // rows, kNumAccum accumulators per thread per slice, the tile BLOCK_N columns wide.
 #pragma once
 
+#include <deep_gemm/common/accum_fragment.cuh>
 #include <deep_gemm/common/types.cuh>
 
 namespace deep_gemm {
@@ -72,7 +73,7 @@ struct Fp8Promotion {
     // load_sfb_ahead), each later one kSfbAhead groups before its use, so that no FMUL waits on its LDS
     // (ncu, run 20: a third of the promotion's stall samples were those waits).
     __device__ __forceinline__ static const float2* sfb_pairs(const float* sfb_stage, uint32_t lane) {
-        return reinterpret_cast<const float2*>(sfb_stage + (lane % 4) * 2);
+        return reinterpret_cast<const float2*>(sfb_stage + accum_fragment_col(lane));
     }
     __device__ __forceinline__ static void load_sfb_ahead(float2 (&ahead)[kSfbAhead], const float* sfb_stage,
                                                           uint32_t lane) {

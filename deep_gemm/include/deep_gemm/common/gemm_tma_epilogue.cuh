@@ -7,6 +7,7 @@
 // Each warpgroup syncs its own 128 threads on named barrier 1 + wg_idx; its thread 0 issues the TMA operations.
 #pragma once
 
+#include <deep_gemm/common/accum_fragment.cuh>
 #include <deep_gemm/common/types.cuh>
 #include <deep_gemm/ptx/mbarrier.cuh>
 #include <deep_gemm/ptx/sync.cuh>
@@ -156,7 +157,7 @@ struct Fp32TmaEpilogue {
                     const uint32_t j = chunk * (kChunkCols / 8) + jj;
                     #pragma unroll
                     for (uint32_t half = 0; half < 2; ++half) {
-                        const uint32_t row = im * 64 + warp_in_wg * 16 + lane / 4 + half * 8;
+                        const uint32_t row = accum_fragment_row(im, half, warp_in_wg, lane);
                         const uint32_t offset = ptx::swizzled_offset<128>(row * 128 + jj * 32 + (lane % 4) * 8);
                         float2* out = reinterpret_cast<float2*>(buffer + offset);
                         float2 value{accum[im][j * 4 + half * 2], accum[im][j * 4 + half * 2 + 1]};

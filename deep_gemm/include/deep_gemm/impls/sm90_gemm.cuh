@@ -393,9 +393,9 @@ struct Sm90Gemm {
         out.sfb = kPerRowSfb ? float2{0.0f, 0.0f} : *reinterpret_cast<const float2*>(s.sfb(at.stage));
         #pragma unroll
         for (uint32_t im = 0; im < kNumWgmmaM; ++im) {
-            const uint32_t row = wg_idx * WG_M + im * 64 + warp_in_wg * 16 + lane / 4;
-            out.sfa[im][0] = s.sfa(at.stage)[row];
-            out.sfa[im][1] = s.sfa(at.stage)[row + 8];
+            const uint32_t rows = wg_idx * WG_M;
+            out.sfa[im][0] = s.sfa(at.stage)[rows + accum_fragment_row(im, 0, warp_in_wg, lane)];
+            out.sfa[im][1] = s.sfa(at.stage)[rows + accum_fragment_row(im, 1, warp_in_wg, lane)];
         }
         return out;
     }
