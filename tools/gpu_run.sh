@@ -12,7 +12,7 @@
 #      two variants in one run),
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ...[; ...]" (tools/sweep_fp8_gemm.py, last; several separated by ';'),
 #      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of the GEMMs
-#      DG_GPU_RUN_NCU_SHAPE="M N K [--bf16 | --per-row] [--fp32-c]; ...", as ncu-<i>.txt / ncu-source-<i>.csv),
+#      DG_GPU_RUN_NCU_SHAPE="[DG_X=v ...] M N K [--bf16 | --per-row] [--fp32-c]; ...", as ncu-<i>.txt / ncu-source-<i>.csv),
 #      DG_GPU_RUN_SANITIZE_TESTS="pytest args" (memcheck of those tests, any profile setting),
 #      DG_GPU_RUN_SMOKE_EXTRA="[DG_X=v ...] M N K [profile_gemm.py options]; ..." (more smoke calls).
 # (pass `-m gpu` as pytest args to run only the GPU tier: CI runs the CPU tier; DG_GPU_RUN_TEST_PATHS="test_a.py ..."
@@ -89,15 +89,16 @@ if [[ "${DG_GPU_RUN_PROFILE:-}" == "source" ]]; then
     # the SASS source page ncu-source-<i>.csv
     IFS=';' read -ra ncu_shapes <<< "${DG_GPU_RUN_NCU_SHAPE:-4096 7168 7168}"
     for i in "${!ncu_shapes[@]}"; do
-        shape=${ncu_shapes[$i]}
-        timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        shape=$(echo ${ncu_shapes[$i]}) env_part=""
+        while [[ $shape == DG_* ]]; do env_part="$env_part ${shape%% *}"; shape=${shape#* }; done
+        timeout 200 env $env_part ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters \
             --section LaunchStats -k regex:sm90_gemm -s 2 -c 2 -o "$OUT/profile-$i" \
             python3 tools/profile_gemm.py $shape > "$OUT/ncu-$i.txt" 2>&1
         ncu --import "$OUT/profile-$i.ncu-rep" --print-summary none >> "$OUT/ncu-$i.txt" 2>&1
         ncu --import "$OUT/profile-$i.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-source-$i.csv" 2>&1
         rm -f "$OUT/profile-$i.ncu-rep"
-        echo "ncu $shape:"; grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|Memory Throughput|Compute \(SM\) Throughput" "$OUT/ncu-$i.txt" | head -12
+        echo "ncu$env_part $shape:"; grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|Memory Throughput|Compute \(SM\) Throughput" "$OUT/ncu-$i.txt" | head -12
     done
     pack
 elif [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
