@@ -6,17 +6,21 @@
 // One CTA, two warps, a one-slot ring handed back and forth with mbarriers, the way the kernels hand over data that
 // threads (not TMA) write: warp 0 writes the slot with plain stores and arrives on `full` (release); warp 1 waits on
 // `full` (acquire), reads the slot, and arrives on `empty`; warp 0 waits on `empty` before writing the next round.
-// Every access is ordered by the barriers (PTX memory model), and the sums printed must be the expected ones. If
-// racecheck reports hazards here, it does not model mbarrier ordering, and its reports on this pattern in the kernels
-// (e.g. the paged MQA kernel's piece scales, written by the pieces warps and read by the math warpgroups, run 83)
-// are false positives; if it reports none, such a report is a real missing order.
+// Every access is ordered by the barriers (PTX memory model), and the sums printed must be the expected ones.
+// A second kernel, probe_tma_chain, orders the rewrite of the slot as the paged MQA kernel orders its piece scales
+// (run 83's report): the reader (math) arrives on q_empty; the producer waits on it and issues a bulk copy (TMA)
+// that completes q_full by its transaction count; the writer (pieces warps) waits on q_full, writes the slot and
+// arrives on pieces_full, which the reader waits on. Racecheck names the kernel of each hazard it reports: hazards
+// in probe_thread_handover mean it does not model mbarrier ordering at all; hazards only in probe_tma_chain mean it
+// does not carry the order through a TMA's complete_tx (an edge the PTX memory model has). Either way the report on
+// the kernel is the tool's; no hazard in either kernel makes run 83's report a real missing order.
 #include <cstdio>
 
 #include <deep_gemm/ptx/mbarrier.cuh>
 
 constexpr int kRounds = 64, kSlotFloats = 64;
 
-__global__ void probe(float* out) {
+__global__ void probe_thread_handover(float* out) {
     __shared__ float slot[kSlotFloats];
     __shared__ uint64_t full, empty;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -50,21 +54,91 @@ __global__ void probe(float* out) {
         out[lane] = sum;
 }
 
-int main() {
-    float* out = nullptr;
-    cudaMalloc(&out, 32 * sizeof(float));
-    probe<<<1, 64>>>(out);
-    float host[32];
-    cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
-    // lane l reads i = l and l + 32 of every round: sum over rounds of (r * 64 + l) + (r * 64 + l + 32)
+// Bulk copy (TMA, no descriptor) of `bytes` from global memory into shared memory, completing on `bar`.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(deep_gemm::ptx::smem_addr(dst)), "l"(src), "r"(bytes), "r"(deep_gemm::ptx::smem_addr(bar))
+                 : "memory");
+}
+
+constexpr int kQFloats = 32;
+
+// Warp 0 the producer, warp 1 the writer (pieces warps), warp 2 the reader (math); one slot, one Q buffer.
+__global__ void probe_tma_chain(const float* q_src, float* out) {
+    __shared__ alignas(128) float q[kQFloats];
+    __shared__ float slot[kSlotFloats];
+    __shared__ uint64_t q_full, q_empty, pieces_full;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) {
+        deep_gemm::ptx::mbarrier_init(&q_full, 1);
+        deep_gemm::ptx::mbarrier_init(&q_empty, 1);
+        deep_gemm::ptx::mbarrier_init(&pieces_full, 1);
+        deep_gemm::ptx::fence_barrier_init();
+    }
+    __syncthreads();
+    float sum = 0.0f;
+    for (int round = 0; round < kRounds; ++round) {
+        const uint32_t phase = round & 1;
+        if (warp == 0) {
+            if (lane == 0) {
+                if (round > 0)
+                    deep_gemm::ptx::mbarrier_wait(&q_empty, phase ^ 1);
+                deep_gemm::ptx::mbarrier_arrive_expect_tx(&q_full, kQFloats * sizeof(float));
+                bulk_load(q, q_src + round * kQFloats, kQFloats * sizeof(float), &q_full);
+            }
+        } else if (warp == 1) {
+            deep_gemm::ptx::mbarrier_wait(&q_full, phase);
+            for (int i = lane; i < kSlotFloats; i += 32)
+                slot[i] = q[i % kQFloats] + static_cast<float>(i);
+            __syncwarp();
+            if (lane == 0)
+                deep_gemm::ptx::mbarrier_arrive(&pieces_full);
+        } else {
+            deep_gemm::ptx::mbarrier_wait(&pieces_full, phase);
+            for (int i = lane; i < kSlotFloats; i += 32)
+                sum += slot[i];
+            __syncwarp();
+            if (lane == 0)
+                deep_gemm::ptx::mbarrier_arrive(&q_empty);
+        }
+    }
+    if (warp == 2)
+        out[lane] = sum;
+}
+
+// lane l reads i = l and l + 32 of every round
+static int count_wrong(const float* host, double (*value)(int round, int i)) {
     int wrong = 0;
     for (int l = 0; l < 32; ++l) {
         double expected = 0;
         for (int r = 0; r < kRounds; ++r)
-            expected += (r * kSlotFloats + l) + (r * kSlotFloats + l + 32);
+            expected += value(r, l) + value(r, l + 32);
         wrong += host[l] != static_cast<float>(expected);
     }
-    std::printf("racecheck mbarrier probe: %s (%s)\n", wrong == 0 ? "sums correct" : "SUMS WRONG",
+    return wrong;
+}
+
+int main() {
+    float *out = nullptr, *q_src = nullptr;
+    cudaMalloc(&out, 32 * sizeof(float));
+    cudaMalloc(&q_src, kRounds * kQFloats * sizeof(float));
+    float host_q[kRounds * kQFloats];
+    for (int i = 0; i < kRounds * kQFloats; ++i)
+        host_q[i] = static_cast<float>(i);
+    cudaMemcpy(q_src, host_q, sizeof(host_q), cudaMemcpyHostToDevice);
+    float host[32];
+
+    probe_thread_handover<<<1, 64>>>(out);
+    cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
+    const int wrong_handover = count_wrong(host, [](int r, int i) { return double(r * kSlotFloats + i); });
+    std::printf("probe_thread_handover: %s (%s)\n", wrong_handover == 0 ? "sums correct" : "SUMS WRONG",
                 cudaGetErrorString(cudaGetLastError()));
-    return wrong == 0 ? 0 : 1;
+
+    probe_tma_chain<<<1, 96>>>(q_src, out);
+    cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
+    // slot[i] of round r = q_src[r * 32 + i % 32] + i
+    const int wrong_chain = count_wrong(host, [](int r, int i) { return double(r * kQFloats + i % kQFloats + i); });
+    std::printf("probe_tma_chain: %s (%s)\n", wrong_chain == 0 ? "sums correct" : "SUMS WRONG",
+                cudaGetErrorString(cudaGetLastError()));
+    return wrong_handover == 0 && wrong_chain == 0 ? 0 : 1;
 }
