@@ -10,6 +10,7 @@
 #include "apis/k_grouped_gemm.hpp"
 #include "apis/layout.hpp"
 #include "apis/runtime.hpp"
+#include "utils/fast_call.hpp"
 
 namespace py = pybind11;
 using namespace py::literals;
@@ -47,19 +48,49 @@ static const std::string bf16_grouped_doc =
     "compatibility (the config follows the total row count).\n"
     "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).";
 
+// fp8_gemm_nt, the hot path of every FP8 linear layer, through a vectorcall binding (utils/fast_call.hpp): its
+// nine arguments are read from the Python objects directly, the tensors borrowed.
+static constexpr std::array<const char*, 9> kFp8GemmNtParams = {
+    "a", "b", "d", "c", "recipe", "recipe_a", "recipe_b", "compiled_dims", "disable_ue8m0_cast"};
+
+static void fp8_gemm_nt_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    const dg::fast_call::Args<9> p("fp8_gemm_nt", kFp8GemmNtParams, 3, args, nargs, kwnames);
+    dg::apis::fp8_gemm_nt(p.tensor_pair(0), p.tensor_pair(1), p.tensor(2), p.optional_tensor(3), p.optional_ints(4),
+                          p.optional_ints(5), p.optional_ints(6), p.str(7, "nk"), p.flag(8, false));
+}
+
+static PyMethodDef fp8_gemm_nt_def = {
+    "fp8_gemm_nt", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&dg::fast_call::entry<fp8_gemm_nt_call>)),
+    METH_FASTCALL | METH_KEYWORDS,
+    // (the first lines: the signature, as inspect.signature reads it from a built-in's docstring)
+    "fp8_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims='nk', "
+    "disable_ue8m0_cast=False)\n--\n\n"
+    "D = A @ B.T with fine-grained FP8 scaling, written into d in place (SM90).\n\n"
+    "a = (A, sfa): A float8_e4m3fn [M, K], K-major (row stride a multiple of 16 bytes); sfa FP32\n"
+    "    [M, ceil(K / 128)], one scale per token per 128 of K, any layout (pass it MN-major and\n"
+    "    TMA-aligned, from get_mn_major_tma_aligned_tensor, to skip the layout kernel on every call).\n"
+    "b = (B, sfb): B float8_e4m3fn [N, K], K-major; sfb FP32 [ceil(N / 128), ceil(K / 128)], one scale\n"
+    "    per 128x128 block (recipe (1, 128, 128)), or [N, ceil(K / 128)], one per row per 128 of K\n"
+    "    (recipe (1, 1, 128); any layout, like sfa).\n"
+    "d: BF16 [M, N] for recipe (1, 128, 128), c must be None; FP32 [M, N] for recipe (1, 1, 128), with\n"
+    "    an optional FP32 c [M, N] accumulated (D = C + A @ B.T; c may be d itself for in place, but may\n"
+    "    not otherwise overlap it). Row-major, any row stride.\n"
+    "recipe: (1, 128, 128) (the default with BF16 d) or (1, 1, 128) (the default with FP32 d); or\n"
+    "    recipe_a=(1, 128) with recipe_b=(128, 128) or (1, 128).\n"
+    "compiled_dims: which of m, n, k are compile-time constants (default 'nk': one kernel per weight).\n"
+    "disable_ue8m0_cast: accepted for API compatibility; SM90 takes FP32 scales.\n"
+    "Any M, N >= 0 (0 is a no-op); K a multiple of 16 (K = 0 gives d = c or zeros). Raises ValueError on\n"
+    "a bad dtype, shape, stride, alignment, overlap or device; NotImplementedError off SM90."};
+
 PYBIND11_MODULE(_C, m) {
     m.doc() = "deep_gemm C++ extension: input validation, the CUDA JIT runtime and kernel launches";
 
-    py::register_exception<dg::NotImplementedError>(m, "NotImplementedError", PyExc_NotImplementedError);
+    // (one mapping for these bindings and the vectorcall ones: dg::fast_call::set_dg_python_error)
+    dg::fast_call::not_implemented_error_type() =
+        py::register_exception<dg::NotImplementedError>(m, "NotImplementedError", PyExc_NotImplementedError).ptr();
     py::register_exception_translator([](std::exception_ptr p) {
-        try {
-            if (p)
-                std::rethrow_exception(p);
-        } catch (const dg::InputError& e) {
-            PyErr_SetString(PyExc_ValueError, e.what());
-        } catch (const dg::RuntimeError& e) {
-            PyErr_SetString(PyExc_RuntimeError, e.what());
-        }
+        if (p && !dg::fast_call::set_dg_python_error(p))
+            std::rethrow_exception(p);
     });
 
     // Runtime settings
@@ -131,25 +162,7 @@ PYBIND11_MODULE(_C, m) {
     }
 
     // FP8 GEMMs
-    m.def("fp8_gemm_nt", &dg::apis::fp8_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "recipe"_a = py::none(),
-          "recipe_a"_a = py::none(), "recipe_b"_a = py::none(), "compiled_dims"_a = "nk",
-          "disable_ue8m0_cast"_a = false,
-          "D = A @ B.T with fine-grained FP8 scaling, written into d in place (SM90).\n\n"
-          "a = (A, sfa): A float8_e4m3fn [M, K], K-major (row stride a multiple of 16 bytes); sfa FP32\n"
-          "    [M, ceil(K / 128)], one scale per token per 128 of K, any layout (pass it MN-major and\n"
-          "    TMA-aligned, from get_mn_major_tma_aligned_tensor, to skip the layout kernel on every call).\n"
-          "b = (B, sfb): B float8_e4m3fn [N, K], K-major; sfb FP32 [ceil(N / 128), ceil(K / 128)], one scale\n"
-          "    per 128x128 block (recipe (1, 128, 128)), or [N, ceil(K / 128)], one per row per 128 of K\n"
-          "    (recipe (1, 1, 128); any layout, like sfa).\n"
-          "d: BF16 [M, N] for recipe (1, 128, 128), c must be None; FP32 [M, N] for recipe (1, 1, 128), with\n"
-          "    an optional FP32 c [M, N] accumulated (D = C + A @ B.T; c may be d itself for in place, but may\n"
-          "    not otherwise overlap it). Row-major, any row stride.\n"
-          "recipe: (1, 128, 128) (the default with BF16 d) or (1, 1, 128) (the default with FP32 d); or\n"
-          "    recipe_a=(1, 128) with recipe_b=(128, 128) or (1, 128).\n"
-          "compiled_dims: which of m, n, k are compile-time constants (default 'nk': one kernel per weight).\n"
-          "disable_ue8m0_cast: accepted for API compatibility; SM90 takes FP32 scales.\n"
-          "Any M, N >= 0 (0 is a no-op); K a multiple of 16 (K = 0 gives d = c or zeros). Raises ValueError on\n"
-          "a bad dtype, shape, stride, alignment, overlap or device; NotImplementedError off SM90.");
+    dg::fast_call::add_function(m, fp8_gemm_nt_def);
     m.def("m_grouped_fp8_gemm_nt_contiguous", &dg::apis::m_grouped_fp8_gemm_nt_contiguous, "a"_a, "b"_a, "d"_a,
           "grouped_layout"_a, "recipe"_a = py::none(), "recipe_a"_a = py::none(), "recipe_b"_a = py::none(),
           "compiled_dims"_a = "nk", "disable_ue8m0_cast"_a = false, "use_psum_layout"_a = false,

@@ -49,7 +49,13 @@ def test_stub_matches_extension() -> None:
 
 
 def parameters_from_signature(fn) -> list[tuple[str, str | None]]:
-    """(name, default) pairs from pybind11's signature line `name(a: T, b: T = default, ...) -> R`."""
+    """(name, default) pairs of a vectorcall binding's text signature (inspect.signature), or of pybind11's signature
+    line `name(a: T, b: T = default, ...) -> R`."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+        return [(p.name, None if p.default is inspect.Parameter.empty else repr(p.default)) for p in params]
+    except ValueError:  # (a pybind11 function: no text signature)
+        pass
     line = fn.__doc__.splitlines()[0]
     inner = line[line.index("(") + 1 : line.rindex(") ->")]
     params, depth, current = [], 0, ""
@@ -83,6 +89,43 @@ def parameters_from_signature(fn) -> list[tuple[str, str | None]]:
 def test_signatures_match_engines(name: str, expected: list[tuple[str, str | None]]) -> None:
     # Engines call positionally and by keyword: names, order and defaults must match exactly
     assert parameters_from_signature(getattr(deep_gemm, name)) == expected
+
+
+def fp8_operands() -> tuple:
+    a = torch.zeros(4, 128, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(8, 128, dtype=torch.float8_e4m3fn)
+    return (a, torch.zeros(4, 1)), (b, torch.zeros(1, 1)), torch.zeros(4, 8, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b), TypeError, "missing required argument 'd'"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, bogus=1), TypeError, "unexpected keyword argument 'bogus'"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, a=a), TypeError, "multiple values for argument 'a'"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, None, None, None, None, "nk", False, 1), TypeError,
+         "at most 9 arguments"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a[0], b, d), TypeError, r"a must be a pair \(tensor, scales\)"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt((a[0], 1.0), b, d), TypeError, r"a\[1\] must be a torch.Tensor"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, "d"), TypeError, "d must be a torch.Tensor"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, c=3), TypeError, "c must be a torch.Tensor"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, recipe=(1, "x", 128)), TypeError, "item 1 is a str"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, recipe=128), TypeError, "recipe must be None or a tuple"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, compiled_dims=1), TypeError, "compiled_dims must be a str"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, disable_ue8m0_cast="no"), TypeError,
+         "disable_ue8m0_cast must be a bool"),
+        # (past the binding: the API's checks, positional and keyword arguments alike)
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(a, b, d, None, (1, 128, 128), (1, 128), (128, 128)), ValueError,
+         "either recipe or recipe_a/recipe_b"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(d=d, b=b, a=a, compiled_dims="q"), ValueError, "letters m, n, k"),
+        (lambda a, b, d: deep_gemm.fp8_gemm_nt(list(a), b, d, recipe=[1, 128, 128], disable_ue8m0_cast=0), ValueError,
+         "must be on a CUDA device"),
+    ],
+)  # fmt: skip
+def test_fp8_gemm_nt_binding(call, error: type, pattern: str) -> None:
+    # fp8_gemm_nt binds its arguments itself (a vectorcall binding, for the host cost): Python's rules, clear errors
+    with pytest.raises(error, match=pattern):
+        call(*fp8_operands())
 
 
 def test_settings_round_trip() -> None:
