@@ -83,6 +83,8 @@ def host_overhead(num_calls: int = 1000) -> dict:
     results["extension_floor_us_per_call"] = time_loop(deep_gemm.get_num_sms)
     a0, sfa0, d0 = a[:0], sfa[:0], d[:0]
     results["deep_gemm_checks_only_us_per_call"] = time_loop(lambda: deep_gemm.fp8_gemm_nt((a0, sfa0), (b, sfb), d0))
+    # A launch's floor through PyTorch (one tiny kernel, torch's binding): what no call that launches can go under
+    results["torch_sleep0_launch_us_per_call"] = time_loop(lambda: torch.cuda._sleep(0))
     scale_a = sfa.t().contiguous().t()
     scale_b = sfb.contiguous().t()
     try:
