@@ -65,11 +65,19 @@ inline at::Tensor run_layout_kernel(const at::Tensor& sf, kernels::LayoutKernel 
 
 }  // namespace detail
 
-inline at::Tensor get_mn_major_tma_aligned_tensor(const at::Tensor& sf) {
+// `sf` itself when it is MN-major and TMA-aligned (no copy of the handle: the GEMMs' hot path), else `storage`, set to
+// the transformed copy.
+inline const at::Tensor& mn_major_tma_aligned(const at::Tensor& sf, at::Tensor& storage) {
     detail::check_sf(sf, "get_mn_major_tma_aligned_tensor");
     if (is_mn_major_tma_aligned(sf))
         return sf;
-    return detail::run_layout_kernel(sf, kernels::LayoutKernel::kTransposeSf);
+    storage = detail::run_layout_kernel(sf, kernels::LayoutKernel::kTransposeSf);
+    return storage;
+}
+
+inline at::Tensor get_mn_major_tma_aligned_tensor(const at::Tensor& sf) {
+    at::Tensor storage;
+    return mn_major_tma_aligned(sf, storage);
 }
 
 inline at::Tensor get_mn_major_tma_aligned_packed_ue8m0_tensor(const at::Tensor& sf) {

@@ -1,12 +1,13 @@
 // Vectorcall bindings (METH_FASTCALL | METH_KEYWORDS) for the hot entry points, and the one mapping of the
 // extension's C++ exceptions to Python ones (shared with the pybind11 bindings).
 //
-// Why: pybind11's argument casters cost ~1.2 us for fp8_gemm_nt's nine arguments (two tuples of tensors, an
-// optional tensor, three optional int lists, a string, a bool; each tensor cast takes a new reference) on a
-// host where the whole cached call costs ~4 us; reading the same arguments straight from the CPython objects,
-// tensors borrowed, costs ~0.1 us (measured with a stand-alone module, docs/perf/jit.md). Binding rules are
-// Python's: positional, then keyword, each parameter once, missing required ones and unknown keywords a
-// TypeError that names them; a wrong type is a TypeError naming the argument and what was expected.
+// Why: pybind11's argument casters cost 1.67 us for fp8_gemm_nt's nine arguments (two tuples of tensors, an
+// optional tensor, three optional int lists, a string, a bool; each tensor cast copies a handle, ~0.13 us each) and
+// 3.8 us with two of them by keyword; reading them straight from the CPython objects, tensors borrowed, costs 0.22 /
+// 0.30 us, against 0.14 us for an empty call (tools/measure_binding_overhead.py, PyTorch 2.13, a CPU machine;
+// docs/perf/jit.md). Binding rules are Python's: positional, then keyword, each parameter once, missing required ones
+// and unknown keywords a TypeError that names them; a wrong type is a TypeError naming the argument and what was
+// expected.
 #pragma once
 
 #include <Python.h>
@@ -108,18 +109,14 @@ public:
     // A tensor (borrowed: valid for the call).
     const at::Tensor& tensor(size_t i) const { return tensor_of(values_[i], names_[i]); }
 
-    // A pair (tuple or list of two) of tensors, e.g. (A, sfa).
-    std::tuple<at::Tensor, at::Tensor> tensor_pair(size_t i) const {
+    // Item `item` (0 or 1) of a pair (tuple or list of two) of tensors, e.g. (A, sfa) (borrowed).
+    const at::Tensor& pair_item(size_t i, int item) const {
         PyObject* obj = values_[i];
         const bool sequence = PyTuple_Check(obj) || PyList_Check(obj);
-        if (!sequence || PySequence_Fast_GET_SIZE(obj) != 2)
+        if (!sequence || PySequence_Fast_GET_SIZE(obj) != 2) [[unlikely]]
             throw TypeError(fmt::format("{}(): {} must be a pair (tensor, scales), got {}", function_, names_[i],
                                         Py_TYPE(obj)->tp_name));
-        const auto name = fmt::format("{}[0]", names_[i]);
-        const auto name_scales = fmt::format("{}[1]", names_[i]);
-        PyObject* first = PySequence_Fast_GET_ITEM(obj, 0);
-        PyObject* second = PySequence_Fast_GET_ITEM(obj, 1);
-        return {tensor_of(first, name.c_str()), tensor_of(second, name_scales.c_str())};
+        return tensor_of(PySequence_Fast_GET_ITEM(obj, item), names_[i], item);
     }
 
     // None (or not given) or a tensor.
@@ -191,9 +188,13 @@ private:
         throw TypeError(fmt::format("{}() got an unexpected keyword argument '{}'", function_, keyword));
     }
 
-    const at::Tensor& tensor_of(PyObject* obj, const char* name) const {
-        if (!THPVariable_Check(obj))
-            throw TypeError(fmt::format("{}(): {} must be a torch.Tensor, got {}", function_, name, Py_TYPE(obj)->tp_name));
+    // (`item` >= 0: the argument is a pair, obj its item; the name is formatted only for the error)
+    const at::Tensor& tensor_of(PyObject* obj, const char* name, int item = -1) const {
+        if (!THPVariable_Check(obj)) [[unlikely]] {
+            const auto full_name = item < 0 ? std::string(name) : fmt::format("{}[{}]", name, item);
+            throw TypeError(fmt::format("{}(): {} must be a torch.Tensor, got {}", function_, full_name,
+                                        Py_TYPE(obj)->tp_name));
+        }
         return THPVariable_Unpack(obj);
     }
 
