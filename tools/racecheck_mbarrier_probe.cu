@@ -20,16 +20,32 @@
 
 constexpr int kRounds = 64, kSlotFloats = 64;
 
+// Thread 0 initializes the barriers (one arrival each), then the CTA syncs.
+template <typename... Barriers>
+__device__ __forceinline__ void init_barriers(Barriers*... barriers) {
+    if (threadIdx.x == 0) {
+        (deep_gemm::ptx::mbarrier_init(barriers, 1), ...);
+        deep_gemm::ptx::fence_barrier_init();
+    }
+    __syncthreads();
+}
+
+// The reader's round: wait for `full`'s phase, add the slot to `sum`, hand the slot back on `empty`.
+__device__ __forceinline__ void read_round(const float* slot, uint64_t* full, uint64_t* empty, uint32_t phase,
+                                           int lane, float& sum) {
+    deep_gemm::ptx::mbarrier_wait(full, phase);
+    for (int i = lane; i < kSlotFloats; i += 32)
+        sum += slot[i];
+    __syncwarp();
+    if (lane == 0)
+        deep_gemm::ptx::mbarrier_arrive(empty);
+}
+
 __global__ void probe_thread_handover(float* out) {
     __shared__ float slot[kSlotFloats];
     __shared__ uint64_t full, empty;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (threadIdx.x == 0) {
-        deep_gemm::ptx::mbarrier_init(&full, 1);
-        deep_gemm::ptx::mbarrier_init(&empty, 1);
-        deep_gemm::ptx::fence_barrier_init();
-    }
-    __syncthreads();
+    init_barriers(&full, &empty);
     float sum = 0.0f;
     for (int round = 0; round < kRounds; ++round) {
         const uint32_t phase = round & 1;
@@ -42,12 +58,7 @@ __global__ void probe_thread_handover(float* out) {
             if (lane == 0)
                 deep_gemm::ptx::mbarrier_arrive(&full);
         } else {
-            deep_gemm::ptx::mbarrier_wait(&full, phase);
-            for (int i = lane; i < kSlotFloats; i += 32)
-                sum += slot[i];
-            __syncwarp();
-            if (lane == 0)
-                deep_gemm::ptx::mbarrier_arrive(&empty);
+            read_round(slot, &full, &empty, phase, lane, sum);
         }
     }
     if (warp == 1)
@@ -69,13 +80,7 @@ __global__ void probe_tma_chain(const float* q_src, float* out) {
     __shared__ float slot[kSlotFloats];
     __shared__ uint64_t q_full, q_empty, pieces_full;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (threadIdx.x == 0) {
-        deep_gemm::ptx::mbarrier_init(&q_full, 1);
-        deep_gemm::ptx::mbarrier_init(&q_empty, 1);
-        deep_gemm::ptx::mbarrier_init(&pieces_full, 1);
-        deep_gemm::ptx::fence_barrier_init();
-    }
-    __syncthreads();
+    init_barriers(&q_full, &q_empty, &pieces_full);
     float sum = 0.0f;
     for (int round = 0; round < kRounds; ++round) {
         const uint32_t phase = round & 1;
@@ -94,12 +99,7 @@ __global__ void probe_tma_chain(const float* q_src, float* out) {
             if (lane == 0)
                 deep_gemm::ptx::mbarrier_arrive(&pieces_full);
         } else {
-            deep_gemm::ptx::mbarrier_wait(&pieces_full, phase);
-            for (int i = lane; i < kSlotFloats; i += 32)
-                sum += slot[i];
-            __syncwarp();
-            if (lane == 0)
-                deep_gemm::ptx::mbarrier_arrive(&q_empty);
+            read_round(slot, &pieces_full, &q_empty, phase, lane, sum);
         }
     }
     if (warp == 2)
