@@ -55,6 +55,12 @@ export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dg_cache}
 if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$OUT/install.log" 2>&1 || {
     tail -50 "$OUT/install.log"; exit 1; }
 
+# An entry "[DG_X=v ...] rest" of the lists below: its leading settings into $env_part, the rest into $entry
+split_settings() {
+    env_part="" entry=$(echo $1)
+    while [[ $entry == DG_* ]]; do env_part="$env_part ${entry%% *}"; entry=${entry#* }; done
+}
+
 # Smoke: one call per kernel variant under a short timeout, so that a hanging or wrong kernel stops
 # the run in a minute instead of at every later step's timeout
 # (DG_GPU_RUN_SMOKE_EXTRA="[DG_X=v ...] M N K [options]; ...": more entries, e.g. configs never run before)
@@ -62,9 +68,8 @@ smokes=("1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_FP8_GE
         "DG_FP8_GEMM_STREAM_K=1 4096 4096 7168" "300 2112 7168 --bf16" "1000 1000 1024 --bf16 --fp32-c")
 IFS=';' read -ra extra_smokes <<< "${DG_GPU_RUN_SMOKE_EXTRA:-}"
 for extra in "${extra_smokes[@]}"; do extra=$(echo $extra); [[ -n $extra ]] && smokes+=("$extra"); done
-for smoke in "${smokes[@]}"; do
-    env_part=""
-    while [[ $smoke == DG_* ]]; do env_part="$env_part ${smoke%% *}"; smoke=${smoke#* }; done
+for smoke_entry in "${smokes[@]}"; do
+    split_settings "$smoke_entry"; smoke=$entry
     if ! env $env_part DG_PRINT_CONFIGS=1 timeout 90 python3 tools/profile_gemm.py $smoke --calls 2 >> "$OUT/smoke.log" 2>&1; then
         echo "smoke test failed: $env_part $smoke"; tail -20 "$OUT/smoke.log"; exit 1
     fi
@@ -89,8 +94,7 @@ if [[ "${DG_GPU_RUN_PROFILE:-}" == "source" ]]; then
     # the SASS source page ncu-source-<i>.csv
     IFS=';' read -ra ncu_shapes <<< "${DG_GPU_RUN_NCU_SHAPE:-4096 7168 7168}"
     for i in "${!ncu_shapes[@]}"; do
-        shape=$(echo ${ncu_shapes[$i]}) env_part=""
-        while [[ $shape == DG_* ]]; do env_part="$env_part ${shape%% *}"; shape=${shape#* }; done
+        split_settings "${ncu_shapes[$i]}"; shape=$entry
         timeout 200 env $env_part ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters \
             --section LaunchStats -k regex:sm90_gemm -s 2 -c 2 -o "$OUT/profile-$i" \
