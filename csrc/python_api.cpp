@@ -55,9 +55,10 @@ static constexpr std::array<const char*, 9> kFp8GemmNtParams = {
 
 static void fp8_gemm_nt_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     const dg::fast_call::Args<9> p("fp8_gemm_nt", kFp8GemmNtParams, 3, args, nargs, kwnames);
-    dg::apis::fp8_gemm_nt(p.pair_item(0, 0), p.pair_item(0, 1), p.pair_item(1, 0), p.pair_item(1, 1), p.tensor(2),
-                          p.optional_tensor(3), p.optional_ints(4), p.optional_ints(5), p.optional_ints(6),
-                          p.str(7, "nk"), p.flag(8, false));
+    const auto [a, sfa] = p.pair(0);
+    const auto [b, sfb] = p.pair(1);
+    dg::apis::fp8_gemm_nt(a, sfa, b, sfb, p.tensor(2), p.optional_tensor(3), p.optional_ints(4), p.optional_ints(5),
+                          p.optional_ints(6), p.str(7, "nk"), p.flag(8, false));
 }
 
 static PyMethodDef fp8_gemm_nt_def = {

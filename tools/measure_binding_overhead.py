@@ -46,8 +46,10 @@ static constexpr std::array<const char*, 9> kParams = {
     "a", "b", "d", "c", "recipe", "recipe_a", "recipe_b", "compiled_dims", "disable_ue8m0_cast"};
 static void fast_body(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     const dg::fast_call::Args<9> p("fast", kParams, 3, args, nargs, kwnames);
-    body(p.pair_item(0, 0), p.pair_item(0, 1), p.pair_item(1, 0), p.pair_item(1, 1), p.tensor(2), p.optional_tensor(3),
-         p.optional_ints(4), p.optional_ints(5), p.optional_ints(6), p.str(7, "nk"), p.flag(8, false));
+    const auto [a, sfa] = p.pair(0);
+    const auto [b, sfb] = p.pair(1);
+    body(a, sfa, b, sfb, p.tensor(2), p.optional_tensor(3), p.optional_ints(4), p.optional_ints(5), p.optional_ints(6),
+         p.str(7, "nk"), p.flag(8, false));
 }
 static PyMethodDef fast_def = {"fast", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
                                    &dg::fast_call::entry<fast_body>)), METH_FASTCALL | METH_KEYWORDS, nullptr};

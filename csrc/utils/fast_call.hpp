@@ -18,8 +18,7 @@
 #include <exception>
 #include <optional>
 #include <string>
-#include <string_view>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <pybind11/pybind11.h>
@@ -109,14 +108,15 @@ public:
     // A tensor (borrowed: valid for the call).
     const at::Tensor& tensor(size_t i) const { return tensor_of(values_[i], names_[i]); }
 
-    // Item `item` (0 or 1) of a pair (tuple or list of two) of tensors, e.g. (A, sfa) (borrowed).
-    const at::Tensor& pair_item(size_t i, int item) const {
+    // A pair (tuple or list of two) of tensors, e.g. (A, sfa) (both borrowed).
+    std::pair<const at::Tensor&, const at::Tensor&> pair(size_t i) const {
         PyObject* obj = values_[i];
         const bool sequence = PyTuple_Check(obj) || PyList_Check(obj);
         if (!sequence || PySequence_Fast_GET_SIZE(obj) != 2) [[unlikely]]
             throw TypeError(fmt::format("{}(): {} must be a pair (tensor, scales), got {}", function_, names_[i],
                                         Py_TYPE(obj)->tp_name));
-        return tensor_of(PySequence_Fast_GET_ITEM(obj, item), names_[i], item);
+        return {tensor_of(PySequence_Fast_GET_ITEM(obj, 0), names_[i], 0),
+                tensor_of(PySequence_Fast_GET_ITEM(obj, 1), names_[i], 1)};
     }
 
     // None (or not given) or a tensor.
