@@ -30,6 +30,16 @@ __device__ __forceinline__ void init_barriers(Barriers*... barriers) {
     __syncthreads();
 }
 
+// The writer's round, once its wait has passed: slot[i] = value(i), then arrive on `full` (release).
+template <typename Value>
+__device__ __forceinline__ void write_round(float* slot, uint64_t* full, int lane, const Value& value) {
+    for (int i = lane; i < kSlotFloats; i += 32)
+        slot[i] = value(i);
+    __syncwarp();
+    if (lane == 0)
+        deep_gemm::ptx::mbarrier_arrive(full);
+}
+
 // The reader's round: wait for `full`'s phase, add the slot to `sum`, hand the slot back on `empty`.
 __device__ __forceinline__ void read_round(const float* slot, uint64_t* full, uint64_t* empty, uint32_t phase,
                                            int lane, float& sum) {
@@ -52,11 +62,7 @@ __global__ void probe_thread_handover(float* out) {
         if (warp == 0) {
             if (round > 0)
                 deep_gemm::ptx::mbarrier_wait(&empty, phase ^ 1);
-            for (int i = lane; i < kSlotFloats; i += 32)
-                slot[i] = static_cast<float>(round * kSlotFloats + i);
-            __syncwarp();
-            if (lane == 0)
-                deep_gemm::ptx::mbarrier_arrive(&full);
+            write_round(slot, &full, lane, [&](int i) { return static_cast<float>(round * kSlotFloats + i); });
         } else {
             read_round(slot, &full, &empty, phase, lane, sum);
         }
@@ -93,11 +99,7 @@ __global__ void probe_tma_chain(const float* q_src, float* out) {
             }
         } else if (warp == 1) {
             deep_gemm::ptx::mbarrier_wait(&q_full, phase);
-            for (int i = lane; i < kSlotFloats; i += 32)
-                slot[i] = q[i % kQFloats] + static_cast<float>(i);
-            __syncwarp();
-            if (lane == 0)
-                deep_gemm::ptx::mbarrier_arrive(&pieces_full);
+            write_round(slot, &pieces_full, lane, [&](int i) { return q[i % kQFloats] + static_cast<float>(i); });
         } else {
             read_round(slot, &pieces_full, &q_empty, phase, lane, sum);
         }
