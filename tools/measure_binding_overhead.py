@@ -3,10 +3,12 @@
 
     python tools/measure_binding_overhead.py [--json out.json]
 
-Builds a stand-alone extension (torch.utils.cpp_extension, ~1 minute) with two functions of fp8_gemm_nt's signature
+Builds a stand-alone extension (torch.utils.cpp_extension, ~1 minute) with functions of fp8_gemm_nt's signature
 whose bodies do nothing but touch the arguments: one bound by pybind11 as `_C.fp8_gemm_nt` was until 2026-12-05
-(tensor pairs cast to tuples of handles), one through dg::fast_call::Args as it is now (tensors borrowed). Times 200000 calls of each, with the same Python-side tuples, and an empty
-call as the floor. The extension's real call adds its checks and the launch to either.
+(tensor pairs cast to tuples of handles), one through dg::fast_call::Args as it is now (tensors borrowed), and that
+binding followed by fp8_gemm_nt's host checks (dg::apis::check_fp8_gemm_nt_host, the extension's own code, on CPU
+tensors). Times 200000 calls of each, with the same Python-side tuples, and an empty call as the floor. The
+extension's real call adds the device checks, the plan lookup and the launch.
 """
 
 import argparse
@@ -21,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SOURCE = r"""
 #include <torch/python.h>
+#include "apis/gemm.hpp"
 #include "utils/fast_call.hpp"
 
 namespace py = pybind11;
@@ -53,6 +56,18 @@ static void fast_body(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames
 }
 static PyMethodDef fast_def = {"fast", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
                                    &dg::fast_call::entry<fast_body>)), METH_FASTCALL | METH_KEYWORDS, nullptr};
+// The same binding followed by fp8_gemm_nt's own host checks (everything but the devices), as the extension runs them
+static void checked_body(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    const dg::fast_call::Args<9> p("checked", kParams, 3, args, nargs, kwnames);
+    const auto [a, sfa] = p.pair(0);
+    const auto [b, sfb] = p.pair(1);
+    const auto problem = dg::apis::check_fp8_gemm_nt_host(a, sfa, b, sfb, p.tensor(2), p.optional_tensor(3),
+                                                          p.optional_ints(4), p.optional_ints(5), p.optional_ints(6),
+                                                          p.str(7, "nk"));
+    sink += problem.m + p.flag(8, false);
+}
+static PyMethodDef checked_def = {"checked", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                                      &dg::fast_call::entry<checked_body>)), METH_FASTCALL | METH_KEYWORDS, nullptr};
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("pybind", &pybind_body, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "recipe"_a = py::none(),
@@ -60,6 +75,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "disable_ue8m0_cast"_a = false);
     m.def("empty", []() {});
     dg::fast_call::add_function(m, fast_def);
+    dg::fast_call::add_function(m, checked_def);
 }
 """
 
@@ -98,6 +114,7 @@ def main() -> None:
         "vectorcall_us": per_call_us(lambda: mod.fast(a, b, d)),
         "pybind11_keywords_us": per_call_us(lambda: mod.pybind(a, b, d, compiled_dims="nk", disable_ue8m0_cast=False)),
         "vectorcall_keywords_us": per_call_us(lambda: mod.fast(a, b, d, compiled_dims="nk", disable_ue8m0_cast=False)),
+        "vectorcall_host_checks_us": per_call_us(lambda: mod.checked(a, b, d)),
     }
     print(json.dumps(results, indent=2))
     if args.json:

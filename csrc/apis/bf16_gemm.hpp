@@ -34,7 +34,7 @@ inline void check_bf16_operand(const at::Tensor& t, const char* name, int64_t di
     check_dtype(t, at::kBFloat16, name);
     const bool single_column = transposed && dims == 2 && t.size(1) == 1 && (t.stride(0) == 1 || t.size(0) <= 1);
     if (!single_column)
-        check_k_major_tma(t, name, fmt::format("row-major {}", shape).c_str());
+        check_k_major_tma(t, name, "row-major", shape);
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 || t.numel() == 0,
                    "{}: data pointer must be 16-byte aligned for TMA, got a {}", name, describe(t));
 }

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -68,13 +69,15 @@ inline void check_groups_stacked(const at::Tensor& t, const char* name) {
                    "{}: the groups must be stacked densely (stride 0 = rows * stride 1), got a {}", name, describe(t));
 }
 
-// An FP32 scale tensor of exactly `sizes` (`layout` names them in the message, e.g. "[M, ceil(K/128)]").
+// An FP32 scale tensor of exactly `sizes` (`layout` names them in the message, e.g. "[M, ceil(K/128)]"; `recipe`,
+// when given, the (gran_m, gran_n, gran_k) that sized it). Nothing is formatted unless the check fails: this runs on
+// every call.
 inline void check_scales(const at::Tensor& sf, const char* name, std::initializer_list<int64_t> sizes,
-                         const char* layout, const std::string& note = "") {
+                         const char* layout, std::optional<std::array<int64_t, 3>> recipe = std::nullopt) {
     check_defined(sf, name);
     check_dtype(sf, at::kFloat, name);
     DG_CHECK_INPUT(sf.sizes().equals(sizes), "{} must be {} = [{}]{}, got a {}", name, layout, fmt::join(sizes, ", "),
-                   note, describe(sf));
+                   recipe ? fmt::format(" for recipe ({})", fmt::join(*recipe, ", ")) : "", describe(sf));
 }
 
 // Every tensor on a CUDA device, the same as `a`'s (checked after everything checkable on the host).
@@ -143,12 +146,20 @@ inline void check_sm90(const at::Tensor& t, const char* fn) {
                                               major));
 }
 
-// (A and sfa, B and sfb, the Python API's pairs a and b, by reference: a copy of a tensor handle cost ~0.13 us of
-// host time, measured with tools/measure_binding_overhead.py and PyTorch 2.13 on a CPU machine)
-inline void fp8_gemm_nt(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b, const at::Tensor& sfb_in,
-                        const at::Tensor& d, const std::optional<at::Tensor>& c, const Recipe& recipe,
-                        const Recipe& recipe_a, const Recipe& recipe_b, const std::string& compiled_dims,
-                        bool disable_ue8m0_cast) {
+// What fp8_gemm_nt's arguments describe, once every property checkable on the host is checked.
+struct Fp8GemmNtProblem {
+    int64_t m, n, k;
+    bool per_row_sfb;  // recipe (1, 1, 128): FP32 D, sfb per row of B
+    CompiledDims dims;
+};
+
+// fp8_gemm_nt's checks that need no device (every dtype, shape, stride, recipe and C rule; the devices are checked
+// by the caller): separate so that tools/measure_binding_overhead.py times them on a CPU machine.
+inline Fp8GemmNtProblem check_fp8_gemm_nt_host(const at::Tensor& a, const at::Tensor& sfa, const at::Tensor& b,
+                                               const at::Tensor& sfb, const at::Tensor& d,
+                                               const std::optional<at::Tensor>& c, const Recipe& recipe,
+                                               const Recipe& recipe_a, const Recipe& recipe_b,
+                                               const std::string& compiled_dims) {
     check_fp8_operand(a, "a[0] (A)");
     check_fp8_operand(b, "b[0] (B)");
     check_defined(d, "d");
@@ -160,7 +171,6 @@ inline void fp8_gemm_nt(const at::Tensor& a, const at::Tensor& sfa_in, const at:
     DG_CHECK_INPUT(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "M, N and K must each be below 2^31");
     const auto cdims = parse_compiled_dims(compiled_dims);
     const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);
-    (void)disable_ue8m0_cast;  // SM90 takes FP32 scales: nothing to cast
 
     DG_CHECK_INPUT(gran_m == 1 && gran_k == 128 && (gran_n == 128 || gran_n == 1),
                    "recipe must be (1, 128, 128) or (1, 1, 128) on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
@@ -179,9 +189,21 @@ inline void fp8_gemm_nt(const at::Tensor& a, const at::Tensor& sfa_in, const at:
 
     const int64_t sf_k = (k + 127) / 128;
     const int64_t sfb_rows = per_row_sfb ? n : (n + 127) / 128;
-    check_scales(sfa_in, "a[1] (sfa)", {m, sf_k}, "[M, ceil(K/128)]");
-    check_scales(sfb_in, "b[1] (sfb)", {sfb_rows, sf_k}, per_row_sfb ? "[N, ceil(K/128)]" : "[ceil(N/128), ceil(K/128)]",
-                 fmt::format(" for recipe ({}, {}, {})", gran_m, gran_n, gran_k));
+    check_scales(sfa, "a[1] (sfa)", {m, sf_k}, "[M, ceil(K/128)]");
+    check_scales(sfb, "b[1] (sfb)", {sfb_rows, sf_k}, per_row_sfb ? "[N, ceil(K/128)]" : "[ceil(N/128), ceil(K/128)]",
+                 std::array<int64_t, 3>{gran_m, gran_n, gran_k});
+    return {m, n, k, per_row_sfb, cdims};
+}
+
+// (A and sfa, B and sfb, the Python API's pairs a and b, by reference: a copy of a tensor handle cost ~0.13 us of
+// host time, measured with tools/measure_binding_overhead.py and PyTorch 2.13 on a CPU machine)
+inline void fp8_gemm_nt(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b, const at::Tensor& sfb_in,
+                        const at::Tensor& d, const std::optional<at::Tensor>& c, const Recipe& recipe,
+                        const Recipe& recipe_a, const Recipe& recipe_b, const std::string& compiled_dims,
+                        bool disable_ue8m0_cast) {
+    const auto [m, n, k, per_row_sfb, cdims] =
+        check_fp8_gemm_nt_host(a, sfa_in, b, sfb_in, d, c, recipe, recipe_a, recipe_b, compiled_dims);
+    (void)disable_ue8m0_cast;  // SM90 takes FP32 scales: nothing to cast
 
     // Devices last
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"}});

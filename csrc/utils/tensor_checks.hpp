@@ -51,12 +51,15 @@ inline void check_dim(const at::Tensor& t, int64_t dim, const char* name) {
     DG_CHECK_INPUT(t.dim() == dim, "{} must be {}-D, got a {}", name, dim, describe(t));
 }
 
-// Row-major in the last dimension (stride 1) with the other strides 16-byte aligned, as TMA needs.
-inline void check_k_major_tma(const at::Tensor& t, const char* name, const char* layout = "K-major") {
+// Row-major in the last dimension (stride 1) with the other strides 16-byte aligned, as TMA needs. `layout` (and
+// `shape`, when given, e.g. "row-major" and "[K, N]") name the expected layout in the message.
+inline void check_k_major_tma(const at::Tensor& t, const char* name, const char* layout = "K-major",
+                              const char* shape = nullptr) {
     if (t.numel() == 0)
         return;  // nothing is read
-    DG_CHECK_INPUT(t.stride(-1) == 1 || t.size(-1) <= 1, "{} must be contiguous in its last dimension ({}), got a {}",
-                   name, layout, describe(t));
+    DG_CHECK_INPUT(t.stride(-1) == 1 || t.size(-1) <= 1,
+                   "{} must be contiguous in its last dimension ({}{}{}), got a {}", name, layout, shape ? " " : "",
+                   shape ? shape : "", describe(t));
     const int64_t elem = t.element_size();
     for (int64_t d = 0; d + 1 < t.dim(); ++d)
         DG_CHECK_INPUT((t.stride(d) * elem) % 16 == 0 || t.size(d) <= 1,
