@@ -15,6 +15,7 @@ over the valid rows packed back to back with ``offs`` their cumulative ends (the
 layout that API wants). TFLOPS and GB/s count valid rows only, and B once per active group.
 """
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -179,36 +180,28 @@ _LEGEND = (
 )
 
 
+def _run_suite(
+    suite: str,
+    function: str,
+    default_shapes: Sequence[tuple[int, int, int, int]],
+    bench: Callable[..., list[dict[str, Any]]],
+    options: BenchOptions,
+) -> SuiteReport:
+    """One of the two suites: its shapes (the options' or ``default_shapes``), timed by ``bench``."""
+    shapes = [parse_gmnk(s) for s in options.shapes] if options.shapes else list(default_shapes)
+    return run_rows_suite(suite, function, shapes, bench, _TABLE, _format_row, _BASELINES, options, legend=_LEGEND)
+
+
 def run_bf16_contiguous(options: BenchOptions) -> SuiteReport:
     """Run the ``bf16_grouped`` suite (m-grouped contiguous BF16), print its table, return the JSON-ready report."""
-    shapes = [parse_gmnk(s) for s in options.shapes] if options.shapes else list(BF16_CONTIGUOUS_SHAPES)
-    return run_rows_suite(
-        "bf16_grouped",
-        "m_grouped_bf16_gemm_nt_contiguous",
-        shapes,
-        _bench_contiguous,
-        _TABLE,
-        _format_row,
-        _BASELINES,
-        options,
-        legend=_LEGEND,
+    return _run_suite(
+        "bf16_grouped", "m_grouped_bf16_gemm_nt_contiguous", BF16_CONTIGUOUS_SHAPES, _bench_contiguous, options
     )
 
 
 def run_bf16_masked(options: BenchOptions) -> SuiteReport:
     """Run the ``bf16_masked`` suite (m-grouped masked BF16), print its table, return the JSON-ready report."""
-    shapes = [parse_gmnk(s) for s in options.shapes] if options.shapes else list(BF16_MASKED_SHAPES)
-    return run_rows_suite(
-        "bf16_masked",
-        "m_grouped_bf16_gemm_nt_masked",
-        shapes,
-        _bench_masked,
-        _TABLE,
-        _format_row,
-        _BASELINES,
-        options,
-        legend=_LEGEND,
-    )
+    return _run_suite("bf16_masked", "m_grouped_bf16_gemm_nt_masked", BF16_MASKED_SHAPES, _bench_masked, options)
 
 
 BF16_GROUPED_SUITE = register_suite(
