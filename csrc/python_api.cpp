@@ -4,13 +4,13 @@
 #include "apis/attention.hpp"
 #include "apis/bf16_gemm.hpp"
 #include "apis/cublaslt_gemm.hpp"
+#include "apis/fp8_gemm_nt_binding.hpp"
 #include "apis/gemm.hpp"
 #include "apis/grouped_gemm.hpp"
 #include "apis/jit.hpp"
 #include "apis/k_grouped_gemm.hpp"
 #include "apis/layout.hpp"
 #include "apis/runtime.hpp"
-#include "utils/fast_call.hpp"
 
 namespace py = pybind11;
 using namespace py::literals;
@@ -49,16 +49,9 @@ static const std::string bf16_grouped_doc =
     "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).";
 
 // fp8_gemm_nt, the hot path of every FP8 linear layer, through a vectorcall binding (utils/fast_call.hpp): its
-// nine arguments are read from the Python objects directly, the tensors borrowed.
-static constexpr std::array<const char*, 9> kFp8GemmNtParams = {
-    "a", "b", "d", "c", "recipe", "recipe_a", "recipe_b", "compiled_dims", "disable_ue8m0_cast"};
-
+// nine arguments are read from the Python objects directly, the tensors borrowed (apis/fp8_gemm_nt_binding.hpp).
 static void fp8_gemm_nt_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    const dg::fast_call::Args<9> p("fp8_gemm_nt", kFp8GemmNtParams, 3, args, nargs, kwnames);
-    const auto [a, sfa] = p.pair(0);
-    const auto [b, sfb] = p.pair(1);
-    dg::apis::fp8_gemm_nt(a, sfa, b, sfb, p.tensor(2), p.optional_tensor(3), p.optional_ints(4), p.optional_ints(5),
-                          p.optional_ints(6), p.str(7, "nk"), p.flag(8, false));
+    dg::apis::bind_fp8_gemm_nt("fp8_gemm_nt", args, nargs, kwnames, dg::apis::fp8_gemm_nt);
 }
 
 static PyMethodDef fp8_gemm_nt_def = {

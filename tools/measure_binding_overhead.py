@@ -5,10 +5,11 @@
 
 Builds a stand-alone extension (torch.utils.cpp_extension, ~1 minute) with functions of fp8_gemm_nt's signature
 whose bodies do nothing but touch the arguments: one bound by pybind11 as `_C.fp8_gemm_nt` was until 2026-12-05
-(tensor pairs cast to tuples of handles), one through dg::fast_call::Args as it is now (tensors borrowed), and that
-binding followed by fp8_gemm_nt's host checks (dg::apis::check_fp8_gemm_nt_host, the extension's own code, on CPU
-tensors). Times 200000 calls of each, with the same Python-side tuples, and an empty call as the floor. The
-extension's real call adds the device checks, the plan lookup and the launch.
+(tensor pairs cast to tuples of handles), one through the extension's own vectorcall binding
+(dg::apis::bind_fp8_gemm_nt, tensors borrowed), and that binding followed by fp8_gemm_nt's host checks
+(dg::apis::check_fp8_gemm_nt_host, the extension's own code, on CPU tensors). Times 200000 calls of each, with the
+same Python-side tuples, and an empty call as the floor. The extension's real call adds the device checks, the plan
+lookup and the launch.
 """
 
 import argparse
@@ -23,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SOURCE = r"""
 #include <torch/python.h>
+#include "apis/fp8_gemm_nt_binding.hpp"
 #include "apis/gemm.hpp"
-#include "utils/fast_call.hpp"
 
 namespace py = pybind11;
 using namespace py::literals;
@@ -45,26 +46,21 @@ static void pybind_body(const TensorPair& a, const TensorPair& b, const at::Tens
     body(std::get<0>(a), std::get<1>(a), std::get<0>(b), std::get<1>(b), d, c, recipe, recipe_a, recipe_b, dims, flag);
 }
 
-static constexpr std::array<const char*, 9> kParams = {
-    "a", "b", "d", "c", "recipe", "recipe_a", "recipe_b", "compiled_dims", "disable_ue8m0_cast"};
+// (the extension's own binding code: dg::apis::bind_fp8_gemm_nt)
 static void fast_body(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    const dg::fast_call::Args<9> p("fast", kParams, 3, args, nargs, kwnames);
-    const auto [a, sfa] = p.pair(0);
-    const auto [b, sfb] = p.pair(1);
-    body(a, sfa, b, sfb, p.tensor(2), p.optional_tensor(3), p.optional_ints(4), p.optional_ints(5), p.optional_ints(6),
-         p.str(7, "nk"), p.flag(8, false));
+    dg::apis::bind_fp8_gemm_nt("fast", args, nargs, kwnames, body);
 }
 static PyMethodDef fast_def = {"fast", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
                                    &dg::fast_call::entry<fast_body>)), METH_FASTCALL | METH_KEYWORDS, nullptr};
 // The same binding followed by fp8_gemm_nt's own host checks (everything but the devices), as the extension runs them
 static void checked_body(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    const dg::fast_call::Args<9> p("checked", kParams, 3, args, nargs, kwnames);
-    const auto [a, sfa] = p.pair(0);
-    const auto [b, sfb] = p.pair(1);
-    const auto problem = dg::apis::check_fp8_gemm_nt_host(a, sfa, b, sfb, p.tensor(2), p.optional_tensor(3),
-                                                          p.optional_ints(4), p.optional_ints(5), p.optional_ints(6),
-                                                          p.str(7, "nk"));
-    sink += problem.m + p.flag(8, false);
+    dg::apis::bind_fp8_gemm_nt("checked", args, nargs, kwnames,
+                               [](const at::Tensor& a, const at::Tensor& sfa, const at::Tensor& b, const at::Tensor& sfb,
+                                  const at::Tensor& d, const std::optional<at::Tensor>& c, const Recipe& recipe,
+                                  const Recipe& recipe_a, const Recipe& recipe_b, const std::string& dims, bool flag) {
+                                   sink += dg::apis::check_fp8_gemm_nt_host(a, sfa, b, sfb, d, c, recipe, recipe_a,
+                                                                            recipe_b, dims).m + flag;
+                               });
 }
 static PyMethodDef checked_def = {"checked", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
                                       &dg::fast_call::entry<checked_body>)), METH_FASTCALL | METH_KEYWORDS, nullptr};
