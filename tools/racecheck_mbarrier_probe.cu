@@ -14,6 +14,12 @@
 // in probe_thread_handover mean it does not model mbarrier ordering at all; hazards only in probe_tma_chain mean it
 // does not carry the order through a TMA's complete_tx (an edge the PTX memory model has). Either way the report on
 // the kernel is the tool's; no hazard in either kernel makes run 83's report a real missing order.
+// A third kernel, probe_lane0_release, is probe_thread_handover with the reader's __syncwarp left out: its lanes read
+// the slot and lane 0 alone arrives on `empty`, so lanes 1-31's reads are not ordered before that release (PTX
+// memory model: an mbarrier arrive releases the executing thread's accesses; a warp barrier is what orders the other
+// lanes' before it). That is a real missing order (write-after-read), which the branch's math warps had before they
+// waited on a warp barrier ahead of their lane-0 q_empty arrival; racecheck should flag it, and if it flags only this
+// kernel, it models mbarriers and the warp barrier, and run 83's report was this order.
 #include <cstdio>
 
 #include <deep_gemm/ptx/mbarrier.cuh>
@@ -40,18 +46,22 @@ __device__ __forceinline__ void write_round(float* slot, uint64_t* full, int lan
         deep_gemm::ptx::mbarrier_arrive(full);
 }
 
-// The reader's round: wait for `full`'s phase, add the slot to `sum`, hand the slot back on `empty`.
+// The reader's round: wait for `full`'s phase, add the slot to `sum`, hand the slot back on `empty` (after a warp
+// barrier unless kLane0Only: then lane 0's arrival does not order the other lanes' reads).
+template <bool kLane0Only = false>
 __device__ __forceinline__ void read_round(const float* slot, uint64_t* full, uint64_t* empty, uint32_t phase,
                                            int lane, float& sum) {
     deep_gemm::ptx::mbarrier_wait(full, phase);
     for (int i = lane; i < kSlotFloats; i += 32)
         sum += slot[i];
-    __syncwarp();
+    if constexpr (!kLane0Only)
+        __syncwarp();
     if (lane == 0)
         deep_gemm::ptx::mbarrier_arrive(empty);
 }
 
-__global__ void probe_thread_handover(float* out) {
+template <bool kLane0Only>
+__device__ __forceinline__ void thread_handover(float* out) {
     __shared__ float slot[kSlotFloats];
     __shared__ uint64_t full, empty;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -64,12 +74,15 @@ __global__ void probe_thread_handover(float* out) {
                 deep_gemm::ptx::mbarrier_wait(&empty, phase ^ 1);
             write_round(slot, &full, lane, [&](int i) { return static_cast<float>(round * kSlotFloats + i); });
         } else {
-            read_round(slot, &full, &empty, phase, lane, sum);
+            read_round<kLane0Only>(slot, &full, &empty, phase, lane, sum);
         }
     }
     if (warp == 1)
         out[lane] = sum;
 }
+
+__global__ void probe_thread_handover(float* out) { thread_handover<false>(out); }
+__global__ void probe_lane0_release(float* out) { thread_handover<true>(out); }
 
 // Bulk copy (TMA, no descriptor) of `bytes` from global memory into shared memory, completing on `bar`.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
@@ -132,8 +145,15 @@ int main() {
 
     probe_thread_handover<<<1, 64>>>(out);
     cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
-    const int wrong_handover = count_wrong(host, [](int r, int i) { return double(r * kSlotFloats + i); });
+    const auto handover_value = [](int r, int i) { return double(r * kSlotFloats + i); };
+    const int wrong_handover = count_wrong(host, handover_value);
     std::printf("probe_thread_handover: %s (%s)\n", wrong_handover == 0 ? "sums correct" : "SUMS WRONG",
+                cudaGetErrorString(cudaGetLastError()));
+
+    probe_lane0_release<<<1, 64>>>(out);
+    cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
+    const int wrong_lane0 = count_wrong(host, handover_value);
+    std::printf("probe_lane0_release: %s (%s)\n", wrong_lane0 == 0 ? "sums correct" : "SUMS WRONG",
                 cudaGetErrorString(cudaGetLastError()));
 
     probe_tma_chain<<<1, 96>>>(q_src, out);
@@ -142,5 +162,5 @@ int main() {
     const int wrong_chain = count_wrong(host, [](int r, int i) { return double(r * kQFloats + i % kQFloats + i); });
     std::printf("probe_tma_chain: %s (%s)\n", wrong_chain == 0 ? "sums correct" : "SUMS WRONG",
                 cudaGetErrorString(cudaGetLastError()));
-    return wrong_handover == 0 && wrong_chain == 0 ? 0 : 1;
+    return wrong_handover == 0 && wrong_lane0 == 0 && wrong_chain == 0 ? 0 : 1;
 }
