@@ -393,12 +393,14 @@ PYBIND11_MODULE(_C, m) {
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",
-          "use_nvrtc"_a = py::none(),
+          "use_nvrtc"_a = py::none(), "source"_a = py::none(),
           "Render kernel `family` with integer `params` and compile it for `arch` (no GPU needed), through the\n"
-          "disk cache. use_nvrtc: None follows DG_JIT_USE_NVRTC. Returns a dict: cubin_path, entry_dir,\n"
+          "disk cache. source: the family's already rendered .cu (a cache entry's kernel.cu) instead of params,\n"
+          "e.g. to rebuild elsewhere the entries a run needed (tools/prebuild_jit_cache.py).\n"
+          "use_nvrtc: None follows DG_JIT_USE_NVRTC. Returns a dict: cubin_path, entry_dir,\n"
           "cache_hit, compiler, source, ptxas_report, registers, stack_frame_bytes, spill_store_bytes,\n"
-          "spill_load_bytes. Raises ValueError for an unknown family, RuntimeError with the compiler log on a\n"
-          "failed compile.");
+          "spill_load_bytes. Raises ValueError for an unknown family or for both params and source,\n"
+          "RuntimeError with the compiler log on a failed compile.");
     m.def("kernel_families", [] {
               std::vector<std::string> names;
               for (const auto& [name, _]: dg::kernels::kernel_registry())

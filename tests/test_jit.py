@@ -3,6 +3,9 @@ its disk cache is content-addressed, atomic, process-safe and self-healing."""
 
 import os
 import re
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -218,6 +221,36 @@ def test_second_compile_in_new_process_is_a_cache_hit(cache_dir: Path) -> None:
     assert not first["cache_hit"]
     assert second["cache_hit"]
     assert first["entry_dir"] == second["entry_dir"]
+
+
+def test_compile_from_recorded_source_and_prebuilt_cache(tmp_path: Path) -> None:
+    # A run's cache -> its sources (tools/jit_cache_io.sh) -> rebuilt elsewhere (tools/prebuild_jit_cache.py) ->
+    # unpacked into a third cache, where the kernel is a hit under the same entry name.
+    repo = Path(__file__).resolve().parent.parent
+    run_cache, target = tmp_path / "run", tmp_path / "target"
+    recorded = Path(finish(compile_in_subprocess(run_cache, "smxx_transpose_sf", {}))["entry_dir"]).name
+    sources, tarball = tmp_path / "jit-sources.tgz", tmp_path / "prebuilt" / "kernels.tar.gz"
+    env = dict(os.environ, DG_JIT_CACHE_DIR=str(run_cache))
+    subprocess.run(
+        ["bash", "-c", f"source tools/jit_cache_io.sh && jit_cache_sources {sources}"], cwd=repo, env=env, check=True
+    )
+    tool = subprocess.run(
+        [sys.executable, "tools/prebuild_jit_cache.py", str(sources), "--out", str(tarball), "--jobs", "1"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert tool.returncode == 0, tool.stdout + tool.stderr
+    assert "1 entries (1 of 1 with the recorded key)" in tool.stdout, tool.stdout
+    (target / "kernels").mkdir(parents=True)
+    with tarfile.open(tarball) as tar:
+        assert {Path(name).parts[0] for name in tar.getnames()} == {recorded}
+        tar.extractall(target / "kernels", filter="data")
+    again = finish(compile_in_subprocess(target, "smxx_transpose_sf", {}))
+    assert again["cache_hit"] and Path(again["entry_dir"]).name == recorded
+
+    with pytest.raises(ValueError, match="either params or source"):
+        deep_gemm.compile_kernel("smxx_transpose_sf", {"aligned": 1}, source="// nothing")
 
 
 def test_cache_key_has_no_absolute_path(tmp_path: Path) -> None:

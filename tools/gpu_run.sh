@@ -29,12 +29,15 @@
 #      with bench.json in ab.log: tools/with_old_headers.sh).
 # The device tool returns at most 8 files from $OUT: every step writes into a work folder, and the end
 # packs all of it into $OUT/all-logs.tgz and copies the main logs and JSON next to it (7 at most).
+# The kernel cache: a carried .jit-prebuilt/kernels.tar.gz is unpacked into it first, and every pack writes the
+# sources of its entries as jit-sources.tgz into all-logs.tgz (tools/jit_cache_io.sh, tools/prebuild_jit_cache.py).
 set -uo pipefail
 FINAL_OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
 shift
 OUT=$(mktemp -d /tmp/gpu_run.XXXXXX)  # the work folder; packed into $FINAL_OUT at the end
 mkdir -p "$FINAL_OUT"
 pack() {
+    jit_cache_sources "$OUT/jit-sources.tgz"  # (tools/prebuild_jit_cache.py: the next run's cache, built on a CPU)
     tar czf "$FINAL_OUT/all-logs.tgz" -C "$OUT" .
     for f in pytest.log bench.log bench.json smoke.log ncu.txt ncu-0.txt sanitizer.txt ab.log sweep-0.log sweep-1.log \
              ${DG_GPU_RUN_GROUPED_SUITES:-kgrouped mqa}; do
@@ -46,10 +49,13 @@ trap pack EXIT  # (also after each step below, so that a run killed at its time 
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 CXX=${CXX:-/usr/bin/g++}
 export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dg_cache}
+source tools/jit_cache_io.sh
+jit_cache_unpack
 
 {
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv
     python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
+    nvcc --version | tail -2  # (the JIT cache key's compiler identity: a prebuilt cache hits only with the same)
 } > "$OUT/env.txt" 2>&1
 
 if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$OUT/install.log" 2>&1 || {

@@ -33,7 +33,9 @@
 #             earlier commit: git archive COMMIT deep_gemm/include | gzip > .ab/include.tar.gz, carried), the
 #             host code unchanged: a same-run baseline for a kernel change (mqa-old.json / mqa-old.log); only the
 #             shapes of DG_AB_OLD_SHAPES when set
-# Everything but summary.txt and the JSON files is packed into logs.tar.gz. Usage: tools/mqa_gpu_run.sh OUT
+# Everything but summary.txt and the JSON files is packed into logs.tar.gz, with the kernel cache's sources
+# (logs/jit-sources.tgz; a carried .jit-prebuilt/kernels.tar.gz is unpacked into the cache first: tools/jit_cache_io.sh).
+# Usage: tools/mqa_gpu_run.sh OUT
 set -u
 OUT=${1:?usage: tools/mqa_gpu_run.sh OUT_DIR}
 STEPS=" ${DG_MQA_STEPS:-tests bench ab-prefill ab-paged sanitize ncu sweep} "
@@ -41,8 +43,10 @@ mkdir -p "$OUT/logs"
 L=$OUT/logs
 export PYTHONUNBUFFERED=1 CXX=${CXX:-/usr/bin/g++} DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dgc}
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
-pack() { tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs; }
+source tools/jit_cache_io.sh  # (a carried prebuilt cache in; the cache's sources out as logs/jit-sources.tgz)
+pack() { jit_cache_sources "$L/jit-sources.tgz"; tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs; }
 WHEELHOUSE=${WHEELHOUSE:-.whl} ./install.sh > "$L/install.log" 2>&1 || { note install failed; tail -30 "$L/install.log"; pack; exit 1; }
+jit_cache_unpack | tee -a "$OUT/summary.txt"
 ROOT=$PWD
 PAGED="paged:64x1x8192 paged:64x1x65536 paged:64x2x8192 paged:64x2x65536 paged:256x1x8192 paged:256x1x65536 \
 paged:256x2x8192 paged:256x2x65536"

@@ -1,5 +1,5 @@
-// The compile-only entry point: render a kernel family with given parameters and compile it for a
-// named arch, with no GPU needed. Returns where the cubin is and what ptxas reported.
+// The compile-only entry point: render a kernel family with given parameters (or take its rendered source) and
+// compile it for a named arch, with no GPU needed. Returns where the cubin is and what ptxas reported.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -10,8 +10,11 @@
 
 namespace dg::apis {
 
+// `source`: an already rendered .cu of `family` (e.g. a cache entry's kernel.cu, to rebuild a cache elsewhere) in
+// place of rendering it from `params`, which must then be empty.
 inline pybind11::dict compile_kernel(const std::string& family, const kernels::KernelParams& params,
-                                     const std::string& arch, std::optional<bool> use_nvrtc) {
+                                     const std::string& arch, std::optional<bool> use_nvrtc,
+                                     const std::optional<std::string>& source_code) {
     const auto& registry = kernels::kernel_registry();
     const auto it = registry.find(family);
     if (it == registry.end()) {
@@ -20,7 +23,9 @@ inline pybind11::dict compile_kernel(const std::string& family, const kernels::K
             names.push_back(name);
         throw InputError(fmt::format("compile_kernel: unknown kernel family '{}'; known: {}", family, fmt::join(names, ", ")));
     }
-    const auto source = it->second(params);
+    if (source_code.has_value() && !params.empty())
+        throw InputError("compile_kernel: pass either params or source, not both");
+    const auto source = source_code.has_value() ? jit::KernelSource{family, *source_code} : it->second(params);
     const auto built = jit::build_kernel(source, arch, use_nvrtc);
     jit::check_ptxas_report(source.family, built.ptxas_report);
     const auto usage = jit::parse_ptxas_report(built.ptxas_report);

@@ -1,0 +1,108 @@
+"""Rebuild here, with no GPU, the kernel-cache entries that a GPU run compiled, so the next run starts warm.
+
+    python tools/prebuild_jit_cache.py SOURCES... [--out .jit-prebuilt/kernels.tar.gz] [--jobs 2]
+
+SOURCES: `jit-sources.tgz` files that `tools/gpu_run.sh` and `tools/mqa_gpu_run.sh` pack into their logs (each entry
+`<family>-<compiler>-<key>/kernel.cu` of the run's cache), or cache `kernels/` folders. Each rendered source is
+compiled again through `deep_gemm.compile_kernel(family, source=...)` with the same compiler into a fresh cache, and
+the new entries are packed into `--out`. Both GPU scripts unpack `.jit-prebuilt/kernels.tar.gz` into their cache
+before the first kernel when it is there (name `.jit-prebuilt` in the device call's `carry`), so the tests and
+benches load cubins instead of compiling them.
+
+The cache key covers the headers, the CUTLASS version and the compiler's identity, not the machine: an entry built
+here is a hit there only with the same nvcc (`nvcc --version` is in the run's env.txt) and the headers as they are
+now. A source whose key comes out as recorded was built from the same headers; a different key means the headers
+changed since that run, and the entry serves the current code (the source itself is what the run rendered: a
+changed heuristic or renderer asks for kernels this list lacks, and those compile on the GPU machine as before).
+"""
+
+import argparse
+import os
+import sys
+import tarfile
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+
+def read_sources(paths: list[str]) -> dict[str, str]:
+    """Entry name -> rendered kernel.cu, from tarballs or cache `kernels/` folders (the first of a name wins)."""
+    sources: dict[str, str] = {}
+    for path in map(Path, paths):
+        if path.is_dir():
+            for cu in sorted(path.glob("*/kernel.cu")):
+                sources.setdefault(cu.parent.name, cu.read_text())
+            continue
+        with tarfile.open(path) as tar:
+            for member in tar.getmembers():
+                parts = Path(member.name).parts
+                if member.isfile() and len(parts) >= 2 and parts[-1] == "kernel.cu":
+                    sources.setdefault(parts[-2], tar.extractfile(member).read().decode())
+    return sources
+
+
+def split_entry_name(name: str) -> tuple[str, str, str]:
+    """`<family>-<compiler>-<key>` -> (family, compiler, key); family names may hold '-', the other two do not."""
+    family, compiler, key = name.rsplit("-", 2)
+    if compiler not in ("nvcc", "nvrtc"):
+        raise ValueError(f"cache entry {name!r}: expected <family>-<nvcc|nvrtc>-<key>")
+    return family, compiler, key
+
+
+def compile_one(item: tuple[str, str]) -> tuple[str, str, str]:
+    """Compile one recorded source into DG_JIT_CACHE_DIR; returns (recorded name, new entry name, error or '')."""
+    import deep_gemm
+
+    name, code = item
+    family, compiler, _ = split_entry_name(name)
+    try:
+        result = deep_gemm.compile_kernel(family, source=code, use_nvrtc=compiler == "nvrtc")
+    except Exception as error:  # noqa: BLE001 (reported per entry, the others still build)
+        return name, "", f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return name, Path(result["entry_dir"]).name, ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sources", nargs="+", help="jit-sources.tgz files or cache kernels/ folders")
+    parser.add_argument("--out", default=".jit-prebuilt/kernels.tar.gz", help="tarball of the rebuilt entries")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiler processes at once")
+    args = parser.parse_args()
+
+    sources = read_sources(args.sources)
+    if not sources:
+        print("no kernel.cu found in the sources", file=sys.stderr)
+        return 1
+    import deep_gemm
+
+    known = set(deep_gemm.kernel_families())
+    unknown = sorted({split_entry_name(name)[0] for name in sources} - known)
+    if unknown:
+        print(f"skipping families this build does not know: {', '.join(unknown)}")
+    todo = sorted((name, code) for name, code in sources.items() if split_entry_name(name)[0] in known)
+
+    cache = Path(tempfile.mkdtemp(prefix="dg_prebuild_"))
+    os.environ["DG_JIT_CACHE_DIR"] = str(cache)  # (read at each compile; the workers inherit it)
+    same_key = failed = 0
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for done, (name, entry, error) in enumerate(pool.map(compile_one, todo), 1):
+            if error:
+                failed += 1
+                print(f"FAILED {name}: {error}", flush=True)
+            same_key += entry == name
+            if done % 25 == 0 or done == len(todo):
+                print(f"{done}/{len(todo)} compiled ({same_key} with the recorded key, {failed} failed)", flush=True)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    entries = sorted(p for p in (cache / "kernels").iterdir() if (p / "manifest").is_file())
+    with tarfile.open(out, "w:gz") as tar:
+        for entry in entries:
+            tar.add(entry, arcname=entry.name)
+    size_mb = out.stat().st_size / 2**20
+    print(f"{len(entries)} entries ({same_key} of {len(todo)} with the recorded key) -> {out} ({size_mb:.1f} MiB)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
