@@ -31,6 +31,7 @@ _CONFIG_KEYS = (
     "use_tma_store",
     "fp32_buffers",
 )
+ALL_SUITES = ["dense", "bf16", "masked", "bf16_masked", "grouped", "bf16_grouped", "kgrouped"]
 _OPERAND_KEYS = ("per_row_sfb", "bf16", "mn_major_a", "mn_major_b", "fp32_out", "has_c")
 
 
@@ -90,8 +91,7 @@ def picks(suites: list[str]) -> dict[tuple, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    all_suites = ["dense", "bf16", "masked", "bf16_masked", "grouped", "bf16_grouped", "kgrouped"]
-    parser.add_argument("--suites", nargs="+", default=all_suites, choices=all_suites)
+    parser.add_argument("--suites", nargs="+", default=ALL_SUITES, choices=ALL_SUITES)
     parser.add_argument("--jobs", type=int, default=2, help="kernels compiled at once")
     args = parser.parse_args()
     todo = picks(args.suites)

@@ -1,6 +1,6 @@
 """Rebuild here, with no GPU, the kernel-cache entries that a GPU run compiled, so the next run starts warm.
 
-    python tools/prebuild_jit_cache.py SOURCES... [--out .jit-prebuilt/kernels.tar.gz] [--jobs 2]
+    python tools/prebuild_jit_cache.py [SOURCES...] [--bench-picks] [--out .jit-prebuilt/kernels.tar.gz] [--jobs 2]
 
 SOURCES: `jit-sources.tgz` files that `tools/gpu_run.sh` and `tools/mqa_gpu_run.sh` pack into their logs (each entry
 `<family>-<compiler>-<key>/kernel.cu` of the run's cache), or cache `kernels/` folders. Each rendered source is
@@ -14,6 +14,9 @@ here is a hit there only with the same nvcc (`nvcc --version` is in the run's en
 now. A source whose key comes out as recorded was built from the same headers; a different key means the headers
 changed since that run, and the entry serves the current code (the source itself is what the run rendered: a
 changed heuristic or renderer asks for kernels this list lacks, and those compile on the GPU machine as before).
+--bench-picks adds, with no recorded run, the GEMM kernels the heuristic picks for every bench shape on the H200
+(`tools/check_pick_spills.py`'s list, rendered from their parameters: a hit there as far as those parameters are
+the whole config the launcher renders).
 """
 
 import argparse
@@ -49,14 +52,26 @@ def split_entry_name(name: str) -> tuple[str, str, str]:
     return family, compiler, key
 
 
-def compile_one(item: tuple[str, str]) -> tuple[str, str, str]:
-    """Compile one recorded source into DG_JIT_CACHE_DIR; returns (recorded name, new entry name, error or '')."""
+def bench_picks() -> list[dict[str, int]]:
+    """Parameters of each GEMM kernel the heuristic picks for the bench shapes on the H200 (sm90_gemm, NVCC)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from check_pick_spills import ALL_SUITES, picks
+
+    return [dict(key) for key in picks(ALL_SUITES)]
+
+
+def compile_one(item: tuple[str, str | dict]) -> tuple[str, str, str]:
+    """Compile one recorded source (or sm90_gemm parameters) into DG_JIT_CACHE_DIR; returns (recorded name, new
+    entry name, error or '')."""
     import deep_gemm
 
-    name, code = item
+    name, what = item
     family, compiler, _ = split_entry_name(name)
     try:
-        result = deep_gemm.compile_kernel(family, source=code, use_nvrtc=compiler == "nvrtc")
+        if isinstance(what, dict):
+            result = deep_gemm.compile_kernel(family, what, use_nvrtc=False)
+        else:
+            result = deep_gemm.compile_kernel(family, source=what, use_nvrtc=compiler == "nvrtc")
     except Exception as error:  # noqa: BLE001 (reported per entry, the others still build)
         return name, "", f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     return name, Path(result["entry_dir"]).name, ""
@@ -64,14 +79,15 @@ def compile_one(item: tuple[str, str]) -> tuple[str, str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sources", nargs="+", help="jit-sources.tgz files or cache kernels/ folders")
+    parser.add_argument("sources", nargs="*", help="jit-sources.tgz files or cache kernels/ folders")
+    parser.add_argument("--bench-picks", action="store_true", help="also the GEMM kernels of every bench shape")
     parser.add_argument("--out", default=".jit-prebuilt/kernels.tar.gz", help="tarball of the rebuilt entries")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiler processes at once")
     args = parser.parse_args()
 
     sources = read_sources(args.sources)
-    if not sources:
-        print("no kernel.cu found in the sources", file=sys.stderr)
+    if not sources and not args.bench_picks:
+        print("no kernel.cu found in the sources (and no --bench-picks)", file=sys.stderr)
         return 1
     import deep_gemm
 
@@ -79,7 +95,11 @@ def main() -> int:
     unknown = sorted({split_entry_name(name)[0] for name in sources} - known)
     if unknown:
         print(f"skipping families this build does not know: {', '.join(unknown)}")
-    todo = sorted((name, code) for name, code in sources.items() if split_entry_name(name)[0] in known)
+    todo: list[tuple[str, str | dict]] = sorted(
+        (name, code) for name, code in sources.items() if split_entry_name(name)[0] in known
+    )
+    if args.bench_picks:  # (their keys are not known beforehand: named pick<i>, never "the recorded key")
+        todo += [(f"sm90_gemm-nvcc-pick{i}", params) for i, params in enumerate(bench_picks())]
 
     cache = Path(tempfile.mkdtemp(prefix="dg_prebuild_"))
     os.environ["DG_JIT_CACHE_DIR"] = str(cache)  # (read at each compile; the workers inherit it)
