@@ -11,7 +11,7 @@ on the stage count and the shape constants, so a neighbour of a clean config may
 
 import argparse
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
 import deep_gemm
 from deep_gemm.bench.bf16_gemm import BF16_SHAPES
@@ -89,6 +89,11 @@ def picks(suites: list[str]) -> dict[tuple, str]:
     return out
 
 
+def compile_one(key: tuple) -> tuple[tuple, dict]:
+    """Compile one picked kernel (NVCC); returns (its parameters, compile_kernel's result)."""
+    return key, deep_gemm.compile_kernel("sm90_gemm", dict(key), use_nvrtc=False)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", nargs="+", default=ALL_SUITES, choices=ALL_SUITES)
@@ -97,11 +102,9 @@ def main() -> int:
     todo = picks(args.suites)
     print(f"{len(todo)} distinct kernels", flush=True)
 
-    def compile_one(key: tuple) -> tuple[tuple, dict]:
-        return key, deep_gemm.compile_kernel("sm90_gemm", dict(key), use_nvrtc=False)
-
     spilled = 0
-    with ThreadPoolExecutor(args.jobs) as pool:
+    # (processes: a compile holds the GIL while NVCC runs, so threads would compile one kernel at a time)
+    with ProcessPoolExecutor(args.jobs) as pool:
         for key, result in pool.map(compile_one, todo):
             bad = result["spill_store_bytes"] or result["spill_load_bytes"] or result["stack_frame_bytes"]
             spilled += bool(bad)

@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -38,8 +38,7 @@ def kernels() -> dict[str, tuple[str, dict]]:
         out[f"test fp8 {json.dumps(cfg, sort_keys=True)}"] = ("sm90_gemm", cfg)
     for cfg in test_jit.BF16_GEMM_CONFIGS:
         out[f"test bf16 {json.dumps(cfg, sort_keys=True)}"] = ("sm90_gemm", {"bf16": 1, **cfg})
-    suites = ["dense", "bf16", "masked", "bf16_masked", "grouped", "bf16_grouped", "kgrouped"]
-    for key, label in check_pick_spills.picks(suites).items():
+    for key, label in check_pick_spills.picks(check_pick_spills.ALL_SUITES).items():
         out[f"pick {label}"] = ("sm90_gemm", dict(key))
     return out
 
@@ -60,8 +59,10 @@ def main() -> int:
     args = parser.parse_args()
     todo = kernels()
     print(f"{len(todo)} kernels", flush=True)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        prints = dict(zip(todo, pool.map(lambda item: fingerprint(*item), todo.values()), strict=True))
+    # (processes: a compile holds the GIL while NVCC runs, so threads would compile one kernel at a time)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        families, params = zip(*todo.values(), strict=True)
+        prints = dict(zip(todo, pool.map(fingerprint, families, params), strict=True))
     args.out.write_text(json.dumps(prints, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out}")
     if args.compare is None:
