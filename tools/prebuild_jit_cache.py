@@ -98,8 +98,10 @@ def main() -> int:
     todo: list[tuple[str, str | dict]] = sorted(
         (name, code) for name, code in sources.items() if split_entry_name(name)[0] in known
     )
+    num_recorded = len(todo)
     if args.bench_picks:  # (their keys are not known beforehand: named pick<i>, never "the recorded key")
         todo += [(f"sm90_gemm-nvcc-pick{i}", params) for i, params in enumerate(bench_picks())]
+    print(f"{num_recorded} recorded sources, {len(todo) - num_recorded} bench picks", flush=True)
 
     cache = Path(tempfile.mkdtemp(prefix="dg_prebuild_"))
     os.environ["DG_JIT_CACHE_DIR"] = str(cache)  # (read at each compile; the workers inherit it)
@@ -111,7 +113,7 @@ def main() -> int:
                 print(f"FAILED {name}: {error}", flush=True)
             same_key += entry == name
             if done % 25 == 0 or done == len(todo):
-                print(f"{done}/{len(todo)} compiled ({same_key} with the recorded key, {failed} failed)", flush=True)
+                print(f"{done}/{len(todo)} compiled ({failed} failed)", flush=True)
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +122,10 @@ def main() -> int:
         for entry in entries:
             tar.add(entry, arcname=entry.name)
     size_mb = out.stat().st_size / 2**20
-    print(f"{len(entries)} entries ({same_key} of {len(todo)} with the recorded key) -> {out} ({size_mb:.1f} MiB)")
+    print(
+        f"{len(entries)} entries ({same_key} of the {num_recorded} recorded sources with the recorded key) -> {out} "
+        f"({size_mb:.1f} MiB)"
+    )
     return 1 if failed else 0
 
 
