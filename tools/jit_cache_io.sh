@@ -12,7 +12,8 @@ jit_cache_unpack() {
         echo "prebuilt kernel cache: $(tar tzf "$tarball" | grep -c '/manifest$') entries from $tarball"
 }
 jit_cache_sources() {
-    local kernels=$DG_JIT_CACHE_DIR/kernels
+    local kernels=$DG_JIT_CACHE_DIR/kernels dest
+    dest=$(realpath -m "$1")  # (the tarball is written from inside the cache folder)
     [[ -d $kernels ]] || return 0
-    (cd "$kernels" && find . -mindepth 2 -maxdepth 2 -name kernel.cu -print0 | tar czf "$1" --null -T -)
+    (cd "$kernels" && find . -mindepth 2 -maxdepth 2 -name kernel.cu -print0 | tar czf "$dest" --null -T -)
 }
