@@ -121,8 +121,11 @@ __global__ void probe_tma_chain(const float* q_src, float* out) {
         out[lane] = sum;
 }
 
-// lane l reads i = l and l + 32 of every round
-static int count_wrong(const float* host, double (*value)(int round, int i)) {
+// The reader's 32 sums of the kernel just launched, copied back and checked (lane l reads i = l and l + 32 of every
+// round; value(r, i) is slot[i] of round r); prints the verdict, returns how many sums are wrong.
+static int check_sums(const char* kernel, const float* out, double (*value)(int round, int i)) {
+    float host[32];
+    cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
     int wrong = 0;
     for (int l = 0; l < 32; ++l) {
         double expected = 0;
@@ -130,6 +133,8 @@ static int count_wrong(const float* host, double (*value)(int round, int i)) {
             expected += value(r, l) + value(r, l + 32);
         wrong += host[l] != static_cast<float>(expected);
     }
+    std::printf("%s: %s (%s)\n", kernel, wrong == 0 ? "sums correct" : "SUMS WRONG",
+                cudaGetErrorString(cudaGetLastError()));
     return wrong;
 }
 
@@ -141,26 +146,15 @@ int main() {
     for (int i = 0; i < kRounds * kQFloats; ++i)
         host_q[i] = static_cast<float>(i);
     cudaMemcpy(q_src, host_q, sizeof(host_q), cudaMemcpyHostToDevice);
-    float host[32];
 
-    probe_thread_handover<<<1, 64>>>(out);
-    cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
     const auto handover_value = [](int r, int i) { return double(r * kSlotFloats + i); };
-    const int wrong_handover = count_wrong(host, handover_value);
-    std::printf("probe_thread_handover: %s (%s)\n", wrong_handover == 0 ? "sums correct" : "SUMS WRONG",
-                cudaGetErrorString(cudaGetLastError()));
-
+    int wrong = 0;
+    probe_thread_handover<<<1, 64>>>(out);
+    wrong += check_sums("probe_thread_handover", out, handover_value);
     probe_lane0_release<<<1, 64>>>(out);
-    cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
-    const int wrong_lane0 = count_wrong(host, handover_value);
-    std::printf("probe_lane0_release: %s (%s)\n", wrong_lane0 == 0 ? "sums correct" : "SUMS WRONG",
-                cudaGetErrorString(cudaGetLastError()));
-
+    wrong += check_sums("probe_lane0_release", out, handover_value);
     probe_tma_chain<<<1, 96>>>(q_src, out);
-    cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
     // slot[i] of round r = q_src[r * 32 + i % 32] + i
-    const int wrong_chain = count_wrong(host, [](int r, int i) { return double(r * kQFloats + i % kQFloats + i); });
-    std::printf("probe_tma_chain: %s (%s)\n", wrong_chain == 0 ? "sums correct" : "SUMS WRONG",
-                cudaGetErrorString(cudaGetLastError()));
-    return wrong_handover == 0 && wrong_lane0 == 0 && wrong_chain == 0 ? 0 : 1;
+    wrong += check_sums("probe_tma_chain", out, [](int r, int i) { return double(r * kQFloats + i % kQFloats + i); });
+    return wrong == 0 ? 0 : 1;
 }
