@@ -200,12 +200,18 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
     check_relu_form(lines, num_accum=128, by_abs=cfg.get("relu_by_abs", 0) != 0)
 
 
-def check_relu_form(lines: list[str], num_accum: int, by_abs: bool) -> None:
+def check_relu_form(
+    lines: list[str], num_accum: int, by_abs: bool, signed_by_wgmma: bool = False, split_fmnmx: int = 0
+) -> None:
     """The head reduction's form in SASS: one |x| FFMA per accumulator, or an FMNMX per accumulator in each of
-    the two loop bodies (kv scales folded out of the relu, or applied inside)."""
+    the two loop bodies (kv scales folded out of the relu, or applied inside). With the signed sums by wgmma the
+    |x| FFMAs only (in the prefill kernel the pieces' split runs in the pre-pass; in the paged kernel its
+    ``split_fmnmx`` FMNMX are in the kernel). Without, the abs form has as many FFMAs without |x| (x w), which
+    this does not count."""
     fmnmx = sum("FMNMX" in line for line in lines)
     abs_ffma = sum("FFMA" in line and "|R" in line for line in lines)
-    assert (fmnmx, abs_ffma) == ((0, num_accum) if by_abs else (2 * num_accum, 0)), (fmnmx, abs_ffma)
+    expected = (split_fmnmx, num_accum) if by_abs or signed_by_wgmma else (2 * num_accum, 0)
+    assert (fmnmx, abs_ffma) == expected, (fmnmx, abs_ffma)
 
 
 def test_bench_shapes_and_torch_version_on_cpu() -> None:
@@ -799,12 +805,16 @@ PAGED_COMPILE_CASES = [
     dict(next_n=2, num_heads=64, head_dim=128, block_kv=64, num_math_wgs=2),
     dict(next_n=1, num_heads=64, head_dim=128, block_kv=64, relu_by_abs=0),
     dict(next_n=2, num_heads=32, head_dim=128, block_kv=64, relu_by_abs=1),
+    dict(next_n=2, num_heads=64, head_dim=128, block_kv=64, relu_by_abs=1, signed_sum_wgmma=1),
+    dict(next_n=1, num_heads=64, head_dim=128, block_kv=64, clean_logits=1, relu_by_abs=1, signed_sum_wgmma=1),
+    dict(next_n=4, num_heads=64, head_dim=128, block_kv=32, is_2d_context_lens=1, relu_by_abs=1, signed_sum_wgmma=1),
+    dict(next_n=4, num_heads=16, head_dim=64, block_kv=32, relu_by_abs=1, signed_sum_wgmma=1),
 ]
 
 
 def paged_case_id(cfg: dict) -> str:
     names = dict(next_n="t", num_heads="h", head_dim="d", block_kv="bkv", clean_logits="clean",
-                 is_2d_context_lens="lens2d", num_math_wgs="wgs", relu_by_abs="abs")  # fmt: skip
+                 is_2d_context_lens="lens2d", num_math_wgs="wgs", relu_by_abs="abs", signed_sum_wgmma="pieces")  # fmt: skip
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
 
@@ -817,9 +827,13 @@ def test_paged_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: di
     assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
     lines = dump_sass(result["cubin_path"]).splitlines()
     n = cfg["next_n"] * cfg["num_heads"]
+    # Per 32 of D: one m64n(T H)k32 wgmma, and with the pieces (16 B rows: 4 pieces of up to 4 queries) an m64n16k32
+    pieces = cfg.get("signed_sum_wgmma", 0) != 0
+    k_steps = cfg["head_dim"] // 32
     qgmma = [line for line in lines if "QGMMA" in line]
-    assert len(qgmma) == cfg["head_dim"] // 32, f"expected {cfg['head_dim'] // 32} QGMMA, found {len(qgmma)}"
-    assert all(f"64x{n}x32" in line for line in qgmma), qgmma
+    assert len(qgmma) == k_steps * (1 + pieces), f"expected {k_steps * (1 + pieces)} QGMMA, found {len(qgmma)}"
+    assert sum(f"64x{n}x32" in line for line in qgmma) == k_steps, qgmma
+    assert sum("64x16x32" in line for line in qgmma) == (k_steps if pieces else 0) + (k_steps if n == 16 else 0), qgmma
     assert not any("HMMA" in line for line in lines)
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("USETMAXREG" in line for line in lines) == 2
@@ -832,8 +846,10 @@ def test_paged_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: di
     # for the last tile
     t = cfg["next_n"]
     assert sum("SHFL.BFLY" in line for line in lines) == 2 * 2 * (max(t // 2, 1) + max(t // 4, 1))
-    # Two FFMAs per accumulator by default at next_n = 1 only (run 28)
-    check_relu_form(lines, num_accum=n // 2, by_abs=cfg.get("relu_by_abs", int(t == 1)) != 0)
+    # Two FFMAs per accumulator by default at next_n = 1 only (run 28); with the pieces one, the |x| one (and the
+    # pieces warps' split: one FMNMX per value of u a lane holds, D / 32, per piece)
+    check_relu_form(lines, num_accum=n // 2, by_abs=cfg.get("relu_by_abs", int(t == 1)) != 0,
+                    signed_by_wgmma=pieces, split_fmnmx=4 * k_steps if pieces else 0)  # fmt: skip
 
 
 def test_paged_kernel_family_is_registered() -> None:
@@ -966,6 +982,29 @@ def test_paged_against_float64(batch: int, next_n: int, h: int, d: int, block_kv
     run_paged_case(batch, next_n, h, d, block_kv, ctx)
 
 
+PAGED_FORM_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import test_mqa_logits as t
+for case in t.PAGED_GPU_CASES:
+    t.run_paged_case(*case)
+t.run_paged_case(32, 4, 64, 128, 64, 2000, clean=False, two_d=True, negative_scales=True)
+t.run_paged_case(16, 1, 64, 128, 64, 1500, negative_scales=True)
+t.run_paged_case(32, 2, 64, 128, 32, 2000, two_d=True)
+t.run_paged_case(24, 2, 32, 64, 64, 900, clean=False, negative_scales=True)
+"""
+
+
+@gpu
+@pytest.mark.parametrize("signed", ["1", "0"], ids=["pieces", "no-pieces"])
+def test_paged_head_sum_forms_against_float64(tmp_path, signed: str) -> None:
+    # Both forms of the paged kernel's head reduction, whichever the heuristic picks: with the signed sums from the
+    # pieces warps' e4m3 pieces on the tensor core, and without (each process reads the variable once)
+    code = PAGED_FORM_SCRIPT.format(tests=os.path.dirname(__file__))
+    result = run_python(code, {"DG_PAGED_MQA_SIGNED_WGMMA": signed}, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 @gpu
 def test_paged_unclean_2d_lens_negative_scales() -> None:
     run_paged_case(32, 4, 64, 128, 64, 2000, clean=False, two_d=True, negative_scales=True)
@@ -1015,6 +1054,12 @@ torch.save(out.cpu(), {path!r})
         ),
         ({"DG_PAGED_MQA_MATH_WGS": "4"}, "DG_PAGED_MQA_MATH_WGS must be 2 or 3, got '4'"),
         ({"DG_PAGED_MQA_STAGES": "7"}, "DG_PAGED_MQA_STAGES=7 must be a multiple of 2"),
+        ({"DG_PAGED_MQA_SIGNED_WGMMA": "1"}, None),
+        ({"DG_PAGED_MQA_SIGNED_WGMMA": "on"}, "DG_PAGED_MQA_SIGNED_WGMMA must be 0 or 1, got 'on'"),
+        (
+            {"DG_PAGED_MQA_SIGNED_WGMMA": "1", "DG_MQA_RELU_FORM": "max"},
+            "DG_PAGED_MQA_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max",
+        ),
     ],
     ids=[
         "ab-settings",
@@ -1032,6 +1077,9 @@ torch.save(out.cpu(), {path!r})
         "pieces-with-max",
         "bad-math-wgs",
         "odd-stages",
+        "paged-pieces-on",
+        "bad-paged-pieces",
+        "paged-pieces-with-max",
     ],  # fmt: skip
 )
 def test_env_overrides(tmp_path, env: dict, error: str | None) -> None:

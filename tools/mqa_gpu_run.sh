@@ -6,6 +6,8 @@
 #   bench-torch the prefill rows with the chunked PyTorch baseline too (the speedup column), mqa-torch.json
 #   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
 #   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
+#   ab-paged-pieces the paged rows without and with DG_PAGED_MQA_SIGNED_WGMMA (the pieces), twice in turn
+#             (mqa-pieces{0,1}-{1,2}.json)
 #   tests-forms the prefill GPU tests under each environment of DG_FORM_ENVS (';'-separated; default: the forms
 #               other than the default pieces + split tile: FMNMX, the pieces alone, the split tile alone, through
 #               DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES)
@@ -97,6 +99,13 @@ if [[ $STEPS == *" ab-kv-split "* ]]; then
 fi
 [[ $STEPS == *" ab-prefill "* ]] && DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
 [[ $STEPS == *" ab-paged "* ]] && DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
+if [[ $STEPS == *" ab-paged-pieces "* ]]; then
+    for round in 1 2; do
+        for signed in 0 1; do
+            DG_PAGED_MQA_SIGNED_WGMMA=$signed bench "mqa-pieces$signed-$round" $PAGED
+        done
+    done
+fi
 if [[ $STEPS == *" ab-relu "* ]]; then
     DG_MQA_RELU_FORM=abs bench mqa-relu-abs $PREFILL paged:64x2x8192 paged:64x2x65536 paged:256x2x8192 \
         paged:256x2x65536

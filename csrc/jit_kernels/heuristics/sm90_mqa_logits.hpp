@@ -133,26 +133,37 @@ struct PagedMqaLogitsConfig {
     uint32_t num_math_wgs = 2;  // math warpgroups: 3 when next_n x H <= 128, else 2
     bool is_2d_context_lens = false, clean_logits = false;
     bool relu_by_abs = false;  // the head reduction's form (mqa::weighted_relu_sums): two FFMAs at next_n = 1
+    // The signed head sums from e4m3 pieces on the tensor core (the kernel's kSignedSumByWgmma; with relu_by_abs)
+    bool signed_sum_wgmma = false;
     uint32_t smem_bytes = 0;
 
     std::string describe() const {
         return fmt::format("next_n={} H={} D={} block_kv={} stages={} math_wgs={} 2d_lens={} clean={} relu_by_abs={} "
-                           "smem={}", next_n, num_heads, head_dim, block_kv, num_stages, num_math_wgs,
-                           is_2d_context_lens, clean_logits, relu_by_abs, smem_bytes);
+                           "signed_sum_wgmma={} smem={}", next_n, num_heads, head_dim, block_kv, num_stages,
+                           num_math_wgs, is_2d_context_lens, clean_logits, relu_by_abs, signed_sum_wgmma, smem_bytes);
     }
 };
 
+// Shared memory of the pieces (kSignedSumByWgmma): per Q slot a 16-row piece tile and 16 FP32 scales
+inline uint32_t paged_mqa_logits_pieces_bytes(uint32_t head_dim, bool signed_sum_wgmma) {
+    return signed_sum_wgmma ? 2 * (16 * head_dim + 16 * 4) : 0;
+}
+
 // Mirrors Sm90Fp8PagedMqaLogits::SMEM_SIZE: alignment slack, two Q slots, the kv stages with their 64
-// FP32 scales, the full/empty barriers of the stages and of the Q slots.
+// FP32 scales, the pieces, the full/empty barriers of the stages and of the Q slots (and the pieces' barriers).
 inline uint32_t paged_mqa_logits_smem_bytes(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
-                                            uint32_t num_stages) {
-    return 1024 + 2 * next_n * num_heads * head_dim + num_stages * (64 * head_dim + 64 * 4) + (2 * num_stages + 4) * 8;
+                                            uint32_t num_stages, bool signed_sum_wgmma = false) {
+    return 1024 + 2 * next_n * num_heads * head_dim + num_stages * (64 * head_dim + 64 * 4) +
+           paged_mqa_logits_pieces_bytes(head_dim, signed_sum_wgmma) +
+           (2 * num_stages + (signed_sum_wgmma ? 6 : 4)) * 8;
 }
 
 // As many stages as fit, rounded down to a multiple of the math warpgroups and of the 2 producer warps (each
 // stage has one consumer and one producer)
-inline uint32_t paged_mqa_logits_stages(uint32_t next_n, uint32_t num_heads, uint32_t head_dim, uint32_t num_math_wgs) {
-    const uint32_t budget = 200 * 1024 - 1024 - 2 * next_n * num_heads * head_dim;
+inline uint32_t paged_mqa_logits_stages(uint32_t next_n, uint32_t num_heads, uint32_t head_dim, uint32_t num_math_wgs,
+                                        bool signed_sum_wgmma = false) {
+    const uint32_t budget = 200 * 1024 - 1024 - 2 * next_n * num_heads * head_dim -
+                            paged_mqa_logits_pieces_bytes(head_dim, signed_sum_wgmma);
     const uint32_t fit = std::clamp<uint32_t>(budget / (64 * head_dim + 64 * 4 + 16), 2, 32);
     const uint32_t unit = num_math_wgs % 2 == 0 ? num_math_wgs : 2 * num_math_wgs;
     return std::max(fit / unit * unit, unit);
@@ -177,6 +188,29 @@ inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_
     // slower at next_n = 2
     c.relu_by_abs = next_n == 1;
     return c;
+}
+
+// The paged kernel's head-reduction form after the A/B overrides, its stages and shared memory recomputed:
+// DG_MQA_RELU_FORM ("max" / "abs" without the pieces, as for the prefill) and DG_PAGED_MQA_SIGNED_WGMMA ("1": the
+// signed head sums from e4m3 pieces on the tensor core, which complete the |x| form; "0": off; unset: the
+// heuristic's). Call after any override of the math warpgroups or of the stages (`forced_stages`, from
+// DG_PAGED_MQA_STAGES, is kept when nonzero).
+inline void apply_paged_mqa_logits_form_overrides(PagedMqaLogitsConfig& c, uint32_t forced_stages) {
+    static const std::string env = get_env("DG_PAGED_MQA_SIGNED_WGMMA");
+    const std::optional<bool> relu_by_abs = mqa_relu_by_abs_override();
+    if (relu_by_abs.has_value())
+        c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
+    if (!env.empty()) {
+        DG_CHECK_INPUT(env == "0" || env == "1", "DG_PAGED_MQA_SIGNED_WGMMA must be 0 or 1, got '{}'", env);
+        DG_CHECK_INPUT(env == "0" || relu_by_abs != false,
+                       "DG_PAGED_MQA_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max");
+        c.signed_sum_wgmma = env == "1";
+    }
+    if (c.signed_sum_wgmma)
+        c.relu_by_abs = true;
+    if (forced_stages == 0)
+        c.num_stages = paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs, c.signed_sum_wgmma);
+    c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
 }
 
 }  // namespace dg::kernels

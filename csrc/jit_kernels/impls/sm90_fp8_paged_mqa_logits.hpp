@@ -22,10 +22,11 @@ inline jit::KernelSource render_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsCo
             fmt::format("#include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.next_n, c.num_heads, c.head_dim, c.block_kv, c.num_stages, c.num_math_wgs,
-                        flag(c.is_2d_context_lens), flag(c.clean_logits), flag(c.relu_by_abs))};
+                        flag(c.is_2d_context_lens), flag(c.clean_logits), flag(c.relu_by_abs),
+                        flag(c.signed_sum_wgmma))};
 }
 
 // A config from named integer parameters (the compile-only entry point).
@@ -36,8 +37,11 @@ inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const KernelPara
                                                          get("clean_logits", 0) != 0);
     c.num_math_wgs = get("num_math_wgs", c.num_math_wgs);
     c.relu_by_abs = get("relu_by_abs", c.relu_by_abs) != 0;
-    c.num_stages = get("num_stages", paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs));
-    c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages);
+    c.signed_sum_wgmma = get("signed_sum_wgmma", c.signed_sum_wgmma) != 0;
+    DG_CHECK_INPUT(!c.signed_sum_wgmma || c.relu_by_abs, "signed_sum_wgmma needs relu_by_abs=1");
+    c.num_stages = get("num_stages", paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs,
+                                                             c.signed_sum_wgmma));
+    c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
     return c;
 }
 
@@ -89,16 +93,15 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
                        "warpgroups here (next_n {}, H {})", forced_stages, c.num_math_wgs, next_n, num_heads);
         c.num_stages = forced_stages;
     }
-    c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
-    c.relu_by_abs = mqa_relu_by_abs_override().value_or(c.relu_by_abs);
+    apply_paged_mqa_logits_form_overrides(c, forced_stages);
 
     const auto stream = jit::current_stream(device);
     static jit::KernelCache<
-        std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool, bool>>
+        std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool, bool, bool>>
         kernels;
     const jit::Kernel* kernel = &kernels.get(
         {device, next_n, num_heads, head_dim, block_kv, c.num_stages, c.num_math_wgs, c.is_2d_context_lens,
-         c.clean_logits, c.relu_by_abs},
+         c.clean_logits, c.relu_by_abs, c.signed_sum_wgmma},
         [&]() -> const jit::Kernel& {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),

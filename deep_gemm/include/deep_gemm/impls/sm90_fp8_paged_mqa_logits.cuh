@@ -27,6 +27,10 @@
 //       per-thread sums, store of the valid keys: below the query's end, in blocks of the CTA's range,
 //       from registers); wait; the scales of its two keys from shared memory; arrive empty[s]; relu(x s)
 //       x weight summed over heads (mqa::weighted_relu_sums, kReluByAbs: its form) into the pending sums.
+//       kSignedSumByWgmma (with kReluByAbs): the tile's wgmmas also take the slot's piece tile (D / 32 x wgmma
+//       m64n16k32, same commit group), so sum_h x w of the lane's query comes from its piece columns (4 FFMAs
+//       a key row) and the per-accumulator work is one FFMA, |x| w; relu from both after the quad reduce
+//       (mqa::relu_from_sums). Entering a request also waits for pieces_full of its slot.
 //       One more flush after the last own tile.
 //       No global loads per tile.
 //   warpgroup M (setmaxnreg 40): warps 0 and 1 produce, tile n by warp n % 2 (one warp's issue loop, a
@@ -38,19 +42,26 @@
 //       lane 0: after empty[s], TMA of the kv blocks' FP8 values and FP32 scales (block ids clamped into the
 //       cache). Warp 0 also fetches into L2 the first request's block-table lines as soon as the schedule row is
 //       read (in parallel with the request's length, which the cursor needs first) and every request's weight
-//       rows as it enters it (the math warpgroups read them on entering it, up to a ring of tiles later). Warps 2-3
-//       (kCleanLogits): -inf past the end of rows blockIdx.x + k * gridDim.x (disjoint from the math's stores).
+//       rows as it enters it (the math warpgroups read them on entering it, up to a ring of tiles later). Warps 2-3:
+//       kSignedSumByWgmma: per request, once its Q tile lands, the e4m3 pieces of u_t = sum_h w[t, h] q[t, h, :]
+//       of its queries into the slot's piece tile (see pieces()); then (kCleanLogits) -inf past the end of rows
+//       blockIdx.x + k * gridDim.x (disjoint from the math's stores).
 // kv ring: kNumStages x [64 keys x D], 128B (D = 128) or 64B (D = 64) swizzle, and 64 FP32 kv scales;
 //   full[s]: 1 arrival + bytes; empty[s]: 4 arrivals (the consuming warpgroup's warps). S is a multiple of M
 //   and of 2, so stage s is always consumed by warpgroup s % M and filled by producer warp s % 2 (a parity
 //   wait by another warpgroup or warp, one phase behind, would pass at once).
 // Q ring: 2 slots of [T H x D] (a request's queries), same swizzle; q_full: 1 arrival + bytes; q_empty: 4 M
-//   arrivals (every math warp, on leaving the request).
-// Shared memory: [Q x 2] [kv x stages] [scales x stages] [full x stages, empty x stages, q_full x 2, q_empty x 2].
+//   arrivals (every math warp, on leaving the request). kSignedSumByWgmma: per slot a [16 x D] piece tile (rows
+//   mqa::SignedSumPieces::row(t, p), the rows of queries past T zero), 16 FP32 piece scales, and pieces_full: 2
+//   arrivals (the pieces warps).
+// Shared memory: [Q x 2] [pieces x 2] [kv x stages] [scales x stages] [piece scales x 2] [full x stages, empty x
+//   stages, q_full x 2, q_empty x 2, pieces_full x 2] (the pieces' parts only with kSignedSumByWgmma).
 // Invalid device-side values never reach memory: requests and blocks of the schedule are clamped to B and
 //   the request's blocks, block-table columns to max_blocks, block ids to the cache, ends to [0, W].
 // Limits: H in {16, 32, 64}, D in {64, 128}, BLOCK_KV in {32, 64}, T in {1, 2, 4}; FP32 logits.
 #pragma once
+
+#include <cuda/std/type_traits>
 
 #include <deep_gemm/common/mqa_logits.cuh>
 #include <deep_gemm/common/pipeline.cuh>
@@ -75,7 +86,8 @@ struct PagedMqaProblem {
 };
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
-          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs>
+          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs,
+          bool kSignedSumByWgmma>
 struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t TILE_KV = 64;  // keys per tile: one wgmma M
     static constexpr uint32_t kBlocksPerTile = TILE_KV / kBlockKv;
@@ -84,6 +96,7 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     static constexpr uint32_t kNumProducerWarps = 2;  // tile n: warp n % 2 of the producer warpgroup issues it
     static constexpr uint32_t kNumCleanThreads = 128 - 32 * kNumProducerWarps;
+    static constexpr uint32_t kNumPiecesWarps = kNumCleanThreads / 32;  // kSignedSumByWgmma: query t by warp t % 2
     // Registers: 65536 per SM, the producer warpgroup at 40, the math warpgroups share the rest (multiple of 8)
     static constexpr uint32_t kProducerRegs = 40;
     static constexpr uint32_t kMathRegs = kNumMathWarpgroups == 2 ? 232 : 152;
@@ -97,14 +110,26 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t kBlockBytes = kBlockKv * (kHeadDim + 4);
     static constexpr uint32_t kRowsPerBlock = kBlockBytes / kHeadDim;  // R: block stride in D-byte rows
 
+    // kSignedSumByWgmma: the e4m3 pieces of u_t = sum_h w[t, h] q[t, h, :] of the request's queries, one B row per
+    // piece (mqa::SignedSumPieces::row), in a 16-row tile per Q slot, and their scales [4 queries x 4 pieces]
+    using Pieces = mqa::SignedSumPieces<kHeadDim>;
+    static constexpr uint32_t PIECES_N = 4 * Pieces::kNumPieces;
+    using WgmmaPieces = ptx::WgmmaFp8E4m3<PIECES_N>;
+    static constexpr uint32_t kNumPiecesAccum = kSignedSumByWgmma ? WgmmaPieces::kNumAccum : 1;
+
     static constexpr uint32_t kNumQSlots = 2;
     static constexpr uint32_t SMEM_Q_SIZE = WG_N * kHeadDim;  // one slot
+    static constexpr uint32_t SMEM_PIECES_SIZE = kSignedSumByWgmma ? PIECES_N * kHeadDim : 0;  // one slot's tile
+    static constexpr uint32_t SMEM_PIECE_SCALES_SIZE = kSignedSumByWgmma ? 4 * Pieces::kNumPieces * 4 : 0;
+    static constexpr uint32_t SMEM_PIECES_OFFSET = kNumQSlots * SMEM_Q_SIZE;
     static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = TILE_KV * kHeadDim;
-    static constexpr uint32_t SMEM_KV_OFFSET = kNumQSlots * SMEM_Q_SIZE;
+    static constexpr uint32_t SMEM_KV_OFFSET = SMEM_PIECES_OFFSET + kNumQSlots * SMEM_PIECES_SIZE;
     static constexpr uint32_t SMEM_SCALES_SIZE_PER_STAGE = TILE_KV * sizeof(float);
     static constexpr uint32_t SMEM_SCALES_OFFSET = SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE;
-    static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_SCALES_OFFSET + kNumStages * SMEM_SCALES_SIZE_PER_STAGE;
-    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 2 * kNumQSlots) * 8;
+    static constexpr uint32_t SMEM_PIECE_SCALES_OFFSET = SMEM_SCALES_OFFSET + kNumStages * SMEM_SCALES_SIZE_PER_STAGE;
+    static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_PIECE_SCALES_OFFSET + kNumQSlots * SMEM_PIECE_SCALES_SIZE;
+    static constexpr uint32_t kNumBarriers = 2 * kNumStages + (kSignedSumByWgmma ? 3 : 2) * kNumQSlots;
+    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + kNumBarriers * 8;
     static constexpr uint32_t kStageBytes = SMEM_KV_SIZE_PER_STAGE + SMEM_SCALES_SIZE_PER_STAGE;  // TMA bytes per tile
     static constexpr uint32_t kIdWindow = 32;  // block ids per producer window (one per lane)
 
@@ -124,6 +149,9 @@ struct Sm90Fp8PagedMqaLogits {
     static_assert(kIdWindow % kBlocksPerTile == 0, "a tile's blocks lie in one id window");
     static_assert(SMEM_Q_SIZE % 1024 == 0 && (kBlockKv * kHeadDim) % 1024 == 0,
                   "tiles must keep 1024-byte alignment for the swizzle");
+    static_assert(SMEM_PIECES_SIZE % 1024 == 0, "piece tiles keep the kv stages 1024-byte aligned");
+    static_assert(!kSignedSumByWgmma || (kReluByAbs && kNextN <= 4 && kNumPiecesWarps == 2),
+                  "the pieces complete the |x| form; 4 queries at most (one 16-row piece tile), two pieces warps");
 
     struct SharedStorage {
         uint8_t* base;
@@ -142,6 +170,17 @@ struct Sm90Fp8PagedMqaLogits {
         __device__ __forceinline__ uint64_t* q_full(uint32_t slot) const { return full(2 * kNumStages + slot); }
         __device__ __forceinline__ uint64_t* q_empty(uint32_t slot) const {
             return full(2 * kNumStages + kNumQSlots + slot);
+        }
+        // kSignedSumByWgmma: the slot's piece tile, their scales (query t's at [4 t, +4)) and the barrier the pieces
+        // warps arrive on once both are written (kNumPiecesWarps arrivals)
+        __device__ __forceinline__ uint8_t* pieces(uint32_t slot) const {
+            return base + SMEM_PIECES_OFFSET + slot * SMEM_PIECES_SIZE;
+        }
+        __device__ __forceinline__ float* piece_scales(uint32_t slot) const {
+            return reinterpret_cast<float*>(base + SMEM_PIECE_SCALES_OFFSET + slot * SMEM_PIECE_SCALES_SIZE);
+        }
+        __device__ __forceinline__ uint64_t* pieces_full(uint32_t slot) const {
+            return full(2 * kNumStages + 2 * kNumQSlots + slot);
         }
     };
 
@@ -227,6 +266,11 @@ struct Sm90Fp8PagedMqaLogits {
         }
         __device__ __forceinline__ void advance(const PagedMqaProblem& p) {
             block += kBlocksPerTile;
+            skip_empty(p);
+        }
+        // The first tile of the next request with blocks (valid() says whether it is still the CTA's)
+        __device__ __forceinline__ void next_request(const PagedMqaProblem& p) {
+            block = num_blocks;
             skip_empty(p);
         }
         // n tiles ahead in one step when that tile is still this request's and the CTA's (then so is every tile
@@ -339,6 +383,69 @@ struct Sm90Fp8PagedMqaLogits {
         }
     }
 
+    // ---------------------------------------------------------------- pieces (kSignedSumByWgmma)
+    // The producer warpgroup's other two warps. Per request of the range, in order: once its Q tile has landed
+    // (q_full), warp w builds u_t = sum_h w[t, h] q[t, h, :] of its queries t = w, w + 2 (< T) in FP32, in head order
+    // (lane l holds d in [l kPerLane, +kPerLane), read from the slot's swizzled Q rows; the weights from global memory,
+    // one per lane and head block of 32, broadcast per head), splits it into e4m3 pieces (mqa::SignedSumPieces),
+    // writes them into the slot's piece tile as TMA would (rows Pieces::row(t, p), swizzled) with their scales, and
+    // arrives on pieces_full. The slot is free by then: its Q tile is loaded only once every math warp has left the
+    // request before (q_empty), and the math warps enter a request only after pieces_full, so the next Q tile cannot
+    // land under these reads.
+    __device__ __forceinline__ static void pieces(const SharedStorage& s, const PagedMqaProblem& p, uint32_t warp,
+                                                  uint32_t lane) {
+        constexpr uint32_t kPerLane = Pieces::kPerLane;
+        constexpr uint32_t kHeadBlocks = (kNumHeads + 31) / 32, kHeadsPerBlock = kNumHeads < 32 ? kNumHeads : 32;
+        using Word = cuda::std::conditional_t<kPerLane == 4, uint32_t, uint16_t>;
+        PipelineState<kNumQSlots> q_pipe;
+        Cursor c = Cursor::start(p, [](uint32_t, uint32_t) {});
+        #pragma unroll 1
+        for (; c.valid(); c.next_request(p), q_pipe.advance()) {
+            ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase);
+            const uint8_t* q_tile = s.q(q_pipe.stage);
+            uint8_t* piece_tile = s.pieces(q_pipe.stage);
+            #pragma unroll 1
+            for (uint32_t t = warp; t < kNextN; t += kNumPiecesWarps) {
+                const float* w = p.weights + (static_cast<uint64_t>(c.request) * kNextN + t) * p.ld_weights;
+                float weight[kHeadBlocks];
+                #pragma unroll
+                for (uint32_t i = 0; i < kHeadBlocks; ++i)
+                    weight[i] = lane < kHeadsPerBlock ? __ldg(w + i * 32 + lane) : 0.0f;
+                float u[kPerLane] = {};
+                #pragma unroll
+                for (uint32_t i = 0; i < kHeadBlocks; ++i) {
+                    #pragma unroll 8
+                    for (uint32_t k = 0; k < kHeadsPerBlock; ++k) {
+                        const uint32_t row = t * kNumHeads + i * 32 + k;
+                        const float wh = __shfl_sync(0xffffffff, weight[i], k);
+                        const Word word = *reinterpret_cast<const Word*>(
+                            q_tile + ptx::swizzled_offset<kHeadDim>(row * kHeadDim + lane * kPerLane));
+                        #pragma unroll
+                        for (uint32_t e = 0; e < kPerLane; e += 2) {
+                            const float2 x = ptx::unpack_e4m3x2(static_cast<uint16_t>(word >> (8 * e)));
+                            u[e] = fmaf(wh, x.x, u[e]), u[e + 1] = fmaf(wh, x.y, u[e + 1]);
+                        }
+                    }
+                }
+                uint32_t words[Pieces::kNumPieces];
+                float scales[Pieces::kNumPieces];
+                Pieces::split(u, words, scales);
+                #pragma unroll
+                for (uint32_t q = 0; q < Pieces::kNumPieces; ++q) {
+                    const uint32_t logical = Pieces::row(t, q) * kHeadDim + lane * kPerLane;
+                    *reinterpret_cast<Word*>(piece_tile + ptx::swizzled_offset<kHeadDim>(logical)) =
+                        static_cast<Word>(words[q]);
+                    if (lane == q)
+                        s.piece_scales(q_pipe.stage)[t * Pieces::kNumPieces + q] = scales[q];
+                }
+            }
+            ptx::fence_proxy_async_smem();  // the tile's generic writes, before the math's wgmmas read them
+            __syncwarp();
+            if (lane == 0)
+                ptx::mbarrier_arrive(s.pieces_full(q_pipe.stage));
+        }
+    }
+
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, const PagedMqaProblem& p, uint32_t wg_idx) {
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
@@ -349,18 +456,27 @@ struct Sm90Fp8PagedMqaLogits {
         uint32_t ends[Reduce::kPerLane];          // the ends of the queries this lane stores
         uint32_t loaded_request = 0xffffffffu;
         float accum[kNumAccum];
+        // kSignedSumByWgmma: kv tile . pieces^T, and the scales of the pieces of the query this lane stores
+        float pieces_accum[kNumPiecesAccum];
+        float piece_scale[Pieces::kNumPieces];
 
         // The previous own tile's per-thread sums, reduced across the quad and stored while this tile's wgmmas
         // run; where its two values go (row pointer at key row_0) and which of them are stored. The flush sits in
         // a branch so that ptxas keeps it after the last wgmma (unconditional, it hoisted the shuffles between
         // the wgmmas); on a bool, not a pointer test, which made ptxas add a divergent-shuffle fallback.
         float pending[kNextN][2];
+        float pending_signed[2], pending_scale[2];  // kSignedSumByWgmma: this lane's query's sum x w, the kv scales
         float* pending_out = p.logits;
         bool pending_stores[2] = {false, false};
         bool has_pending = false;
         const auto flush = [&]() {
             float reduced[Reduce::kPerLane][2];
             Reduce::run(pending, reduced, lane);
+            if constexpr (kSignedSumByWgmma) {
+                #pragma unroll
+                for (uint32_t h = 0; h < 2; ++h)
+                    reduced[0][h] = mqa::relu_from_sums(pending_scale[h], pending_signed[h], reduced[0][h]);
+            }
             #pragma unroll
             for (uint32_t h = 0; h < 2; ++h) {
                 if (pending_stores[h])
@@ -374,7 +490,11 @@ struct Sm90Fp8PagedMqaLogits {
         Cursor c = Cursor::start(p, [](uint32_t, uint32_t) {});
         // Every request of the range (own tiles in it or not): wait for its Q tile; the cursor's steps enter every
         // later request, leaving the previous one's Q slot first
-        const auto enter = [&]() { ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase); };
+        const auto enter = [&]() {
+            ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase);
+            if constexpr (kSignedSumByWgmma)
+                ptx::mbarrier_wait(s.pieces_full(q_pipe.stage), q_pipe.phase);
+        };
         const auto enter_next = [&]() {
             if (lane == 0)
                 ptx::mbarrier_arrive(s.q_empty(q_pipe.stage));
@@ -399,6 +519,12 @@ struct Sm90Fp8PagedMqaLogits {
                 #pragma unroll
                 for (uint32_t m = 0; m < Reduce::kPerLane; ++m)
                     ends[m] = query_end(p, c.request, Reduce::query(m, lane));
+                if constexpr (kSignedSumByWgmma) {
+                    #pragma unroll
+                    for (uint32_t q = 0; q < Pieces::kNumPieces; ++q)
+                        piece_scale[q] =
+                            s.piece_scales(q_pipe.stage)[Reduce::query(0, lane) * Pieces::kNumPieces + q];
+                }
             }
 
             // This thread's two keys: in blocks of the CTA's range (else scale 0, not stored)
@@ -413,10 +539,24 @@ struct Sm90Fp8PagedMqaLogits {
             const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(pipe.stage));
             const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(q_pipe.stage));
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-            mqa::score_tile_issue<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+            if constexpr (kSignedSumByWgmma) {  // and pieces_accum = kv tile . pieces^T, in the same commit group
+                const uint64_t desc_pieces = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.pieces(q_pipe.stage));
+                mqa::fence_accum(accum);
+                mqa::fence_accum(pieces_accum);
+                ptx::wgmma_fence();
+                mqa::mma_k_steps<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+                mqa::mma_k_steps<WgmmaPieces, kNumKSteps>(desc_kv, desc_pieces, pieces_accum);
+                ptx::wgmma_commit();
+                mqa::fence_accum(accum);
+                mqa::fence_accum(pieces_accum);
+            } else {
+                mqa::score_tile_issue<Wgmma, kNumKSteps>(desc_kv, desc_q, accum);
+            }
             if (has_pending)
                 flush();
             mqa::score_tile_wait(accum);
+            if constexpr (kSignedSumByWgmma)
+                mqa::fence_accum(pieces_accum);
             float scale[2];
             #pragma unroll
             for (uint32_t h = 0; h < 2; ++h)
@@ -425,8 +565,23 @@ struct Sm90Fp8PagedMqaLogits {
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
             // Per query and key: sum_h relu(x_h s) w_h (any sign of s); stored by the next flush: the valid keys
-            // (below the query's end, in blocks of the CTA's range) of query Reduce::query(0, lane)
-            mqa::weighted_relu_sums<kNextN, kNumHeads, kReluByAbs>(accum, weight, scale[0], scale[1], pending);
+            // (below the query's end, in blocks of the CTA's range) of query Reduce::query(0, lane). With the
+            // pieces: sum_h |x_h| w_h here, sum_h x_h w_h of the lane's query from its piece columns (smallest
+            // piece first), relu from both after the flush's quad reduce
+            if constexpr (kSignedSumByWgmma) {
+                float unused[kNextN][2];
+                mqa::head_sums<kNextN, kNumHeads, false>(accum, weight, unused, pending);
+                #pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {
+                    float signed_sum = 0.0f;
+                    #pragma unroll
+                    for (uint32_t q = Pieces::kNumPieces; q-- > 0;)
+                        signed_sum = fmaf(piece_scale[q], pieces_accum[Pieces::accum_index(0, q, h)], signed_sum);
+                    pending_signed[h] = signed_sum, pending_scale[h] = scale[h];
+                }
+            } else {
+                mqa::weighted_relu_sums<kNextN, kNumHeads, kReluByAbs>(accum, weight, scale[0], scale[1], pending);
+            }
             const uint32_t key_0 = c.block * kBlockKv + row_0;
             const uint64_t out_row = static_cast<uint64_t>(c.request) * kNextN + Reduce::query(0, lane);
             pending_out = p.logits + out_row * p.ld_logits + key_0;
@@ -441,14 +596,15 @@ struct Sm90Fp8PagedMqaLogits {
 };
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
-          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs>
+          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs,
+          bool kSignedSumByWgmma>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem,
                                  const __grid_constant__ TmaDescriptor tma_q,
                                  const __grid_constant__ TmaDescriptor tma_kv,
                                  const __grid_constant__ TmaDescriptor tma_scales) {
     using Kernel = Sm90Fp8PagedMqaLogits<kNextN, kNumHeads, kHeadDim, kBlockKv, kNumStages, kNumMathWarpgroups,
-                                         kIs2dContextLens, kCleanLogits, kReluByAbs>;
+                                         kIs2dContextLens, kCleanLogits, kReluByAbs, kSignedSumByWgmma>;
 
     // Shared memory, 1024-byte aligned for the swizzle
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -469,8 +625,17 @@ sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem
         for (uint32_t i = 0; i < Kernel::kNumQSlots; ++i) {
             ptx::mbarrier_init(storage.q_full(i), 1);
             ptx::mbarrier_init(storage.q_empty(i), Kernel::kNumMathThreads / 32);
+            if constexpr (kSignedSumByWgmma)
+                ptx::mbarrier_init(storage.pieces_full(i), Kernel::kNumPiecesWarps);
         }
         ptx::fence_barrier_init();
+    }
+    // kSignedSumByWgmma: zero piece tiles (the rows of queries past T stay zero; the wgmmas read them too)
+    if constexpr (kSignedSumByWgmma) {
+        constexpr uint32_t kWords = Kernel::kNumQSlots * Kernel::SMEM_PIECES_SIZE / 16;
+        for (uint32_t i = threadIdx.x; i < kWords; i += Kernel::kNumThreads)
+            reinterpret_cast<uint4*>(storage.pieces(0))[i] = make_uint4(0, 0, 0, 0);
+        ptx::fence_proxy_async_smem();
     }
     __syncthreads();
     // The schedule, context lengths and block table may come from the previous grid (PDL)
@@ -480,10 +645,15 @@ sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem
     if (threadIdx.x >= Kernel::kNumMathThreads) {
         ptx::warpgroup_reg_dealloc<Kernel::kProducerRegs>();
         const uint32_t tid = threadIdx.x - Kernel::kNumMathThreads;
-        if (tid < 32 * Kernel::kNumProducerWarps)
+        if (tid < 32 * Kernel::kNumProducerWarps) {
             Kernel::producer(storage, problem, &tma_q, &tma_kv, &tma_scales, tid / 32, tid % 32);
-        else if (kCleanLogits)
-            Kernel::clean(problem, tid - 32 * Kernel::kNumProducerWarps);
+        } else {
+            // kSignedSumByWgmma: every request's pieces first (the math waits for them), then the -inf
+            if constexpr (kSignedSumByWgmma)
+                Kernel::pieces(storage, problem, tid / 32 - Kernel::kNumProducerWarps, tid % 32);
+            if constexpr (kCleanLogits)
+                Kernel::clean(problem, tid - 32 * Kernel::kNumProducerWarps);
+        }
     } else {
         ptx::warpgroup_reg_alloc<Kernel::kMathRegs>();
         Kernel::math(storage, problem, __shfl_sync(0xffffffff, threadIdx.x / 128, 0));
