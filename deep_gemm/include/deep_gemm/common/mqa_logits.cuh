@@ -173,6 +173,17 @@ struct SignedSumPieces {
         return (2 * m + p / 2) * 4 + 2 * h + p % 2;
     }
 
+    // u += weight * this lane's kPerLane e4m3 values of one q row, packed in `word` (the first d in the low byte):
+    // the step of u = sum_h w[h] q[h, :], head by head in FP32
+    template <typename Word>
+    __device__ __forceinline__ static void add_weighted(float (&u)[kPerLane], Word word, float weight) {
+        #pragma unroll
+        for (uint32_t i = 0; i < kPerLane; i += 2) {
+            const float2 x = ptx::unpack_e4m3x2(static_cast<uint16_t>(word >> (8 * i)));
+            u[i] = fmaf(weight, x.x, u[i]), u[i + 1] = fmaf(weight, x.y, u[i + 1]);
+        }
+    }
+
     // Split u (this lane's kPerLane values of the warp's query; consumed) into words[p] (kPerLane e4m3 bytes, the
     // first d in the low byte) and scale[p] (warp-uniform). A residual below 2^-119 becomes zero pieces.
     __device__ __forceinline__ static void split(float (&u)[kPerLane], uint32_t (&words)[kNumPieces],

@@ -417,14 +417,9 @@ struct Sm90Fp8PagedMqaLogits {
                     #pragma unroll 8
                     for (uint32_t k = 0; k < kHeadsPerBlock; ++k) {
                         const uint32_t row = t * kNumHeads + i * 32 + k;
-                        const float wh = __shfl_sync(0xffffffff, weight[i], k);
                         const Word word = *reinterpret_cast<const Word*>(
                             q_tile + ptx::swizzled_offset<kHeadDim>(row * kHeadDim + lane * kPerLane));
-                        #pragma unroll
-                        for (uint32_t e = 0; e < kPerLane; e += 2) {
-                            const float2 x = ptx::unpack_e4m3x2(static_cast<uint16_t>(word >> (8 * e)));
-                            u[e] = fmaf(wh, x.x, u[e]), u[e + 1] = fmaf(wh, x.y, u[e + 1]);
-                        }
+                        Pieces::add_weighted(u, word, __shfl_sync(0xffffffff, weight[i], k));
                     }
                 }
                 uint32_t words[Pieces::kNumPieces];

@@ -57,12 +57,7 @@ mqa_logits_pieces_kernel(const uint8_t* __restrict__ q, uint64_t ld_q_row, const
         #pragma unroll 8
         for (uint32_t h = 0; h < kNumHeads; ++h) {
             const float weight = __ldg(w + h);
-            const Word word = __ldg(reinterpret_cast<const Word*>(row + h * ld_q_row));
-            #pragma unroll
-            for (uint32_t i = 0; i < kPerLane; i += 2) {
-                const float2 x = ptx::unpack_e4m3x2(static_cast<uint16_t>(word >> (8 * i)));
-                u[i] = fmaf(weight, x.x, u[i]), u[i + 1] = fmaf(weight, x.y, u[i + 1]);
-            }
+            Pieces::add_weighted(u, __ldg(reinterpret_cast<const Word*>(row + h * ld_q_row)), weight);
         }
     }
     uint32_t words[Pieces::kNumPieces];
