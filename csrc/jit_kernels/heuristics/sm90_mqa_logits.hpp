@@ -175,18 +175,27 @@ inline uint32_t paged_mqa_logits_max_math_wgs(uint32_t next_n, uint32_t num_head
     return next_n * num_heads <= 128 ? 3 : 2;
 }
 
+// The signed head sums from e4m3 pieces by default (run 82, H200, H = 64, D = 128, two rounds each in one run):
+// 64 x 2 x 65536 keys 2.0 % and 256 x 2 x 65536 1.7 % faster; at 8192 keys and at next_n = 1 0-2.4 % slower. So on
+// for next_n = 2, H = 64, D = 128 from this many columns of logits (max_context_len; between the 8192 measured off
+// and the 65536 measured on)
+constexpr uint32_t kPagedPiecesMinContext = 16384;
+
+// `max_context_len`: the logits' row length (0: not known, as for compile-only configs)
 inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
                                                         uint32_t block_kv, bool is_2d_context_lens,
-                                                        bool clean_logits) {
+                                                        bool clean_logits, uint32_t max_context_len = 0) {
     PagedMqaLogitsConfig c;
     c.next_n = next_n, c.num_heads = num_heads, c.head_dim = head_dim, c.block_kv = block_kv;
     c.is_2d_context_lens = is_2d_context_lens, c.clean_logits = clean_logits;
     c.num_math_wgs = paged_mqa_logits_max_math_wgs(next_n, num_heads);
-    c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs);
-    c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages);
+    c.signed_sum_wgmma =
+        next_n == 2 && num_heads == 64 && head_dim == 128 && max_context_len >= kPagedPiecesMinContext;
     // Run 28 at H = 64 (A/B in one run): two FFMAs per accumulator 6 % faster than FMNMX + FFMA at next_n = 1, 3-4 %
-    // slower at next_n = 2
-    c.relu_by_abs = next_n == 1;
+    // slower at next_n = 2 (the pieces complete the |x| form: with them, always)
+    c.relu_by_abs = next_n == 1 || c.signed_sum_wgmma;
+    c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs, c.signed_sum_wgmma);
+    c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages, c.signed_sum_wgmma);
     return c;
 }
 
@@ -205,6 +214,8 @@ inline void apply_paged_mqa_logits_form_overrides(PagedMqaLogitsConfig& c, uint3
         DG_CHECK_INPUT(env == "0" || relu_by_abs != false,
                        "DG_PAGED_MQA_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max");
         c.signed_sum_wgmma = env == "1";
+        if (!c.signed_sum_wgmma && !relu_by_abs.has_value())
+            c.relu_by_abs = c.next_n == 1;  // (the form of the default without the pieces)
     }
     if (c.signed_sum_wgmma)
         c.relu_by_abs = true;

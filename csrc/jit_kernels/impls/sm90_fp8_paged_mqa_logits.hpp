@@ -74,7 +74,8 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     const uint32_t batch = args.q.size(0), next_n = args.q.size(1), num_heads = args.q.size(2), head_dim = args.q.size(3);
     const uint32_t block_kv = args.kv_cache.size(1), num_kv_blocks = args.kv_cache.size(0);
     PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
-                                                         args.context_lens.dim() == 2, args.clean_logits);
+                                                         args.context_lens.dim() == 2, args.clean_logits,
+                                                         static_cast<uint32_t>(args.logits.size(1)));
     // DG_PAGED_MQA_MATH_WGS (2 or 3): the math warpgroups instead of the heuristic's (A/B timing); three fit only
     // next_n x H <= 128 (the register budget of a 64 x next_n H accumulator)
     static const uint32_t forced_math_wgs = get_env_uint("DG_PAGED_MQA_MATH_WGS", 2, 3, "2 or 3");
