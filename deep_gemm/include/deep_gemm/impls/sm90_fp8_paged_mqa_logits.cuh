@@ -491,6 +491,11 @@ struct Sm90Fp8PagedMqaLogits {
                 ptx::mbarrier_wait(s.pieces_full(q_pipe.stage), q_pipe.phase);
         };
         const auto enter_next = [&]() {
+            // Every lane read the slot's piece scales; lane 0's arrival releases only its own accesses, so the warp
+            // barrier orders the other lanes' reads before it (the pieces warps rewrite the scales once q_empty
+            // has let the next Q tile into the slot)
+            if constexpr (kSignedSumByWgmma)
+                __syncwarp();
             if (lane == 0)
                 ptx::mbarrier_arrive(s.q_empty(q_pipe.stage));
             q_pipe.advance();
