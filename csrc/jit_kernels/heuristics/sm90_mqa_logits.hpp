@@ -88,6 +88,18 @@ inline std::optional<bool> mqa_relu_by_abs_override() {
     return form == "abs";
 }
 
+// A DG_*_SIGNED_WGMMA setting (`name`, its value `env`): unset gives nullopt, "0" / "1" off / on; any other value, or
+// "1" with DG_MQA_RELU_FORM=max (`relu_by_abs` false: the pieces complete the |x| form), raises.
+inline std::optional<bool> mqa_signed_sum_override(const char* name, const std::string& env,
+                                                   std::optional<bool> relu_by_abs) {
+    if (env.empty())
+        return std::nullopt;
+    DG_CHECK_INPUT(env == "0" || env == "1", "{} must be 0 or 1, got '{}'", name, env);
+    DG_CHECK_INPUT(env == "0" || relu_by_abs != false,
+                   "{}=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max", name);
+    return env == "1";
+}
+
 // Where the split tile fits the math warpgroups' registers (ptxas spills otherwise): H = 64, and H = 32 without the
 // pieces.
 inline bool mqa_logits_split_halves_fit(const MqaLogitsConfig& c) {
@@ -104,12 +116,8 @@ inline void apply_mqa_logits_form_overrides(MqaLogitsConfig& c) {
     const std::optional<bool> relu_by_abs = mqa_relu_by_abs_override();
     if (relu_by_abs.has_value())
         c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
-    if (!signed_env.empty()) {
-        DG_CHECK_INPUT(signed_env == "0" || signed_env == "1", "DG_MQA_LOGITS_SIGNED_WGMMA must be 0 or 1, got '{}'",
-                       signed_env);
-        DG_CHECK_INPUT(signed_env == "0" || relu_by_abs != false,
-                       "DG_MQA_LOGITS_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max");
-        c.signed_sum_wgmma = signed_env == "1" && c.num_heads >= 32;
+    if (const auto signed_sum = mqa_signed_sum_override("DG_MQA_LOGITS_SIGNED_WGMMA", signed_env, relu_by_abs)) {
+        c.signed_sum_wgmma = *signed_sum && c.num_heads >= 32;
         if (c.signed_sum_wgmma)
             c.relu_by_abs = true;
     }
@@ -209,11 +217,8 @@ inline void apply_paged_mqa_logits_form_overrides(PagedMqaLogitsConfig& c, uint3
     const std::optional<bool> relu_by_abs = mqa_relu_by_abs_override();
     if (relu_by_abs.has_value())
         c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
-    if (!env.empty()) {
-        DG_CHECK_INPUT(env == "0" || env == "1", "DG_PAGED_MQA_SIGNED_WGMMA must be 0 or 1, got '{}'", env);
-        DG_CHECK_INPUT(env == "0" || relu_by_abs != false,
-                       "DG_PAGED_MQA_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max");
-        c.signed_sum_wgmma = env == "1";
+    if (const auto signed_sum = mqa_signed_sum_override("DG_PAGED_MQA_SIGNED_WGMMA", env, relu_by_abs)) {
+        c.signed_sum_wgmma = *signed_sum;
         if (!c.signed_sum_wgmma && !relu_by_abs.has_value())
             c.relu_by_abs = c.next_n == 1;  // (the form of the default without the pieces)
     }

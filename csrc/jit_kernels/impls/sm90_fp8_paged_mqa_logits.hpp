@@ -83,8 +83,7 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
         DG_CHECK_INPUT(forced_math_wgs <= paged_mqa_logits_max_math_wgs(next_n, num_heads),
                        "DG_PAGED_MQA_MATH_WGS={} needs next_n * H <= 128, got next_n {}, H {}", forced_math_wgs,
                        next_n, num_heads);
-        c.num_math_wgs = forced_math_wgs;
-        c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs);
+        c.num_math_wgs = forced_math_wgs;  // (the stages follow in apply_paged_mqa_logits_form_overrides)
     }
     // DG_PAGED_MQA_STAGES: the kv ring's depth instead of the heuristic's (for sweeps)
     static const uint32_t forced_stages = get_env_uint("DG_PAGED_MQA_STAGES", 2, 32, "an integer in [2, 32]");
