@@ -38,12 +38,6 @@ struct Bf16TmaEpilogue {
         ptx::named_barrier_sync(1 + wg_idx, 128);
 
         // Lane l addresses row l % 8 of matrix l / 8: (rows +8 if matrix is odd, columns +8 if matrix >= 2)
-        // NOTES: the lane is read here again (%laneid, opaque to the compiler), so these addresses are computed
-        // per tile rather than hoisted out of the tile loop and held through the K loop. (Hoisted, with the next
-        // tile's first wgmmas in flight during this epilogue, sm90_gemm.cuh's kIssueAcrossTiles: the stream-K
-        // kernel moved a wgmma descriptor through R2UR, and an earlier form of that loop spilled.)
-        (void)lane;
-        lane = ptx::lane_id();
         const uint32_t row_in_slice = warp_in_wg * 16 + (lane / 8 % 2) * 8 + lane % 8;
         const uint32_t col_offset = (lane / 16) * 8;
         #pragma unroll

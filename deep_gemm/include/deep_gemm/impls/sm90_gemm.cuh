@@ -49,9 +49,6 @@
 //   with stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
 //   read shared memory before overwriting it, so the store of tile i overlaps the K loop of tile i+1.
-//   FP8 without the overlapped promotion, split-K or K groups (kIssueAcrossTiles): a warpgroup issues the
-//   next tile's first K block into `partial` before it runs tile i's epilogue, so the tensor cores are not idle
-//   while all math warpgroups store (they finish a tile together) and the next tile's first wgmma latency is hidden.
 //   FP32 D (kUseTmaStore): per 32-column chunk, each math warpgroup writes its rows into the next of a ring of
 //   kNumFp32Buffers 128B-swizzled staging buffers and one thread stores the chunk by TMA; in place (C is D) TMA
 //   adds the chunk into D instead (cp.reduce.async.bulk .add: no C read by the threads); another C is TMA-loaded
@@ -156,9 +153,6 @@ struct Sm90Gemm {
     static constexpr uint32_t kSfbAhead = kNumMathWarpgroups == 3 ? 2 : 4;
     using Promotion = Fp8Promotion<kNumWgmmaM, kNumAccum, BLOCK_N, kSfbAhead>;
     using StageScales = typename Promotion::StageScales;
-    // FP8 without the overlapped promotion, whole tiles of one K range each (no split-K, not k-grouped): the next
-    // tile's first K block is issued before this tile's epilogue (`partial` is free once the last block is promoted)
-    static constexpr bool kIssueAcrossTiles = kIsFp8 && !kOverlapPromotion && kNumSplits == 1 && !kIsKGrouped;
 
     // TMA store staging: the BF16 tile, or for FP32 D a ring of kNumFp32Buffers 32-column chunks per math warpgroup
     static constexpr uint32_t SMEM_D_SIZE =
@@ -395,11 +389,6 @@ struct Sm90Gemm {
                                                                        uint32_t wg_idx, uint32_t warp_in_wg,
                                                                        uint32_t lane) {
         ptx::mbarrier_wait(s.full(at.stage), at.phase);
-        return read_scales(s, at, wg_idx, warp_in_wg, lane);
-    }
-    // (the stage at `at` has landed)
-    __device__ __forceinline__ static StageScales read_scales(const SharedStorage& s, const PipelineState<kNumStages>& at,
-                                                              uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
         StageScales out;
         out.sfb = kPerRowSfb ? float2{0.0f, 0.0f} : *reinterpret_cast<const float2*>(s.sfb(at.stage));
         #pragma unroll
@@ -530,38 +519,23 @@ struct Sm90Gemm {
         const CMode c_mode = Fp32Epilogue::c_mode(c, ldc, d, ldd);
         uint32_t c_phases = 0, fp32_ring = 0;
         uint32_t tile_count = 0;  // (split-K: the exchange barriers' phases)
-        // A unit's start: C's first chunks are requested (they land during the K loop), the accumulators cleared
-        const auto begin_unit = [&](const GemmTile& tile) {
+        // One unit: its K loop, then its epilogue (a stream-K contribution: its partial sums to the workspace)
+        const auto run_unit = [&](const GemmTile& tile) {
+            const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
+            const uint32_t n0 = tile.n_block * BLOCK_N;
+            const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
+            // C's first chunks land during the K loop
             if constexpr (kFp32TmaStore) {
                 if (c_mode == CMode::kLoad && !Scheduler::is_stream_k_contribution(tile) && threadIdx.x % 128 == 0)
-                    Fp32Epilogue::load_c_prefetch(s, tma_c, fp32_ring, tile.m_block * BLOCK_M + wg_idx * WG_M,
-                                                  tile.n_block * BLOCK_N, tile.group, wg_idx);
+                    Fp32Epilogue::load_c_prefetch(s, tma_c, fp32_ring, m0, n0, tile.group, wg_idx);
             }
+
             #pragma unroll
             for (uint32_t im = 0; im < kNumWgmmaM; ++im)
                 #pragma unroll
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     accum[im][i] = 0.0f;
-        };
-        // FP8 without the overlap: one K block whose wgmmas (into `partial`) are in flight: wait for them, promote,
-        // release the stage
-        const auto finish_block = [&](const StageScales& scales, uint32_t boundary) {
-            float2 sfb_ahead[kSfbAhead];
-            if constexpr (kPerRowSfb)
-                Promotion::load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
-            ptx::wgmma_wait<0>();
-            fence_registers(partial);
-            promote_and_release(s, pipe.stage, accum, partial, scales, sfb_ahead, boundary, lane, rank);
-            pipe.advance();
-        };
-        // FP8 without the overlap: wait for the K block at `pipe` and issue its wgmmas into `partial`
-        const auto issue_block = [&]() {
-            ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-            issue_mma<false>(desc_a, desc_b, pipe.stage, partial);
-        };
-        // One unit's K loop
-        const auto k_loop = [&](const GemmTile& tile) {
-            const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
+
             if constexpr (kIsFp8 && kOverlapPromotion) {
                 // Two partial buffers: block k + 1's wgmmas run while block k is promoted
                 StageScales scales[2];
@@ -595,10 +569,15 @@ struct Sm90Gemm {
                     }
                 }
             } else if constexpr (kIsFp8) {
-                for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block) {
+                for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
                     const StageScales scales = wait_and_read_scales(s, pipe, wg_idx, warp_in_wg, lane);
                     issue_mma<false>(desc_a, desc_b, pipe.stage, partial);
-                    finish_block(scales, boundary);
+                    float2 sfb_ahead[kSfbAhead];
+                    if constexpr (kPerRowSfb)
+                        Promotion::load_sfb_ahead(sfb_ahead, s.sfb(pipe.stage), lane);
+                    ptx::wgmma_wait<0>();
+                    fence_registers(partial);
+                    promote_and_release(s, pipe.stage, accum, partial, scales, sfb_ahead, boundary, lane, rank);
                 }
             } else {
                 // BF16: the wgmmas accumulate into `accum` directly. A stage is released once its wgmmas are
@@ -617,11 +596,7 @@ struct Sm90Gemm {
                 if (pending != kNumStages)
                     release_stage(s, pending, lane, rank);
             }
-        };
-        // One unit's epilogue (a stream-K contribution: its partial sums to the workspace)
-        const auto finish_unit = [&](const GemmTile& tile) {
-            const uint32_t m0 = tile.m_block * BLOCK_M + wg_idx * WG_M;
-            const uint32_t n0 = tile.n_block * BLOCK_N;
+
             // Stream-K: a contribution goes to the workspace (no D); an owner adds the contributions first
             if constexpr (kStreamK) {
                 if (Scheduler::is_stream_k_contribution(tile)) {
@@ -650,8 +625,8 @@ struct Sm90Gemm {
                 } else {
                     Fragment::store_direct(accum, m0, n0, shape_m, shape_n, d_group, ldd, c_group, ldc, warp_in_wg, lane);
                 }
-            } else if (!kIsFp8 && c != nullptr) {
-                // BF16 D = C + A @ B^T (dense BF16 GEMMs only: the host rejects a C with FP8 operands and BF16 D)
+            } else if (c != nullptr) {
+                // BF16 D = C + A @ B^T (dense BF16 GEMMs only)
                 Fragment::store_direct(accum, m0, n0, shape_m, shape_n, static_cast<__nv_bfloat16*>(d), ldd, c, ldc,
                                        warp_in_wg, lane);
             } else {
@@ -659,60 +634,12 @@ struct Sm90Gemm {
                                 layout, wg_idx, warp_in_wg, lane);
             }
         };
-        const auto run_unit = [&](const GemmTile& tile) {
-            begin_unit(tile);
-            k_loop(tile);
-            finish_unit(tile);
-        };
         // Whole tiles, then (stream-K) the segments of the shared tiles: two loops, each with its own copy of the
         // unit. In one loop, ptxas no longer kept the pipeline state and the wgmma descriptors in uniform registers
         // (16 R2UR and ~60 more instructions per K block; 20 % slower on every tile, measured in run 49).
         GemmTile tile;
-        if constexpr (kIssueAcrossTiles) {
-            // The next whole tile's first K block is issued before this tile's epilogue, so the tensor cores run it
-            // while the warpgroup stores D (see the top of this file). NOTES: one loop over K blocks across tiles,
-            // with the epilogue of the tile before inside it, behind a branch taken after a tile's first block is
-            // issued: both sides of that branch have the group in flight (where paths with and without one merge,
-            // ptxas waits for every group: C7517), and the K blocks keep one wgmma site. Written as a K loop per
-            // tile with the next tile's first block issued after it (three sites), ptxas moved the wgmma
-            // descriptors out of the uniform registers (16 R2UR before the loop's wgmmas: see run 49).
-            if (num_k_blocks == 0) {
-                // (K = 0: no K block to issue ahead; every tile's D is zero. The host does not launch for it.)
-                for (; scheduler.next(tile); ++tile_count) {
-                    begin_unit(tile);
-                    finish_unit(tile);
-                }
-            } else if (scheduler.next(tile)) {
-                GemmTile done = tile;  // the tile whose epilogue is pending
-                bool epilogue_pending = false;
-                uint32_t k_block = tile.k_begin;
-                uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;
-                begin_unit(tile);
-                while (true) {
-                    issue_block();
-                    if (epilogue_pending) {
-                        finish_unit(done);
-                        begin_unit(tile);
-                        epilogue_pending = false;
-                    }
-                    finish_block(read_scales(s, pipe, wg_idx, warp_in_wg, lane), boundary);
-                    if (++k_block == tile.k_end) {
-                        ++tile_count;
-                        done = tile;
-                        if (!scheduler.next(tile)) {
-                            finish_unit(done);
-                            break;
-                        }
-                        epilogue_pending = true;
-                        k_block = tile.k_begin;
-                        boundary = TileSfb(tile.n_block, shape_n).boundary;
-                    }
-                }
-            }
-        } else {
-            for (; scheduler.next(tile); ++tile_count)
-                run_unit(tile);
-        }
+        for (; scheduler.next(tile); ++tile_count)
+            run_unit(tile);
         if constexpr (kStreamK) {
             for (; scheduler.next_stream_k(tile); ++tile_count)
                 run_unit(tile);
