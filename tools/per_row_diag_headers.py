@@ -14,11 +14,10 @@ the real headers in the same run separates the loads' cost from the FMULs'.
 """
 
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parent.parent
+from header_variants import read_header, write_include_tarball
+
 _HEADER = "deep_gemm/include/deep_gemm/common/fp8_promotion.cuh"
 _LOAD = "sfb_pairs(sfb_stage, lane)[(j + kSfbAhead) * 4]"
 _LOAD_AHEAD = "sfb_pairs(sfb_stage, lane)[j * 4]"
@@ -51,22 +50,9 @@ def _patched(text: str, variant: str) -> str:
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    original = (_ROOT / _HEADER).read_text()
+    original = read_header(_HEADER)
     for variant in ("nolds", "noscale"):
-        with tempfile.TemporaryDirectory() as tmp:
-            tree = Path(tmp)
-            with tarfile.open(out / f"include-perrow-{variant}.tar.gz", "w:gz") as tar:
-                for path in sorted((_ROOT / "deep_gemm/include").rglob("*")):
-                    if path.is_file():
-                        rel = path.relative_to(_ROOT)
-                        text = _patched(original, variant) if str(rel) == _HEADER else None
-                        if text is None:
-                            tar.add(path, arcname=str(rel))
-                        else:
-                            staged = tree / "fp8_promotion.cuh"
-                            staged.write_text(text)
-                            tar.add(staged, arcname=str(rel))
-        print(out / f"include-perrow-{variant}.tar.gz")
+        print(write_include_tarball(out / f"include-perrow-{variant}.tar.gz", {_HEADER: _patched(original, variant)}))
 
 
 if __name__ == "__main__":
