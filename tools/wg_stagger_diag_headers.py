@@ -17,7 +17,8 @@ from pathlib import Path
 from header_variants import read_header, write_include_tarball
 
 _HEADER = "deep_gemm/include/deep_gemm/impls/sm90_gemm.cuh"
-_START_ANCHOR = "        const uint32_t lane = threadIdx.x % 32;\n\n        Scheduler scheduler("
+_LANE_LINE = "        const uint32_t lane = threadIdx.x % 32;\n"  # (the spin goes after it, before the scheduler)
+_START_ANCHOR = _LANE_LINE + "\n        Scheduler scheduler("
 _TILE_ANCHOR = "            const uint32_t boundary = TileSfb(tile.n_block, shape_n).boundary;\n"
 _SPIN = (
     "{indent}{{  // (diagnostic: math warpgroup w waits w x {cycles} cycles)\n"
@@ -31,8 +32,8 @@ def patched(text: str, where: str, cycles: int) -> str:
     """sm90_gemm.cuh with the spin inserted at the start of math() ("start") or of each unit ("tile")."""
     assert text.count(_START_ANCHOR) == 1 and text.count(_TILE_ANCHOR) == 1, "sm90_gemm.cuh changed: update this tool"
     if where == "start":
-        head = "        const uint32_t lane = threadIdx.x % 32;\n"
-        return text.replace(_START_ANCHOR, head + _SPIN.format(indent="        ", cycles=cycles) + _START_ANCHOR[len(head):])
+        spin = _SPIN.format(indent="        ", cycles=cycles)
+        return text.replace(_START_ANCHOR, _LANE_LINE + spin + _START_ANCHOR[len(_LANE_LINE):])
     if where == "tile":
         return text.replace(_TILE_ANCHOR, _TILE_ANCHOR + _SPIN.format(indent="            ", cycles=cycles))
     raise ValueError(where)
