@@ -36,3 +36,16 @@ inline uint32_t get_env_uint(const char* name, uint32_t lo, uint32_t hi, const c
 }
 
 }  // namespace dg
+
+namespace dg {
+
+// DG_DEBUG_CHECKS=1: the one debug switch of every API. On, APIs also check the *values* of index and range
+// tensors (ks/ke ranges, block ids, context lengths, group ids) on the host, which for CUDA tensors costs a
+// device-to-host copy and a synchronization per call. Off (the default), no API synchronizes the device or
+// launches an extra kernel for a check; the kernels clamp or skip out-of-range values instead. Read on every
+// call (a getenv), so tests and debuggers may flip it inside one process.
+inline bool debug_checks_enabled() {
+    return get_env_flag("DG_DEBUG_CHECKS");
+}
+
+}  // namespace dg
