@@ -169,3 +169,148 @@ def test_copy_bandwidth_text() -> None:
         "device-to-device copy: 4288 GB/s by events, 4240 GB/s on the device alone"
     )
     assert "by events, - GB/s on the device alone" in copy_bandwidth_text(4.288e12, None)
+
+
+def _timing(median_us: float) -> dict:
+    return {"median_us": median_us, "min_us": median_us - 0.5, "samples_us": [median_us]}
+
+
+def _dense_report(**extra) -> dict:
+    rows = [
+        dict(m=64, n=2112, k=7168, ours=_timing(12.44), blockwise=None, fast_accum=_timing(11.0), tflops=157.2,
+             gbps=1286.4, pct_copy_bandwidth=30.1, speedup_vs_blockwise=None, speedup_vs_fast_accum=0.884,
+             ours_error=None, ours_accurate=True),
+        dict(m=4096, n=7168, k=2048, ours=_timing(101.26), blockwise=_timing(120.0), fast_accum=_timing(99.0),
+             tflops=1187.0, gbps=900.0, pct_copy_bandwidth=21.0, speedup_vs_blockwise=1.185,
+             speedup_vs_fast_accum=0.978, ours_error=None, ours_accurate=True),
+    ]  # fmt: skip
+    report = {
+        "suite": "dense",
+        "timestamp": "2026-12-04T13:52:20.232069+00:00",
+        "device": "NVIDIA H200",
+        "torch": "2.11.0+cu130",
+        "cuda": "13.0",
+        "deep_gemm_version": "0.1.0",
+        "options": {"shapes": None, "num_warmups": 5, "num_tests": 30, "idle_s": 0.3, "flush_l2": True,
+                    "l2_flush_mode": "read", "baselines": True},  # fmt: skip
+        "copy_bandwidth_gbps": 4267.45,
+        "geomean_speedup": {"blockwise": 1.185, "fast_accum": 0.93},
+        "rows": rows,
+    }
+    report.update(extra)
+    return report
+
+
+def _table_lines(text: str) -> list[list[str]]:
+    """The cells of each Markdown table line of ``text`` (split on unescaped ``|``)."""
+    import re
+
+    lines = [line.strip()[1:-1] for line in text.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in re.split(r"(?<!\\)\|", line)] for line in lines]
+
+
+def test_markdown_table_of_a_dense_report() -> None:
+    from deep_gemm.bench.markdown import render_report
+
+    text = render_report(_dense_report(driver="580.159.04", command="python -m deep_gemm.bench --suite dense"))
+    lines = text.splitlines()
+    assert lines[0] == "## dense on NVIDIA H200"
+    for expected in ("- date: 2026-12-04 13:52 UTC", "- GPU: NVIDIA H200", "- driver: 580.159.04",
+                     "- CUDA (PyTorch build): 13.0", "- PyTorch: 2.11.0+cu130",
+                     "- command: `python -m deep_gemm.bench --suite dense`"):  # fmt: skip
+        assert expected in lines
+    table = _table_lines(text)
+    assert table[0] == ["m", "n", "k", "ours µs", "blockwise µs", "fast_accum µs", "TFLOPS", "GB/s", "% copy BW",
+                        "vs blockwise", "vs fast_accum"]  # fmt: skip
+    assert set(table[1]) == {"---:"}
+    # Numbers rounded per column, a baseline that did not run is "-", the samples are not shown
+    assert table[2] == ["64", "2112", "7168", "12.4", "-", "11.0", "157", "1286", "30", "-", "0.88"]
+    assert table[3] == ["4096", "7168", "2048", "101.3", "120.0", "99.0", "1187", "900", "21", "1.19", "0.98"]
+    assert len(table) == 4
+    assert "Geomeans over the rows: blockwise 1.185, fast_accum 0.930" in text
+
+
+def test_markdown_of_an_old_report_marks_missing_fields() -> None:
+    # Reports written before the driver and the command were recorded: "not recorded", and the command rebuilt
+    # from the recorded options (only what differs from the defaults)
+    from deep_gemm.bench.markdown import render_report
+
+    report = _dense_report()
+    report["options"] = dict(report["options"], num_tests=10, baselines=False, shapes=["1x2112x7168"])
+    del report["torch"]
+    text = render_report(report)
+    assert "- driver: not recorded" in text and "- PyTorch: not recorded" in text
+    assert ("- command: `python -m deep_gemm.bench --suite dense --shapes 1x2112x7168 --num-tests 10 "
+            "--no-baselines` (rebuilt from the recorded options)") in text  # fmt: skip
+    assert "median of 10 calls after 5 warm-ups, L2 flushed (read) before each call" in text
+
+
+def test_markdown_errors_and_second_row_list() -> None:
+    from deep_gemm.bench.markdown import render_report, render_table
+
+    report = _dense_report(driver="x", command="c")
+    report["rows"][1] = dict(report["rows"][1], ours=None, ours_error="RuntimeError: boom | here", tflops=None,
+                             ours_accurate=None)  # fmt: skip
+    report["paged_rows"] = [dict(batch=64, next_n=1, ctx=8192, ours=_timing(26.69), metadata=_timing(5.5))]
+    text = render_report(report)
+    table = _table_lines(text.split("### dense (paged)")[0])
+    assert table[0][-1] == "error" and table[3][-1] == "RuntimeError: boom \\| here" and table[2][-1] == "-"
+    paged = _table_lines(text.split("### dense (paged)")[1])
+    assert paged[0] == ["batch", "next_n", "ctx", "ours µs", "metadata µs"]
+    assert paged[2] == ["64", "1", "8192", "26.7", "5.5"]
+    assert "The suite did not run: no CUDA GPU" in render_report({"suite": "mqa", "error": "no CUDA GPU"})
+    with pytest.raises(ValueError, match="no rows"):
+        render_table([])
+    with pytest.raises(ValueError, match="suite"):
+        render_report({"rows": []})
+
+
+def test_main_renders_json_files_as_markdown(tmp_path, capsys) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps(_dense_report(driver="580.159.04", command="python -m deep_gemm.bench")))
+    second.write_text(json.dumps(_dense_report(device="NVIDIA H100 80GB HBM3")))
+    out = tmp_path / "perf.md"
+    assert main(["--from-json", str(first), str(second), "--markdown", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# deep_gemm benchmarks\n")
+    assert text.index("## dense on NVIDIA H200") < text.index("## dense on NVIDIA H100 80GB HBM3")
+    assert text.count("| 4096 | 7168 | 2048 | 101.3 |") == 2
+    # Without a path: stdout
+    assert main(["--from-json", str(first), "--markdown"]) == 0
+    assert "## dense on NVIDIA H200" in capsys.readouterr().out
+    # --from-json needs --markdown, and a report
+    with pytest.raises(SystemExit):
+        main(["--from-json", str(first)])
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit):
+        main(["--from-json", str(tmp_path / "bad.json"), "--markdown"])
+    with pytest.raises(SystemExit):
+        main(["--from-json", str(tmp_path / "missing.json"), "--markdown"])
+
+
+def test_main_records_the_command_and_writes_markdown(monkeypatch, tmp_path) -> None:
+    # A suite's report gets the command line; --markdown writes it with that command
+    def run(options: BenchOptions) -> SuiteReport:
+        return SuiteReport({**_dense_report(driver="d"), "suite": "fake_md"}, True)
+
+    monkeypatch.setitem(__import__("deep_gemm.bench.registry").bench.registry._SUITES, "fake_md",
+                        Suite("fake_md", "fake", "MxNxK", parse_mnk, run))  # fmt: skip
+    out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
+    argv = ["--suite", "fake_md", "--num-tests", "7", "--json", str(out_json), "--markdown", str(out_md)]
+    assert main(argv) == 0
+    command = json.loads(out_json.read_text())["command"]
+    assert command.startswith("python -m deep_gemm.bench --suite fake_md --num-tests 7 --json ")
+    assert f"- command: `{command}`" in out_md.read_text()
+
+
+def test_report_header_records_the_driver(monkeypatch) -> None:
+    from deep_gemm.bench import common
+
+    monkeypatch.setattr(common.shutil, "which", lambda name: None)
+    monkeypatch.setattr(common.ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError("no libcuda")))
+    assert common.driver_version() is None
+    monkeypatch.setattr(common.torch.cuda, "get_device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(common, "driver_version", lambda: "580.159.04")
+    header = common.report_header("dense", BenchOptions(), 1e-3, 4.2e12)
+    assert header["driver"] == "580.159.04" and header["device"] == "NVIDIA H200"
+    assert {"timestamp", "torch", "cuda", "options"} <= set(header)

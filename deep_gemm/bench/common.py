@@ -1,7 +1,10 @@
 """Helpers shared by the benchmark suites: shape parsing, one timed callable, a first call that records
 failures, throughput, and the header of a suite's JSON report."""
 
+import ctypes
 import datetime
+import shutil
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +16,7 @@ from deep_gemm.testing import bench_kernel, bench_kineto, d2d_copy_bandwidth
 
 __all__ = [
     "derive_throughput",
+    "driver_version",
     "copy_bandwidth_text",
     "device_copy_bandwidth",
     "error_text",
@@ -41,6 +45,27 @@ def parse_int_shape(text: str, count: int, description: str, example: str, min_f
     return values
 
 
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (``nvidia-smi``'s ``driver_version``, e.g. ``"580.159.04"``); where nvidia-smi
+    is missing, the CUDA version the driver supports as ``"supports CUDA 13.0"``; None if neither can be read."""
+    exe = shutil.which("nvidia-smi")
+    if exe is not None:
+        cmd = [exe, "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+            if out:
+                return out.splitlines()[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        version = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) == 0:
+            return f"supports CUDA {version.value // 1000}.{version.value % 1000 // 10}"
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
 def report_header(
     suite: str,
     options: BenchOptions,
@@ -48,14 +73,16 @@ def report_header(
     copy_bandwidth: float,
     copy_bandwidth_device: float | None = None,
 ) -> dict[str, Any]:
-    """The fields every suite's JSON report starts with: what ran, where, when, with which options, and the copy
-    bandwidths (by events; on the device alone where the suite measured it, else None)."""
+    """The fields every suite's JSON report starts with: what ran, where (GPU name and driver), when, with which
+    CUDA, PyTorch and deep_gemm versions and options, and the copy bandwidths (by events; on the device alone where
+    the suite measured it, else None). The command line is added by ``python -m deep_gemm.bench``."""
     import deep_gemm
 
     return {
         "suite": suite,
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "device": torch.cuda.get_device_name(),
+        "driver": driver_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "deep_gemm_version": getattr(deep_gemm, "__version__", None),
