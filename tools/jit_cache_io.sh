@@ -1,4 +1,4 @@
-# Sourced by tools/gpu_run.sh and tools/mqa_gpu_run.sh: the kernel cache ($DG_JIT_CACHE_DIR) in and out of a GPU run.
+# Sourced by tools/gpu_run.sh: the kernel cache ($DG_JIT_CACHE_DIR) in and out of a GPU run.
 #   jit_cache_unpack        before the first kernel: the entries of .jit-prebuilt/kernels.tar.gz (carried; built on a
 #                           CPU machine by tools/prebuild_jit_cache.py) into the cache, so matching kernels load
 #                           instead of compiling; prints how many

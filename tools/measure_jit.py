@@ -1,4 +1,4 @@
-"""JIT and host-overhead measurements for docs/perf/jit.md (run on a GPU machine).
+"""JIT and host-overhead measurements (run on a GPU machine; docs/design.md gives the numbers they justify).
 
     python tools/measure_jit.py --json out.json
 

@@ -2,14 +2,14 @@
 
     python tools/prebuild_jit_cache.py [SOURCES...] [--bench-picks] [--out .jit-prebuilt/kernels.tar.gz] [--jobs 2]
 
-SOURCES: `jit-sources.tgz` files that `tools/gpu_run.sh` and `tools/mqa_gpu_run.sh` pack into their logs (each entry
+SOURCES: `jit-sources.tgz` files that `tools/gpu_run.sh` packs into its logs (each entry
 `<family>-<compiler>-<key>/kernel.cu` of the run's cache), or cache `kernels/` folders. Each rendered source is
 compiled again through `deep_gemm.compile_kernel(family, source=...)` with the same compiler into a fresh cache, and
-the new entries are packed into `--out`. Both GPU scripts unpack `.jit-prebuilt/kernels.tar.gz` into their cache
-before the first kernel when it is there (name `.jit-prebuilt` in the device call's `carry`), so the tests and
+the new entries are packed into `--out`. `tools/gpu_run.sh` unpacks `.jit-prebuilt/kernels.tar.gz` into its cache
+before the first kernel when it is there (copy `.jit-prebuilt` to the GPU machine with the tree), so the tests and
 benches load cubins instead of compiling them.
 
-The cache key covers the headers, the CUTLASS version and the compiler's identity, not the machine: an entry built
+The cache key covers the headers and the compiler's identity, not the machine: an entry built
 here is a hit there only with the same nvcc (`nvcc --version` is in the run's env.txt) and the headers as they are
 now. A source whose key comes out as recorded was built from the same headers; a different key means the headers
 changed since that run, and the entry serves the current code (the source itself is what the run rendered: a
