@@ -293,8 +293,9 @@ def test_main_records_the_command_and_writes_markdown(monkeypatch, tmp_path) -> 
     def run(options: BenchOptions) -> SuiteReport:
         return SuiteReport({**_dense_report(driver="d"), "suite": "fake_md"}, True)
 
-    monkeypatch.setitem(__import__("deep_gemm.bench.registry").bench.registry._SUITES, "fake_md",
-                        Suite("fake_md", "fake", "MxNxK", parse_mnk, run))  # fmt: skip
+    from deep_gemm.bench import registry
+
+    monkeypatch.setitem(registry._SUITES, "fake_md", Suite("fake_md", "fake", "MxNxK", parse_mnk, run))
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
     argv = ["--suite", "fake_md", "--num-tests", "7", "--json", str(out_json), "--markdown", str(out_md)]
     assert main(argv) == 0
