@@ -18,7 +18,7 @@ import torch
 import deep_gemm
 from deep_gemm.bench.common import pct_of_copy_bandwidth
 from deep_gemm.bench.mqa import make_paged_inputs
-from deep_gemm.testing import bench_kineto, d2d_copy_bandwidth, gpu_idle
+from deep_gemm.testing import d2d_copy_bandwidth, gpu_idle, kineto_kernel_times
 
 KERNEL = "sm90_fp8_paged_mqa_logits_kernel"
 
@@ -86,7 +86,7 @@ def probe_shape(shape: str, args: argparse.Namespace, block_kv: int, num_sms: in
     for _ in range(args.rounds):
         for c, meta in schedules.items():
             gpu_idle(0.3)
-            seconds = bench_kineto(lambda meta=meta: call(meta), KERNEL, num_tests=args.num_tests)
+            seconds = kineto_kernel_times(lambda meta=meta: call(meta), KERNEL, num_tests=args.num_tests)
             times[c].append(seconds[KERNEL] * 1e6)
     for c in schedules:
         median = statistics.median(times[c])

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from deep_gemm.bench import BenchOptions, get_suite, suite_names
-from deep_gemm.testing.bench import L2_FLUSH_MODES
+from deep_gemm.testing.timing import L2_FLUSH_MODES
 
 
 def _json_safe(value: Any) -> Any:
