@@ -8,6 +8,11 @@ on disk (`$DG_JIT_CACHE_DIR`, default `~/.deep_gemm`).
 import torch  # noqa: F401  (loads libc10/libtorch before the extension)
 
 from deep_gemm import testing, utils
+
+# Everything in deep_gemm.utils at the top level, as the reference does (`from .utils import *`); the
+# extension's names below come after, so where both have a name (get_tma_aligned_size) the extension's wins.
+from deep_gemm.utils import *  # noqa: F403
+from deep_gemm.utils import __all__ as _utils_all
 from deep_gemm._C import (
     bf16_gemm_nn,
     bf16_gemm_nt,
@@ -111,3 +116,4 @@ __all__ = [
     "transform_sf_into_required_layout",
     "utils",
 ]
+__all__ += sorted(set(_utils_all) - set(__all__))
