@@ -81,9 +81,8 @@ def _profile_device_kernels(
 ) -> tuple[list[tuple[str, float]], torch.profiler.profile]:
     """``(kernel name, microseconds)`` of every device activity of ``num_tests`` calls of ``fn``, and the profiler.
 
-    The profiler runs two rounds of ``num_tests`` calls and keeps the second: its first recorded
-    round can come back without device activity (a known effect of the profiler's first session in
-    a process), and the first round also serves as a warm-up.
+    The profiler runs two rounds of ``num_tests`` calls and records the second (the first is the
+    profiler's warm-up).
     """
     schedule = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
     with warnings.catch_warnings():
@@ -163,6 +162,10 @@ def bench_kineto(
     torch.cuda.synchronize()
     with suppress_stdout_stderr() if suppress_kineto_output else empty_suppress():
         kernels, prof = _profile_device_kernels(fn, num_tests, flush, barrier)
+        if not kernels:
+            # The first profiler session of a process can come back without any device activity (a profiler
+            # effect that makes the reference return 0 on its first call): one more session then.
+            kernels, prof = _profile_device_kernels(fn, num_tests, flush, barrier)
         if trace_path is not None:
             prof.export_chrome_trace(trace_path)
     seen = sorted({kernel for kernel, _ in kernels})
