@@ -627,6 +627,16 @@ def test_timing_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
         deep_gemm.testing.bench(lambda: None, 5, 0)
 
 
+def test_debug_checks_flag_reads_like_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    from deep_gemm.utils.casts import debug_checks_enabled
+
+    for value, expected in [("", False), ("0", False), ("off", False), ("False", False), ("1", True), ("yes", True)]:
+        monkeypatch.setenv("DG_DEBUG_CHECKS", value)
+        assert debug_checks_enabled() is expected, value
+    monkeypatch.delenv("DG_DEBUG_CHECKS")
+    assert not debug_checks_enabled()
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU tier
 # ---------------------------------------------------------------------------------------------
@@ -722,3 +732,4 @@ def test_init_dist_nccl_single_rank() -> None:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="1", RANK="0")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+

@@ -61,9 +61,14 @@ def _check_bool(fn: str, name: str, value: object) -> None:
         raise TypeError(f"{fn}: {name} must be a bool, got {type(value).__name__}")
 
 
+# Values of an env flag that mean "off", as the extension reads them (csrc/utils/env.hpp, get_env_flag)
+_ENV_FLAG_OFF = ("", "0", "false", "off", "no", "False")
+
+
 def debug_checks_enabled() -> bool:
-    """Whether ``DG_DEBUG_CHECKS=1`` is set: value checks on CUDA tensors (which need a device sync) run only then."""
-    return os.environ.get("DG_DEBUG_CHECKS", "0") not in ("", "0")
+    """Whether ``DG_DEBUG_CHECKS`` is on (as the extension reads it): value checks on CUDA tensors, which need a
+    device sync, run only then."""
+    return os.environ.get("DG_DEBUG_CHECKS", "") not in _ENV_FLAG_OFF
 
 
 def pack_scales_along_k(sf: torch.Tensor) -> torch.Tensor:
