@@ -8,11 +8,6 @@ on disk (`$DG_JIT_CACHE_DIR`, default `~/.deep_gemm`).
 import torch  # noqa: F401  (loads libc10/libtorch before the extension)
 
 from deep_gemm import testing, utils
-
-# Everything in deep_gemm.utils at the top level, as the reference does (`from .utils import *`); the
-# extension's names below come after, so where both have a name (get_tma_aligned_size) the extension's wins.
-from deep_gemm.utils import *  # noqa: F403
-from deep_gemm.utils import __all__ as _utils_all
 from deep_gemm._C import (
     bf16_gemm_nn,
     bf16_gemm_nt,
@@ -52,6 +47,10 @@ from deep_gemm._C import (
     set_tc_util,
     transform_sf_into_required_layout,
 )
+
+# Everything in deep_gemm.utils at the top level, as the reference does (`from .utils import *`); the names it
+# shares with the extension (get_mn_major_tma_aligned_tensor, get_tma_aligned_size, ...) are the same objects.
+from deep_gemm.utils import *  # noqa: F403
 
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
@@ -116,4 +115,4 @@ __all__ = [
     "transform_sf_into_required_layout",
     "utils",
 ]
-__all__ += sorted(set(_utils_all) - set(__all__))
+__all__ += sorted(set(utils.__all__) - set(__all__))

@@ -7,7 +7,6 @@ Submodules: ``math`` and ``layout`` (the reference's paths), ``dist``, and ours:
 """
 
 from deep_gemm.utils import dist, layout, math
-from deep_gemm.utils.arith import get_tma_aligned_size
 from deep_gemm.utils.dist import dist_print, init_dist, uneven_all_gather
 from deep_gemm.utils.layout import (
     get_k_alignment_for_contiguous_layout,
@@ -17,6 +16,7 @@ from deep_gemm.utils.layout import (
     get_mn_major_tma_aligned_packed_ue8m0_tensor,
     get_mn_major_tma_aligned_tensor,
     get_theoretical_mk_alignment_for_contiguous_layout,
+    get_tma_aligned_size,
     mn_major_tma_aligned_reference,
     packed_ue8m0_reference,
     set_mk_alignment_for_contiguous_layout,

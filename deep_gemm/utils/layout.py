@@ -15,9 +15,10 @@ from deep_gemm._C import (
     get_mk_alignment_for_contiguous_layout,
     get_mn_major_tma_aligned_packed_ue8m0_tensor,
     get_mn_major_tma_aligned_tensor,
+    get_tma_aligned_size,
     set_mk_alignment_for_contiguous_layout,
 )
-from deep_gemm.utils.arith import align, ceil_div, get_tma_aligned_size
+from deep_gemm.utils.arith import align, ceil_div
 from deep_gemm.utils.casts import debug_checks_enabled, pack_scales_along_k, pack_ue8m0_to_int
 
 __all__ = [
