@@ -48,6 +48,10 @@ from deep_gemm._C import (
     transform_sf_into_required_layout,
 )
 
+# Everything in deep_gemm.utils at the top level, as the reference does (`from .utils import *`); the names it
+# shares with the extension (get_mn_major_tma_aligned_tensor, get_tma_aligned_size, ...) are the same objects.
+from deep_gemm.utils import *  # noqa: F403
+
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
 fp8_fp4_mqa_logits = fp8_mqa_logits
@@ -111,3 +115,4 @@ __all__ = [
     "transform_sf_into_required_layout",
     "utils",
 ]
+__all__ += sorted(set(utils.__all__) - set(__all__))

@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from deep_gemm.testing import (
     BenchResult,
     bench_kernel,
-    bench_kineto,
     calc_diff,
     count_bytes,
     d2d_copy_bandwidth,
     gpu_idle,
+    kineto_kernel_times,
     sm_clock_mhz,
 )
 from deep_gemm.utils import (
@@ -96,15 +96,23 @@ def test_get_tma_aligned_size(x: int, element_size: int, expected: int) -> None:
         lambda: get_tma_aligned_size(16, 3),
         lambda: get_tma_aligned_size(16, 0),
         lambda: get_tma_aligned_size(16, 32),
-        lambda: ceil_div(1, 0),
-        lambda: ceil_div(-1, 4),
-        lambda: align(4, -128),
+        lambda: get_tma_aligned_size(-1, 4),
     ],
-    ids=["tma-elem3", "tma-elem0", "tma-elem32", "ceil-div-by-0", "ceil-div-negative", "align-negative"],
+    ids=["tma-elem3", "tma-elem0", "tma-elem32", "tma-negative"],
 )
 def test_math_bad_inputs(call) -> None:
     with pytest.raises(ValueError):
         call()
+
+
+def test_ceil_div_and_align_are_plain_arithmetic() -> None:
+    # The reference's formulas, any sign: (x + y - 1) // y and its multiple of y
+    for x in range(-20, 21):
+        for y in (1, 3, 4, 128):
+            assert ceil_div(x, y) == -(-x // y) == (x + y - 1) // y
+            assert align(x, y) == ceil_div(x, y) * y
+    with pytest.raises(ZeroDivisionError):
+        ceil_div(1, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,12 +194,12 @@ def test_per_block_cast(n: int, k: int, gran_k: int, use_ue8m0: bool) -> None:
     x = _randn(n, k, dtype=torch.bfloat16, seed=n - k)
     x_fp8, sf = per_block_cast_to_fp8(x, use_ue8m0=use_ue8m0, gran_k=gran_k)
     assert x_fp8.shape == (n, k) and x_fp8.dtype == torch.float8_e4m3fn and x_fp8.is_contiguous()
-    assert sf.shape == (ceil_div(n, 128), ceil_div(k, gran_k)) and sf.dtype == torch.float32
-    full = sf.repeat_interleave(128, dim=0).repeat_interleave(gran_k, dim=1)[:n, :k]
+    assert sf.shape == (ceil_div(n, gran_k), ceil_div(k, gran_k)) and sf.dtype == torch.float32
+    full = sf.repeat_interleave(gran_k, dim=0).repeat_interleave(gran_k, dim=1)[:n, :k]
     _check_round_trip(x, x_fp8, full, use_ue8m0)
     # Independent reference for a few blocks, the partial last ones included.
     for i, j in [(0, 0), (sf.shape[0] - 1, sf.shape[1] - 1), (sf.shape[0] // 2, sf.shape[1] // 3)]:
-        block = x[i * 128 : (i + 1) * 128, j * gran_k : (j + 1) * gran_k].float()
+        block = x[i * gran_k : (i + 1) * gran_k, j * gran_k : (j + 1) * gran_k].float()
         expected = block.abs().amax().clamp(min=1e-4) / FP8_MAX
         expected = ceil_to_ue8m0(expected) if use_ue8m0 else expected
         assert sf[i, j] == expected, f"block ({i}, {j})"
@@ -248,7 +256,7 @@ def test_cast_empty_rows() -> None:
 @pytest.mark.parametrize(
     ("call", "error"),
     [
-        (lambda: per_token_cast_to_fp8(torch.zeros(4, 128, dtype=torch.float16)), TypeError),
+        (lambda: per_token_cast_to_fp8(torch.zeros(4, 128, dtype=torch.float8_e4m3fn)), TypeError),
         (lambda: per_token_cast_to_fp8(torch.zeros(4, 128, dtype=torch.int32)), TypeError),
         (lambda: per_token_cast_to_fp8([[1.0]]), TypeError),
         (lambda: per_token_cast_to_fp8(torch.zeros(128)), ValueError),
@@ -259,7 +267,7 @@ def test_cast_empty_rows() -> None:
         (lambda: per_block_cast_to_fp8(torch.zeros(128, 128), use_ue8m0=1), TypeError),
     ],
     ids=[
-        "fp16-input",
+        "fp8-input",
         "int-input",
         "list-input",
         "1d-input",
@@ -302,9 +310,12 @@ def test_ceil_to_ue8m0_matches_float64_formula() -> None:
     assert bool((result >= x).all()) and bool((result < 2 * x).all())
 
 
-def test_ceil_to_ue8m0_bad_dtype() -> None:
-    with pytest.raises(TypeError, match="float32"):
-        ceil_to_ue8m0(torch.ones(4, dtype=torch.bfloat16))
+def test_ceil_to_ue8m0_dtypes() -> None:
+    # Any float dtype of 16 bits or more is converted to float32 first; integers are rejected
+    assert torch.equal(ceil_to_ue8m0(torch.tensor([3.0, 0.3], dtype=torch.bfloat16)), ceil_to_ue8m0(
+        torch.tensor([3.0, 0.3], dtype=torch.bfloat16).float()))
+    with pytest.raises(TypeError, match="float"):
+        ceil_to_ue8m0(torch.ones(4, dtype=torch.int32))
 
 
 def test_pack_ue8m0_byte_order() -> None:
@@ -343,7 +354,7 @@ def test_pack_unpack_ue8m0_round_trip(shape: tuple[int, ...]) -> None:
     ids=["pack-last-dim-6", "pack-0d", "pack-fp64", "unpack-fp32", "unpack-0d"],
 )
 def test_ue8m0_bad_inputs(call, error: type[Exception]) -> None:
-    with pytest.raises(error, match="x must"):
+    with pytest.raises(error, match="(x|packed_sf) must"):
         call()
 
 
@@ -437,12 +448,12 @@ def test_calc_diff_identical_is_zero(dtype: torch.dtype) -> None:
 
 def test_calc_diff_values() -> None:
     x = _randn(1000)
-    assert calc_diff(x, -x) == pytest.approx(2.0, abs=1e-12)
-    assert calc_diff(x, torch.zeros_like(x)) == pytest.approx(1.0, abs=1e-12)
-    assert calc_diff(torch.zeros(5), torch.zeros(5)) == 0.0
+    assert calc_diff(x, -x).item() == pytest.approx(2.0, abs=1e-12)
+    assert calc_diff(x, torch.zeros_like(x)).item() == pytest.approx(1.0, abs=1e-12)
+    assert calc_diff(torch.zeros(5), torch.zeros(5)).item() == 0.0
     # For y = x * (1 + e): diff = e**2 / (2 + 2e + e**2).
     e = 1e-2
-    assert calc_diff(x, x * (1 + e)) == pytest.approx(e**2 / (2 + 2 * e + e**2), rel=1e-4)
+    assert calc_diff(x, x * (1 + e)).item() == pytest.approx(e**2 / (2 + 2 * e + e**2), rel=1e-4)
     # Mixed dtypes are compared in float64.
     assert calc_diff(x, x.bfloat16()) < 1e-4
 
@@ -512,7 +523,7 @@ def test_bench_bad_flush_mode() -> None:
     with pytest.raises(ValueError, match="l2_flush_mode"):
         bench_kernel(lambda: None, l2_flush_mode="dirty")
     with pytest.raises(ValueError, match="l2_flush_mode"):
-        bench_kineto(lambda: None, "gemm", l2_flush_mode="none")
+        kineto_kernel_times(lambda: None, "gemm", l2_flush_mode="none")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 from deep_gemm.bench import BenchOptions, get_suite, suite_names
 from deep_gemm.bench.markdown import render_document
-from deep_gemm.testing.bench import L2_FLUSH_MODES
+from deep_gemm.testing.timing import L2_FLUSH_MODES
 
 # The title of a --markdown document
 MARKDOWN_TITLE = "deep_gemm benchmarks"

@@ -154,7 +154,7 @@ def _bench_shape(m: int, n: int, k: int, *args: Any) -> list[dict[str, Any]]:
         }
 
         def check(d=d, ref=ref) -> float:
-            return calc_diff(d, ref)
+            return float(calc_diff(d, ref))
 
         def ours(gemm=gemm, a=a, b=b, d=d, c=d if in_place else c) -> torch.Tensor:
             gemm(a, b, d, c)

@@ -81,7 +81,7 @@ def _measure_all(row, d, ours, loop, grouped_mm, segments, a_of, b, options: Ben
     """Ours and the loop (both write d: poisoned first, then every group's rows checked), then grouped_mm."""
 
     def worst_diff() -> float:
-        diffs = [calc_diff(d_g, a_g.double() @ b[g].double().t()) for g, d_g, a_g in segments(d, a_of)]
+        diffs = [float(calc_diff(d_g, a_g.double() @ b[g].double().t())) for g, d_g, a_g in segments(d, a_of)]
         return max(diffs, default=0.0)
 
     d.fill_(float("nan"))

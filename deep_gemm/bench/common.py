@@ -12,7 +12,7 @@ import torch
 
 from deep_gemm.bench.registry import BenchOptions
 from deep_gemm.bench.report import fmt
-from deep_gemm.testing import bench_kernel, bench_kineto, d2d_copy_bandwidth
+from deep_gemm.testing import bench_kernel, d2d_copy_bandwidth, kineto_kernel_times
 
 __all__ = [
     "derive_throughput",
@@ -114,8 +114,8 @@ def time_call(fn: Callable[[], object], options: BenchOptions) -> dict[str, Any]
 def kernel_times(fn: Callable[[], object], kernels: dict[str, str], options: BenchOptions) -> dict[str, float]:
     """Device time per call of the kernels ``fn`` launches, in µs, without the host's launch cost: for each
     ``label: name substring`` of ``kernels``, the mean over ``options.num_tests`` profiled calls (CUPTI, through
-    :func:`deep_gemm.testing.bench_kineto`, with the L2 flush of the options before each call)."""
-    seconds = bench_kineto(
+    :func:`deep_gemm.testing.kineto_kernel_times`, with the L2 flush of the options before each call)."""
+    seconds = kineto_kernel_times(
         fn,
         list(kernels.values()),
         num_tests=options.num_tests,

@@ -110,7 +110,7 @@ def _bench_shape(
 
     d.fill_(float("nan"))
     out, row["ours_error"] = _try_first_call(ours)
-    row["ours_diff"] = calc_diff(out, ref) if out is not None else None
+    row["ours_diff"] = float(calc_diff(out, ref)) if out is not None else None
     row["ours_accurate"] = row["ours_diff"] is not None and row["ours_diff"] < MAX_DIFF
     row["ours"] = _time(ours, options) if out is not None else None
     row["sm_clock_mhz"] = sm_clock_mhz() if out is not None else None
@@ -133,7 +133,7 @@ def _bench_shape(
         return torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
 
     out, row["blockwise_error"] = _try_first_call(blockwise)
-    row["blockwise_diff"] = calc_diff(out, ref) if out is not None else None
+    row["blockwise_diff"] = float(calc_diff(out, ref)) if out is not None else None
     row["blockwise"] = _time(blockwise, options) if out is not None else None
     del out, ref
 

@@ -230,7 +230,7 @@ def _bench_contiguous(g: int, m: int, n: int, k: int, options: BenchOptions) -> 
         row,
         ours,
         lambda: [
-            calc_diff(d[s : s + c], a_bf16[s : s + c].float() @ b_bf16[i].float().t())
+            float(calc_diff(d[s : s + c], a_bf16[s : s + c].float() @ b_bf16[i].float().t()))
             for i, (s, c) in enumerate(zip(starts, counts, strict=False))
             if c > 0
         ],
@@ -265,7 +265,7 @@ def _bench_masked(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict
     measure_ours(
         row,
         ours,
-        lambda: [calc_diff(d[i, :c], a_bf16[i, :c].float() @ b_bf16[i].float().t()) for i, c in enumerate(counts) if c],
+        lambda: [float(calc_diff(d[i, :c], a_bf16[i, :c].float() @ b_bf16[i].float().t())) for i, c in enumerate(counts) if c],
         options,
     )
     a_rows = [(a[i, : align(c, 16)], sfa[i, : align(c, 16)]) if c > 0 else None for i, c in enumerate(counts)]

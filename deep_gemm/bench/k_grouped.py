@@ -118,7 +118,7 @@ def _bench(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict[str, A
         out, begin = [], 0
         for i, k_g in enumerate(ks):
             ref = c[i] + a_src[begin : begin + k_g].float().t() @ b_src[begin : begin + k_g].float()
-            out.append(calc_diff(d[i], ref))
+            out.append(float(calc_diff(d[i], ref)))
             begin += k_g
         return out
 

@@ -310,7 +310,7 @@ def _bench_shape(s: int, s_kv: int, h: int, d: int, pattern: str, mqa, options: 
     if ref is not None and out is not None:
         valid = torch.isfinite(ref)
         same_inf = bool(torch.equal(torch.isneginf(out), ~valid))
-        row["ours_diff"] = calc_diff(out[valid], ref[valid]) if valid.any() else 0.0
+        row["ours_diff"] = float(calc_diff(out[valid], ref[valid])) if valid.any() else 0.0
         row["ours_accurate"] = same_inf and row["ours_diff"] < MAX_DIFF
     del out, ref
     if options.baselines and row["torch_error"] is None:
@@ -444,7 +444,7 @@ def _bench_paged(batch: int, next_n: int, ctx: int, mqa_paged, options: BenchOpt
             valid = (
                 torch.arange(ctx, device="cuda")[None, :] <= ctx - next_n + torch.arange(next_n, device="cuda")[:, None]
             )
-            diffs.append(calc_diff(got[valid], ref[valid]))
+            diffs.append(float(calc_diff(got[valid], ref[valid])))
         row["ours_diff"] = max(diffs)
         row["ours_accurate"] = row["ours_diff"] < MAX_DIFF
     del out

@@ -6,37 +6,46 @@ an all-zero block gets a finite scale), set ``scale = amax / 448`` (448 is the l
 ``float8_e4m3fn`` value) and store ``x / scale`` as ``float8_e4m3fn``. With
 ``use_ue8m0=True`` the scale is first rounded up to a power of two, which is what SM100
 kernels consume (as UE8M0 exponents packed four to an ``int32``).
+
+The signatures are the reference API's (``deep_gemm.utils.math``, DeepGEMM 2.6.1), as supersets:
+``use_ue8m0`` defaults to False, inputs may be 2D or 3D (a leading group dim), any float dtype, and
+``K`` (or the blocked dims) need not be multiples of the granularity. One difference in the bits:
+this module divides by the scale where the reference multiplies by its FP32 reciprocal, so with
+FP32 (non-power-of-two) scales an element exactly at an FP8 rounding boundary may round the other
+way; with ``use_ue8m0=True`` the two are identical.
 """
+
+import os
+
 
 import torch
 import torch.nn.functional as F
 
-from deep_gemm.utils.math import align
+from deep_gemm.utils.arith import align
 
 __all__ = [
     "ceil_to_ue8m0",
     "pack_ue8m0_to_int",
     "per_block_cast_to_fp8",
     "per_channel_cast_to_fp8",
+    "per_custom_dims_cast_to_fp8",
     "per_token_cast_to_fp8",
     "unpack_ue8m0_from_int",
 ]
 
 FP8_E4M3_MAX = 448.0
 AMAX_CLAMP_MIN = 1e-4
-# Rows (or columns) of B that share one scale in the SM90 recipe: 128x128 blocks.
-BLOCK_MN = 128
 
 _FP32_EXPONENT_SHIFT = 23
 _FP32_MANTISSA_MASK = (1 << _FP32_EXPONENT_SHIFT) - 1
-_INPUT_DTYPES = (torch.bfloat16, torch.float32)
+_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 
 def _check_cast_args(fn: str, x: torch.Tensor, use_ue8m0: bool, gran_k: int) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in _INPUT_DTYPES:
-        raise TypeError(f"{fn}: x must be torch.bfloat16 or torch.float32, got {x.dtype}")
+        raise TypeError(f"{fn}: x must be a float tensor (bfloat16, float16, float32, float64), got {x.dtype}")
     if x.dim() not in (2, 3):
         raise ValueError(f"{fn}: x must be 2D, or 3D with a leading group dim, got shape {tuple(x.shape)}")
     if not isinstance(use_ue8m0, bool):
@@ -45,6 +54,31 @@ def _check_cast_args(fn: str, x: torch.Tensor, use_ue8m0: bool, gran_k: int) -> 
         raise TypeError(f"{fn}: gran_k must be an int, got {type(gran_k).__name__}")
     if gran_k <= 0:
         raise ValueError(f"{fn}: gran_k must be positive, got {gran_k}")
+
+
+def _check_bool(fn: str, name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{fn}: {name} must be a bool, got {type(value).__name__}")
+
+
+# Values of an env flag that mean "off", as the extension reads them (csrc/utils/env.hpp, get_env_flag)
+_ENV_FLAG_OFF = ("", "0", "false", "off", "no", "False")
+
+
+def debug_checks_enabled() -> bool:
+    """Whether ``DG_DEBUG_CHECKS`` is on (as the extension reads it): value checks on CUDA tensors, which need a
+    device sync, run only then."""
+    return os.environ.get("DG_DEBUG_CHECKS", "") not in _ENV_FLAG_OFF
+
+
+def pack_scales_along_k(sf: torch.Tensor) -> torch.Tensor:
+    """Pack FP32 power-of-two scales ``[..., SF_K]`` into ``int32`` words ``[..., ceil(SF_K / 4)]``.
+
+    ``SF_K`` is zero-padded to a multiple of 4 first (a padding scale packs to exponent byte 0), then
+    :func:`pack_ue8m0_to_int` packs each 4 consecutive scales, the first in the low byte.
+    """
+    sf_k = sf.shape[-1]
+    return pack_ue8m0_to_int(F.pad(sf, (0, align(sf_k, 4) - sf_k)))
 
 
 def _check_fp32(fn: str, x: torch.Tensor) -> None:
@@ -90,7 +124,7 @@ def _cast_blocks(
 
 
 def per_token_cast_to_fp8(
-    x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128
+    x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128, use_packed_ue8m0: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize a K-major operand with one scale per row per ``gran_k`` columns (the LHS recipe).
 
@@ -100,19 +134,26 @@ def per_token_cast_to_fp8(
             group of a row is zero-padded internally.
         use_ue8m0: round every scale up to a power of two.
         gran_k: columns per scale.
+        use_packed_ue8m0: return the scales packed as UE8M0 bytes, four to an ``int32`` (needs
+            ``use_ue8m0``): see :func:`pack_scales_along_k`.
 
     Returns:
         ``(x_fp8, sf)``: ``x_fp8`` is ``[M, K]`` ``torch.float8_e4m3fn``, contiguous;
-        ``sf`` is ``[M, ceil(K / gran_k)]`` ``torch.float32``, contiguous (K-major). A
-        leading group dim is kept on both. ``x ≈ x_fp8 * sf`` broadcast over each group.
+        ``sf`` is ``[M, ceil(K / gran_k)]`` ``torch.float32``, contiguous (K-major), or with
+        ``use_packed_ue8m0`` ``[M, ceil(ceil(K / gran_k) / 4)]`` ``torch.int32``. A leading group
+        dim is kept on both. ``x ≈ x_fp8 * sf`` broadcast over each group.
 
     Raises:
-        TypeError: ``x`` is not a tensor of a supported dtype, or ``use_ue8m0``/``gran_k``
-            have the wrong type.
-        ValueError: ``x`` is not 2D/3D, or ``gran_k <= 0``.
+        TypeError: ``x`` is not a tensor of a supported dtype, or ``use_ue8m0``/``gran_k``/
+            ``use_packed_ue8m0`` have the wrong type.
+        ValueError: ``x`` is not 2D/3D, ``gran_k <= 0``, or ``use_packed_ue8m0`` without ``use_ue8m0``.
     """
     _check_cast_args("per_token_cast_to_fp8", x, use_ue8m0, gran_k)
-    return _cast_blocks(x, 1, gran_k, use_ue8m0)
+    _check_bool("per_token_cast_to_fp8", "use_packed_ue8m0", use_packed_ue8m0)
+    if use_packed_ue8m0 and not use_ue8m0:
+        raise ValueError("per_token_cast_to_fp8: use_packed_ue8m0=True needs use_ue8m0=True (power-of-two scales)")
+    x_fp8, sf = _cast_blocks(x, 1, gran_k, use_ue8m0)
+    return x_fp8, pack_scales_along_k(sf) if use_packed_ue8m0 else sf
 
 
 def per_channel_cast_to_fp8(
@@ -146,18 +187,19 @@ def per_channel_cast_to_fp8(
 def per_block_cast_to_fp8(
     x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize a K-major operand with one scale per ``128 x gran_k`` block (the RHS recipe).
+    """Quantize a K-major operand with one scale per ``gran_k x gran_k`` block (the RHS recipe).
 
     Args:
         x: ``[N, K]`` (or ``[G, N, K]``), ``torch.bfloat16`` or ``torch.float32``, any
             strides, CPU or CUDA. Neither ``N`` nor ``K`` need be block multiples: partial
             blocks are zero-padded internally.
         use_ue8m0: round every scale up to a power of two.
-        gran_k: columns per block (rows per block are always 128).
+        gran_k: rows and columns per block (square blocks, as the reference; 128 is the SM90
+            recipe's 128x128).
 
     Returns:
         ``(x_fp8, sf)``: ``x_fp8`` is ``[N, K]`` ``torch.float8_e4m3fn``, contiguous;
-        ``sf`` is ``[ceil(N / 128), ceil(K / gran_k)]`` ``torch.float32``, contiguous. A
+        ``sf`` is ``[ceil(N / gran_k), ceil(K / gran_k)]`` ``torch.float32``, contiguous. A
         leading group dim is kept on both.
 
     Raises:
@@ -166,7 +208,56 @@ def per_block_cast_to_fp8(
         ValueError: ``x`` is not 2D/3D, or ``gran_k <= 0``.
     """
     _check_cast_args("per_block_cast_to_fp8", x, use_ue8m0, gran_k)
-    return _cast_blocks(x, BLOCK_MN, gran_k, use_ue8m0)
+    return _cast_blocks(x, gran_k, gran_k, use_ue8m0)
+
+
+def per_custom_dims_cast_to_fp8(
+    x: torch.Tensor, dims: tuple[int, ...], use_ue8m0: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize with one scale per index of the kept ``dims`` (the amax runs over every other dim).
+
+    E.g. ``dims=(0,)`` on ``[T, H, D]`` gives one scale per token; ``dims=(0, 1)`` one per token
+    and head.
+
+    Args:
+        x: any shape (at least 1D), a float dtype, any strides, CPU or CUDA.
+        dims: the dims that keep their own scales: a tuple (or list) of distinct ints in
+            ``[-x.dim(), x.dim())``; empty means one scale for the whole tensor.
+        use_ue8m0: round every scale up to a power of two.
+
+    Returns:
+        ``(x_fp8, sf)``: ``x_fp8`` has the shape of ``x``, ``torch.float8_e4m3fn``, contiguous;
+        ``sf`` is ``torch.float32`` with the sizes of the kept dims in their order in ``x``, with
+        size-1 dims squeezed away (the reference's ``squeeze()``; a 0-dim tensor when all are 1).
+
+    Raises:
+        TypeError: ``x`` is not a float tensor, ``dims`` is not a tuple/list of ints, or
+            ``use_ue8m0`` is not a bool.
+        ValueError: ``x`` is 0-dim, or a dim is out of range or repeated.
+    """
+    fn = "per_custom_dims_cast_to_fp8"
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _INPUT_DTYPES:
+        raise TypeError(f"{fn}: x must be a float tensor (bfloat16, float16, float32, float64), got {x.dtype}")
+    if x.dim() == 0:
+        raise ValueError(f"{fn}: x must have at least one dim")
+    if not isinstance(dims, (tuple, list)) or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+        raise TypeError(f"{fn}: dims must be a tuple of ints, got {dims!r}")
+    _check_bool(fn, "use_ue8m0", use_ue8m0)
+    if any(not -x.dim() <= d < x.dim() for d in dims):
+        raise ValueError(f"{fn}: dims must be in [{-x.dim()}, {x.dim()}) for a {x.dim()}D x, got {tuple(dims)}")
+    kept = {d % x.dim() for d in dims}
+    if len(kept) != len(dims):
+        raise ValueError(f"{fn}: dims must be distinct, got {tuple(dims)}")
+    reduced = tuple(d for d in range(x.dim()) if d not in kept)
+    xf = x.float()
+    amax = xf.abs().amax(dim=reduced, keepdim=True) if reduced else xf.abs()
+    sf = amax.clamp(min=AMAX_CLAMP_MIN) / torch.full((), FP8_E4M3_MAX, dtype=torch.float32, device=x.device)
+    if use_ue8m0:
+        sf = ceil_to_ue8m0(sf)
+    x_fp8 = (xf / sf).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn).contiguous()
+    return x_fp8, sf.squeeze()
 
 
 def ceil_to_ue8m0(x: torch.Tensor) -> torch.Tensor:
@@ -177,16 +268,23 @@ def ceil_to_ue8m0(x: torch.Tensor) -> torch.Tensor:
     above ``2**127`` become ``inf``, subnormals become ``2**-126``. The sign is dropped.
 
     Args:
-        x: any shape, ``torch.float32``, any strides, CPU or CUDA.
+        x: any shape, any float dtype (converted to ``torch.float32`` first, as the reference
+            does), any strides, CPU or CUDA.
 
     Returns:
         A new ``torch.float32`` tensor of the same shape (contiguous).
 
     Raises:
-        TypeError: ``x`` is not a ``torch.float32`` tensor.
+        TypeError: ``x`` is not a float tensor.
+
+    NOTES: the reference clamps the exponent to [1, 254], so there 0 becomes ``2**-126`` and inf
+    ``2**127``; here they stay 0 and inf (no cast produces either: amax is clamped at 1e-4).
     """
-    _check_fp32("ceil_to_ue8m0", x)
-    magnitude = x.abs()
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"ceil_to_ue8m0: x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point or x.dtype.itemsize == 1:
+        raise TypeError(f"ceil_to_ue8m0: x must be a float tensor (16 bits or more), got {x.dtype}")
+    magnitude = x.float().abs().contiguous()
     bits = magnitude.view(torch.int32)
     exponent = bits >> _FP32_EXPONENT_SHIFT
     exponent = exponent + ((bits & _FP32_MANTISSA_MASK) != 0).to(torch.int32)
@@ -199,8 +297,9 @@ def pack_ue8m0_to_int(x: torch.Tensor) -> torch.Tensor:
 
     Byte ``i`` (little-endian) of output element ``j`` along the last dim is the biased
     FP32 exponent ``(bits >> 23) & 0xff`` of input element ``4 * j + i``. Sign and
-    mantissa bits are ignored (not checked): pass values from :func:`ceil_to_ue8m0`.
-    ``0.0`` packs to byte 0.
+    mantissa bits must be zero (powers of two, zero or inf: values from :func:`ceil_to_ue8m0`);
+    this is checked on CPU tensors always and on CUDA tensors with ``DG_DEBUG_CHECKS=1`` (it
+    needs a device sync). ``0.0`` packs to byte 0.
 
     Args:
         x: ``[..., 4 * n]`` ``torch.float32``, any strides, CPU or CUDA.
@@ -210,19 +309,23 @@ def pack_ue8m0_to_int(x: torch.Tensor) -> torch.Tensor:
 
     Raises:
         TypeError: ``x`` is not a ``torch.float32`` tensor.
-        ValueError: ``x`` is 0-dim or its last dim is not a multiple of 4.
+        ValueError: ``x`` is 0-dim, its last dim is not a multiple of 4, or (checked as above) a
+            value has mantissa bits.
     """
     _check_fp32("pack_ue8m0_to_int", x)
     if x.dim() == 0 or x.shape[-1] % 4 != 0:
         raise ValueError(f"pack_ue8m0_to_int: the last dim of x must be a multiple of 4, got shape {tuple(x.shape)}")
     if x.shape[-1] == 0:
         return torch.empty(x.shape, dtype=torch.int32, device=x.device)
-    exponent = (_row_major(x).view(torch.int32) >> _FP32_EXPONENT_SHIFT) & 0xFF
+    bits = _row_major(x).view(torch.int32)
+    if (not x.is_cuda or debug_checks_enabled()) and bool(((bits & _FP32_MANTISSA_MASK) != 0).any()):
+        raise ValueError("pack_ue8m0_to_int: x must hold powers of two (zero mantissa bits), e.g. from ceil_to_ue8m0")
+    exponent = (bits >> _FP32_EXPONENT_SHIFT) & 0xFF
     # NOTES: a uint8 -> int32 view reads bytes in memory order, i.e. little-endian on every CUDA host.
     return exponent.to(torch.uint8).view(torch.int32)
 
 
-def unpack_ue8m0_from_int(x: torch.Tensor) -> torch.Tensor:
+def unpack_ue8m0_from_int(packed_sf: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pack_ue8m0_to_int`: ``int32`` words back to FP32 powers of two.
 
     Each byte ``e`` becomes the FP32 value with biased exponent ``e`` and zero mantissa:
@@ -230,22 +333,23 @@ def unpack_ue8m0_from_int(x: torch.Tensor) -> torch.Tensor:
     ``e == 255``.
 
     Args:
-        x: ``[..., n]`` ``torch.int32``, any strides, CPU or CUDA.
+        packed_sf: ``[..., n]`` ``torch.int32``, any strides, CPU or CUDA.
 
     Returns:
         ``[..., 4 * n]`` ``torch.float32``, contiguous.
 
     Raises:
-        TypeError: ``x`` is not a ``torch.int32`` tensor.
-        ValueError: ``x`` is 0-dim.
+        TypeError: ``packed_sf`` is not a ``torch.int32`` tensor.
+        ValueError: ``packed_sf`` is 0-dim.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"unpack_ue8m0_from_int: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.int32:
-        raise TypeError(f"unpack_ue8m0_from_int: x must be torch.int32, got {x.dtype}")
-    if x.dim() == 0:
-        raise ValueError("unpack_ue8m0_from_int: x must have at least one dim")
-    if x.shape[-1] == 0:
-        return torch.empty(x.shape, dtype=torch.float32, device=x.device)
-    exponent = _row_major(x).view(torch.uint8).to(torch.int32)
+    fn = "unpack_ue8m0_from_int"
+    if not isinstance(packed_sf, torch.Tensor):
+        raise TypeError(f"{fn}: packed_sf must be a torch.Tensor, got {type(packed_sf).__name__}")
+    if packed_sf.dtype != torch.int32:
+        raise TypeError(f"{fn}: packed_sf must be torch.int32, got {packed_sf.dtype}")
+    if packed_sf.dim() == 0:
+        raise ValueError(f"{fn}: packed_sf must have at least one dim")
+    if packed_sf.shape[-1] == 0:
+        return torch.empty(packed_sf.shape, dtype=torch.float32, device=packed_sf.device)
+    exponent = _row_major(packed_sf).view(torch.uint8).to(torch.int32)
     return (exponent << _FP32_EXPONENT_SHIFT).view(torch.float32)

@@ -1,56 +1,32 @@
-"""Integer helpers for tile counts and TMA alignment."""
+"""The reference API's ``deep_gemm.utils.math``: integer helpers, UE8M0 scales and the reference casts.
 
-__all__ = ["align", "ceil_div", "get_tma_aligned_size"]
+The functions live in :mod:`deep_gemm.utils.arith`, :mod:`deep_gemm.utils.casts` and
+:mod:`deep_gemm.utils.fp4_casts`; this module gathers them at the path the reference has.
+"""
 
-# TMA requires every global stride except the innermost to be a multiple of 16 bytes.
-_TMA_ALIGNMENT_BYTES = 16
+from deep_gemm.utils.arith import align, ceil_div
+from deep_gemm.utils.casts import (
+    ceil_to_ue8m0,
+    pack_ue8m0_to_int,
+    per_block_cast_to_fp8,
+    per_channel_cast_to_fp8,
+    per_custom_dims_cast_to_fp8,
+    per_token_cast_to_fp8,
+    unpack_ue8m0_from_int,
+)
+from deep_gemm.utils.fp4_casts import cast_back_from_fp4, per_token_cast_to_fp4, transpose_packed_fp4
 
-
-def ceil_div(x: int, y: int) -> int:
-    """Return ``ceil(x / y)`` for integers.
-
-    Args:
-        x: the dividend, ``x >= 0``.
-        y: the divisor, ``y > 0``.
-
-    Raises:
-        ValueError: if ``y <= 0`` or ``x < 0``.
-    """
-    if y <= 0:
-        raise ValueError(f"ceil_div: divisor y must be positive, got {y}")
-    if x < 0:
-        raise ValueError(f"ceil_div: dividend x must be non-negative, got {x}")
-    return (x + y - 1) // y
-
-
-def align(x: int, y: int) -> int:
-    """Round ``x`` up to the nearest multiple of ``y``.
-
-    Args:
-        x: the value to round, ``x >= 0``.
-        y: the alignment, ``y > 0``.
-
-    Raises:
-        ValueError: if ``y <= 0`` or ``x < 0``.
-    """
-    return ceil_div(x, y) * y
-
-
-def get_tma_aligned_size(x: int, element_size: int) -> int:
-    """Round a number of elements up so that it spans a multiple of 16 bytes.
-
-    This is the leading dimension TMA needs: e.g. ``get_tma_aligned_size(4097, 4) == 4100``
-    for an FP32 scale tensor with 4097 rows.
-
-    Args:
-        x: the number of elements, ``x >= 0``.
-        element_size: the size of one element in bytes; must divide 16 (1, 2, 4, 8 or 16).
-
-    Raises:
-        ValueError: if ``element_size`` does not divide 16, or ``x < 0``.
-    """
-    if element_size <= 0 or _TMA_ALIGNMENT_BYTES % element_size != 0:
-        raise ValueError(
-            f"get_tma_aligned_size: element_size must divide {_TMA_ALIGNMENT_BYTES} bytes, got {element_size}"
-        )
-    return align(x, _TMA_ALIGNMENT_BYTES // element_size)
+__all__ = [
+    "align",
+    "cast_back_from_fp4",
+    "ceil_div",
+    "ceil_to_ue8m0",
+    "pack_ue8m0_to_int",
+    "per_block_cast_to_fp8",
+    "per_channel_cast_to_fp8",
+    "per_custom_dims_cast_to_fp8",
+    "per_token_cast_to_fp4",
+    "per_token_cast_to_fp8",
+    "transpose_packed_fp4",
+    "unpack_ue8m0_from_int",
+]

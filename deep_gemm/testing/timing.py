@@ -1,4 +1,5 @@
-"""GPU timing helpers for ``python -m deep_gemm.bench`` and ad-hoc measurements.
+"""GPU timing helpers for ``python -m deep_gemm.bench`` and ad-hoc measurements (ours; the reference API's
+``bench``/``bench_kineto`` are in :mod:`deep_gemm.testing.drop_in_bench`).
 
 Importing this module needs no GPU; CUDA is touched only when a function runs.
 """
@@ -17,7 +18,7 @@ import torch
 __all__ = [
     "BenchResult",
     "bench_kernel",
-    "bench_kineto",
+    "kineto_kernel_times",
     "count_bytes",
     "d2d_copy_bandwidth",
     "gpu_idle",
@@ -122,7 +123,7 @@ def bench_kernel(
     starts from a cold L2. Then the GPU spins for
     ``gpu_lead_cycles`` (also outside the events) so that the host has queued all of ``fn``
     before its start event fires: host overhead shorter than the flush plus the spin is
-    not timed. Use :func:`bench_kineto` for pure kernel time in every case.
+    not timed. Use :func:`kineto_kernel_times` for pure kernel time in every case.
 
     Args:
         fn: a callable taking no arguments that enqueues GPU work on the current stream.
@@ -162,7 +163,7 @@ def bench_kernel(
     return BenchResult(median_s=statistics.median(samples), min_s=min(samples), samples_s=samples)
 
 
-def bench_kineto(
+def kineto_kernel_times(
     fn: Callable[[], object],
     kernel_names: str | Sequence[str],
     num_tests: int = 30,
@@ -191,9 +192,9 @@ def bench_kineto(
         ValueError: bad counts or flush mode, or a name matches no kernel (the message lists the kernels seen).
         RuntimeError: no CUDA GPU.
     """
-    _check_counts("bench_kineto", 0, num_tests)
+    _check_counts("kineto_kernel_times", 0, num_tests)
     _check_flush_mode(l2_flush_mode)
-    _require_cuda("bench_kineto")
+    _require_cuda("kineto_kernel_times")
     names = [kernel_names] if isinstance(kernel_names, str) else list(kernel_names)
     flush = _l2_flusher(flush_l2, l2_flush_mode, l2_flush_bytes)
     fn()
@@ -214,7 +215,7 @@ def bench_kineto(
     seen = {kernel for kernel, _ in kernels_us}
     missing = [name for name in names if not any(name in kernel for kernel in seen)]
     if missing:
-        raise ValueError(f"bench_kineto: no kernel matches {missing}; kernels seen: {sorted(seen)}")
+        raise ValueError(f"kineto_kernel_times: no kernel matches {missing}; kernels seen: {sorted(seen)}")
     return {name: sum(us for kernel, us in kernels_us if name in kernel) * 1e-6 / num_tests for name in names}
 
 
@@ -224,7 +225,7 @@ def d2d_copy_bandwidth(num_bytes: int = 2 << 30, num_tests: int = 10, device_tim
     Copies a ``num_bytes`` buffer into another with ``Tensor.copy_`` and counts the bytes
     read plus written (``2 * num_bytes``) over the median time (CUDA events, as
     :func:`bench_kernel`), or with ``device_time`` over the copy's mean device time (CUPTI, as
-    :func:`bench_kineto`: the ceiling to hold a kernel's own device time against). The practical
+    :func:`kineto_kernel_times`: the ceiling to hold a kernel's own device time against). The practical
     ceiling for a memory-bound kernel.
 
     Raises:
@@ -240,7 +241,7 @@ def d2d_copy_bandwidth(num_bytes: int = 2 << 30, num_tests: int = 10, device_tim
     dst = torch.empty_like(src)
     # The buffers dwarf L2, so no flush is needed.
     if device_time:
-        seconds = bench_kineto(lambda: dst.copy_(src), _D2D_MEMCPY_EVENT, num_tests=num_tests, flush_l2=False)
+        seconds = kineto_kernel_times(lambda: dst.copy_(src), _D2D_MEMCPY_EVENT, num_tests=num_tests, flush_l2=False)
         return 2 * (num_bytes // 4) * 4 / seconds[_D2D_MEMCPY_EVENT]
     result = bench_kernel(lambda: dst.copy_(src), num_warmups=2, num_tests=num_tests, flush_l2=False)
     return 2 * (num_bytes // 4) * 4 / result.median_s

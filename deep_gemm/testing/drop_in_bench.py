@@ -1,0 +1,185 @@
+"""The reference API's timing functions, ``bench`` and ``bench_kineto``, with its signatures and return types.
+
+Our own, richer timers (:func:`deep_gemm.testing.bench_kernel` with every sample,
+:func:`deep_gemm.testing.kineto_kernel_times` with a ``{name: seconds}`` result) are in
+:mod:`deep_gemm.testing.timing`.
+"""
+
+import os
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from deep_gemm.testing.output_capture import empty_suppress, suppress_stdout_stderr
+from deep_gemm.testing.timing import GPU_LEAD_CYCLES, L2_FLUSH_BYTES, _check_counts, _l2_flusher, _require_cuda
+
+__all__ = ["bench", "bench_kineto"]
+
+# Set (to a non-zero integer) while running under Nsight Systems, Nsight Compute or Compute Sanitizer,
+# whose CUPTI use conflicts with the profiler's: bench_kineto then returns at once.
+NVIDIA_TOOLS_ENV = "DG_USE_NVIDIA_TOOLS"
+# GPU cycles spun before each call when a barrier is given (about 10 ms at 2 GHz), so that every rank has
+# queued its call before any starts: the ranks' host launch times do not skew the measured kernels.
+BARRIER_LEAD_CYCLES = 20_000_000
+
+
+def _nvidia_tools_in_use() -> bool:
+    value = os.environ.get(NVIDIA_TOOLS_ENV, "0").strip() or "0"
+    try:
+        return int(value) != 0
+    except ValueError:
+        raise ValueError(f"bench_kineto: {NVIDIA_TOOLS_ENV} must be an integer, got {value!r}") from None
+
+
+def bench(fn: Callable[[], object], num_warmups: int = 5, num_tests: int = 10, high_precision: bool = False) -> float:
+    """Mean time of ``fn``, in seconds, over ``num_tests`` back-to-back calls timed by two CUDA events.
+
+    L2 is flushed once (a 256 MiB buffer is zeroed), ``fn`` runs ``num_warmups`` times untimed, then
+    ``num_tests`` times between a start and an end event. The calls run back to back, so host launch
+    overhead counts where it exceeds the GPU time of a call. With ``high_precision`` the GPU first
+    spins for a while (outside the events) so that the host has queued the timed calls before they
+    start. For per-call samples and an L2 flush before every call use
+    :func:`deep_gemm.testing.bench_kernel`.
+
+    Args:
+        fn: a callable taking no arguments that enqueues GPU work on the current stream.
+        num_warmups: untimed calls first, ``>= 0``.
+        num_tests: timed calls, ``> 0``.
+        high_precision: hide host launch overhead behind a GPU spin before the start event.
+
+    Returns:
+        Seconds per call (a float).
+
+    Raises:
+        ValueError: bad counts.
+        RuntimeError: no CUDA GPU.
+    """
+    _check_counts("bench", num_warmups, num_tests)
+    _require_cuda("bench")
+    torch.cuda.synchronize()
+    _l2_flusher(True, "write", L2_FLUSH_BYTES)()
+    for _ in range(num_warmups):
+        fn()
+    if high_precision:
+        # About 1 ms of GPU spin (the reference launches a large matmul for the same purpose).
+        torch.cuda._sleep(GPU_LEAD_CYCLES * 10)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(num_tests):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / num_tests / 1e3
+
+
+def _profile_device_kernels(
+    fn: Callable[[], object],
+    num_tests: int,
+    flush: Callable[[], object] | None,
+    barrier: Callable[[], object] | None,
+) -> tuple[list[tuple[str, float]], torch.profiler.profile]:
+    """``(kernel name, microseconds)`` of every device activity of ``num_tests`` calls of ``fn``, and the profiler.
+
+    The profiler runs two rounds of ``num_tests`` calls and records the second (the first is the
+    profiler's warm-up).
+    """
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
+    with warnings.catch_warnings():
+        # torch warns that events are cleared at the end of each profiler cycle: expected here.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA], schedule=schedule) as prof:
+            for _ in range(2):
+                for _ in range(num_tests):
+                    if flush is not None:
+                        flush()
+                    if barrier is not None:
+                        torch.cuda._sleep(BARRIER_LEAD_CYCLES)
+                        barrier()
+                    fn()
+                torch.cuda.synchronize()
+                prof.step()
+        kernels = [
+            (event.name, event.time_range.elapsed_us())
+            for event in prof.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA
+        ]
+    return kernels, prof
+
+
+def bench_kineto(
+    fn: Callable[[], object],
+    kernel_names: str | tuple[str, ...],
+    num_tests: int = 30,
+    suppress_kineto_output: bool = False,
+    trace_path: str | None = None,
+    flush_l2: bool = True,
+    with_multiple_kernels: bool = False,
+    barrier: Callable[[], object] | None = None,
+) -> float | tuple[float, ...]:
+    """Device time of the kernels whose names contain ``kernel_names``, in seconds, under ``torch.profiler``.
+
+    ``fn`` runs once to warm up, then ``num_tests`` times profiled (L2 flushed before each call
+    with ``flush_l2``, by reading a 256 MiB buffer). For each name the result is the mean time of one
+    launch of the (single) kernel whose name contains it; with ``with_multiple_kernels`` several
+    distinct kernels may match and the result is their summed time per call of ``fn``.
+
+    With ``DG_USE_NVIDIA_TOOLS`` set to a non-zero integer (running under Nsight Systems/Compute
+    or Compute Sanitizer, whose CUPTI use conflicts with the profiler's) nothing runs and the
+    result is ``1`` per name, not a time, as in the reference.
+
+    Args:
+        fn: a callable taking no arguments that enqueues GPU work on the current stream.
+        kernel_names: one name substring (the result is a float) or a tuple of them (a tuple).
+        num_tests: profiled calls, ``> 0``.
+        suppress_kineto_output: silence stdout/stderr while profiling.
+        trace_path: where to write a Chrome trace of the profiled calls, or ``None``.
+        flush_l2: flush L2 before each call.
+        with_multiple_kernels: allow several distinct kernels per name (see above).
+        barrier: called before each call (after a GPU spin that lets every rank queue its call),
+            e.g. ``torch.distributed.barrier`` for collective kernels.
+
+    Returns:
+        Seconds per launch (or per call of ``fn``), a float or a tuple of floats.
+
+    Raises:
+        TypeError: ``kernel_names`` is neither a str nor a tuple of str.
+        ValueError: bad counts; a name matches no kernel (the reference returns 0 there: here the
+            message lists the kernels seen); or, without ``with_multiple_kernels``, a name matches
+            several distinct kernels.
+        RuntimeError: no CUDA GPU.
+    """
+    is_tuple = isinstance(kernel_names, tuple)
+    names = kernel_names if is_tuple else (kernel_names,)
+    if not (isinstance(kernel_names, str) or is_tuple) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"bench_kineto: kernel_names must be a str or a tuple of str, got {kernel_names!r}")
+    if _nvidia_tools_in_use():
+        return (1,) * len(names) if is_tuple else 1
+    _check_counts("bench_kineto", 0, num_tests)
+    _require_cuda("bench_kineto")
+    flush = _l2_flusher(flush_l2, "read", L2_FLUSH_BYTES)
+    fn()
+    torch.cuda.synchronize()
+    with suppress_stdout_stderr() if suppress_kineto_output else empty_suppress():
+        kernels, prof = _profile_device_kernels(fn, num_tests, flush, barrier)
+        if not kernels:
+            # The first profiler session of a process can come back without any device activity (a profiler
+            # effect that makes the reference return 0 on its first call): one more session then.
+            kernels, prof = _profile_device_kernels(fn, num_tests, flush, barrier)
+        if trace_path is not None:
+            prof.export_chrome_trace(trace_path)
+    seen = sorted({kernel for kernel, _ in kernels})
+    times = []
+    for name in names:
+        matched = [us for kernel, us in kernels if name in kernel]
+        distinct = [kernel for kernel in seen if name in kernel]
+        if not matched:
+            raise ValueError(f"bench_kineto: no kernel name contains {name!r}; kernels seen: {seen}")
+        if len(distinct) > 1 and not with_multiple_kernels:
+            raise ValueError(
+                f"bench_kineto: {name!r} matches {len(distinct)} distinct kernels {distinct}; "
+                "pass with_multiple_kernels=True to sum them"
+            )
+        total_s = sum(matched) * 1e-6
+        times.append(total_s / num_tests if with_multiple_kernels else total_s / len(matched))
+    return tuple(times) if is_tuple else times[0]
