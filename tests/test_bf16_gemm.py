@@ -129,7 +129,8 @@ def test_cublaslt_bad_inputs_raise_value_error(layout: str, case: str) -> None:
         c = d
     elif case == "a_dtype":
         a = a.half()
-        pattern = r"a must have dtype torch\.bfloat16, torch\.float32, torch\.float8_e4m3fn or torch\.float8_e5m2, got a torch\.float16"
+        pattern = r"a must have dtype torch\.bfloat16, torch\.float32, torch\.float8_e4m3fn or torch\.float8_e5m2, got a "
+        pattern += r"torch\.float16"
     elif case == "b_dtype":
         b, pattern = b.half(), r"b \(a's dtype\) must have dtype torch\.bfloat16, got a torch\.float16 tensor"
     elif case == "a_3d":
