@@ -137,8 +137,9 @@ PYBIND11_MODULE(_C, m) {
     m.def("set_block_size_multiple_of", &dg::apis::set_block_size_multiple_of, "new_value"_a,
           "Ask for GEMM block sizes that are multiples of new_value: an int (the BLOCK_N multiple) or a pair\n"
           "(BLOCK_M multiple, BLOCK_N multiple), each in [0, 256] (0: no constraint). Stored for API compatibility\n"
-          "(get_block_size_multiple_of reads it back): the SM90 heuristic does not apply it (its BLOCK_N choices are\n"
-          "multiples of 16 already). Raises ValueError on a negative or too large value or a pair of another length.");
+          "only (get_block_size_multiple_of reads it back): deep_gemm's SM90 heuristic does not apply it yet, so the\n"
+          "block sizes it picks are multiples of 16 along N, not necessarily of new_value. Raises ValueError on a\n"
+          "negative or too large value or a pair of another length.");
     m.def("get_block_size_multiple_of", &dg::apis::get_block_size_multiple_of,
           "The (BLOCK_M multiple, BLOCK_N multiple) set by set_block_size_multiple_of (default (0, 0)).");
 

@@ -88,13 +88,14 @@ inline void cublaslt_gemm(bool a_transposed, bool b_transposed, const at::Tensor
     const bool accumulate = c.has_value();
     const at::Tensor b_kn = b_nk.t();  // [K, N]
     if (fp8) {
-        // Per-tensor scales of 1 (the reference applies none); C added after the product (the FP8 GEMM's bias is a
-        // row vector), in D's dtype
+        // Per-tensor scales of 1 (the reference applies none). C is added after the product (the FP8 GEMM's bias is
+        // a row vector), which is then kept in FP32 so that a BF16 D is rounded once, as cuBLASLt's D = AB + C is
         const at::Tensor one = at::ones({}, a.options().dtype(at::kFloat));
         if (!accumulate && d.is_contiguous()) {
             at::_scaled_mm_out(out, a_mk, b_kn, one, one, std::nullopt, std::nullopt, d.scalar_type());
         } else {
-            const at::Tensor product = at::_scaled_mm(a_mk, b_kn, one, one, std::nullopt, std::nullopt, d.scalar_type());
+            const at::ScalarType product_dtype = accumulate ? at::kFloat : d.scalar_type();
+            const at::Tensor product = at::_scaled_mm(a_mk, b_kn, one, one, std::nullopt, std::nullopt, product_dtype);
             if (accumulate)
                 at::add_out(out, *c, product);
             else
