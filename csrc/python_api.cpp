@@ -1,6 +1,10 @@
 // The deep_gemm._C module: Python bindings of csrc/apis, nothing else.
 #include <torch/python.h>
 
+#include <initializer_list>
+#include <string>
+#include <tuple>
+
 #include "apis/attention.hpp"
 #include "apis/bf16_gemm.hpp"
 #include "apis/cublaslt_gemm.hpp"
@@ -23,14 +27,31 @@ static const std::string k_grouped_doc =
     "use_psum_layout: group g's K starts at align(end of group g-1, get_mk_alignment_for_contiguous_layout())\n"
     "    instead of right after it (the scale rows stay back to back either way).\n"
     "d: FP32 [G, M, N] contiguous. c: None or FP32 [G, M, N] contiguous, accumulated (may be d: in place).\n"
-    "recipe: (1, 1, 128) only (None means that). compiled_dims: which of m, n are compile-time constants.\n"
+    "recipe: (1, 1, 128) only (the default; None means the same). compiled_dims: which of m, n are compile-time\n"
+    "constants.\n"
     "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.";
+
+// The k-grouped GEMMs as bound: ks_cpu may be None in the reference's signature (its SM100 psum path reads the K
+// sizes on the device); the SM90 kernels take them from the host, so None raises ValueError naming the argument (the
+// reference's SM90 path also requires the list).
+template <typename A, typename B, typename... Rest>
+static auto with_ks_cpu(void (*fn)(const A&, const B&, const at::Tensor&, const std::vector<int64_t>&, Rest...),
+                        const char* name) {
+    return [fn, name](const A& a, const B& b, const at::Tensor& d, const std::optional<std::vector<int64_t>>& ks_cpu,
+                      Rest... rest) {
+        DG_CHECK_INPUT(ks_cpu.has_value(), "{}: ks_cpu must be the list of the groups' K on SM90 (the kernels take "
+                       "them from the host), got None", name);
+        fn(a, b, d, *ks_cpu, rest...);
+    };
+}
 
 // What the dense BF16 GEMMs' docstrings share.
 static const std::string bf16_doc =
-    "Operands given as [K, M] / [K, N] are read in place, MN-major (a single row, M or N = 1, may also be a\n"
-    "K-contiguous column). Row strides must be multiples of 16 bytes; any M, N, K >= 0 (K = 0 gives d = c or\n"
-    "zeros; M or N = 0 is a no-op).\n"
+    "The layout letters fix the shapes a and b are given in; as in the reference, each operand's storage major is\n"
+    "read from its strides: stride 1 along K (K-major) or along M / N (MN-major, e.g. an x.T.contiguous().T view),\n"
+    "read in place either way (no transposing copy), so bf16_gemm_nt with MN-major views runs as nn / tn / tt.\n"
+    "Row strides must be multiples of 16 bytes; any M, N, K >= 0 (K = 0 gives d = c or zeros; M or N = 0 is a\n"
+    "no-op).\n"
     "d: BF16 or FP32 [M, N], row-major, any row stride, written in place. c: None, or of d's dtype and shape,\n"
     "    accumulated (D = C + ...; c may be d itself for in place, but may not otherwise overlap it).\n"
     "compiled_dims: which of m, n, k are compile-time constants.\n"
@@ -40,12 +61,14 @@ static const std::string bf16_doc =
 static const std::string bf16_grouped_doc =
     "\na: BF16 [M, K], K-major: the groups' row segments concatenated, each starting at a multiple of\n"
     "    get_mk_alignment_for_contiguous_layout() (padding rows between them).\n"
-    "d: BF16 [M, N], row-major; rows of padding are not written.\n"
+    "b: its storage major read from its strides (K-major or N-major, read in place), groups stacked densely.\n"
+    "d: BF16 [M, N], row-major. ensure_zero_padding=True (the default): its padding rows are written as zeros\n"
+    "    (one small kernel after the GEMM, writing only those rows); False: they are left untouched.\n"
     "grouped_layout: int32 on the device: [M], each row's group id or -1 for padding (M then a multiple of\n"
     "    the alignment); with use_psum_layout=True, [G] cumulative end rows: group g spans\n"
     "    [align(end[g-1], alignment), end[g]). Ids outside [0, G) are treated as padding; ends past M clamped.\n"
-    "compiled_dims: which of m, n, k are compile-time constants. expected_m_for_psum_layout: accepted for API\n"
-    "compatibility (the config follows the total row count).\n"
+    "compiled_dims: which of m, n, k are compile-time constants. expected_m_for_psum_layout (nt only): accepted\n"
+    "for API compatibility (the config follows the total row count).\n"
     "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).";
 
 // fp8_gemm_nt, the hot path of every FP8 linear layer, through a vectorcall binding (utils/fast_call.hpp): its
@@ -89,20 +112,36 @@ PYBIND11_MODULE(_C, m) {
     });
 
     // Runtime settings
-    m.def("set_num_sms", &dg::apis::set_num_sms, "num_sms"_a,
-          "Limit the number of SMs deep_gemm kernels use (persistent grids); raises ValueError if num_sms <= 0.");
+    m.def("set_num_sms", &dg::apis::set_num_sms, "new_num_sms"_a,
+          "Limit the number of SMs deep_gemm kernels use (persistent grids) to new_num_sms, at most the current\n"
+          "device's SM count; 0 removes the limit (all SMs). Raises ValueError on a negative value or one above the\n"
+          "device's count.");
     m.def("get_num_sms", &dg::apis::get_num_sms,
           "SMs deep_gemm kernels use on the current device: the set_num_sms limit, else all of them.");
-    m.def("set_tc_util", &dg::apis::set_tc_util, "tc_util"_a,
-          "Set the tensor-core utilization hint in percent, 1..100 (ValueError otherwise).");
+    m.def("set_tc_util", &dg::apis::set_tc_util, "new_tc_util"_a,
+          "Set the tensor-core utilization hint in percent, 0..100 (0 means the default, 100; ValueError otherwise).");
     m.def("get_tc_util", &dg::apis::get_tc_util, "The tensor-core utilization hint in percent (default 100).");
-    m.def("set_pdl", &dg::apis::set_pdl, "enable"_a,
+    m.def("set_pdl", &dg::apis::set_pdl, "new_enable_pdl"_a,
           "Enable or disable programmatic dependent launch for the kernels launched from now on.");
     m.def("get_pdl", &dg::apis::get_pdl, "Whether programmatic dependent launch is enabled (default False).");
     m.def("set_mk_alignment_for_contiguous_layout", &dg::apis::set_mk_alignment_for_contiguous_layout, "alignment"_a,
           "Set the row alignment of each group in M/K-grouped contiguous layouts (a multiple of 64, at most 1024).");
     m.def("get_mk_alignment_for_contiguous_layout", &dg::apis::get_mk_alignment_for_contiguous_layout,
           "Row alignment of each group's segment in M/K-grouped contiguous layouts (default 128).");
+    m.def("set_ignore_compile_dims", &dg::apis::set_ignore_compile_dims, "new_value"_a,
+          "True: every GEMM compiles M, N and K as runtime values, whatever its compiled_dims (fewer kernels, one\n"
+          "per config instead of one per shape; compiled_dims is still checked). False (the default): compiled_dims\n"
+          "is followed.");
+    m.def("get_ignore_compile_dims", &dg::apis::get_ignore_compile_dims,
+          "Whether set_ignore_compile_dims(True) is in effect (default False).");
+    m.def("set_block_size_multiple_of", &dg::apis::set_block_size_multiple_of, "new_value"_a,
+          "Ask for GEMM block sizes that are multiples of new_value: an int (the BLOCK_N multiple) or a pair\n"
+          "(BLOCK_M multiple, BLOCK_N multiple), each in [0, 256] (0: no constraint). Stored for API compatibility\n"
+          "only (get_block_size_multiple_of reads it back): deep_gemm's SM90 heuristic does not apply it yet, so the\n"
+          "block sizes it picks are multiples of 16 along N, not necessarily of new_value. Raises ValueError on a\n"
+          "negative or too large value or a pair of another length.");
+    m.def("get_block_size_multiple_of", &dg::apis::get_block_size_multiple_of,
+          "The (BLOCK_M multiple, BLOCK_N multiple) set by set_block_size_multiple_of (default (0, 0)).");
 
     // Layouts
     m.def("get_tma_aligned_size", &dg::apis::get_tma_aligned_size, "x"_a, "element_size"_a,
@@ -114,46 +153,49 @@ PYBIND11_MODULE(_C, m) {
           "align(MN, 4)). Returns sf itself when it already has that layout; otherwise runs a JIT-compiled\n"
           "transpose kernel on the current stream. Raises ValueError on a bad dtype, rank or device.");
     m.def("get_mn_major_tma_aligned_packed_ue8m0_tensor", &dg::apis::get_mn_major_tma_aligned_packed_ue8m0_tensor,
-          "sf"_a,
+          "sf"_a, "psum_layout"_a = py::none(),
           "Pack FP32 power-of-two scales sf ([MN, SF_K] or [G, MN, SF_K], CUDA) into UE8M0 bytes, four per int32\n"
           "(byte i of word j = biased exponent of sf[..., 4j + i], 0 past SF_K): int32 [.., MN, ceil(SF_K / 4)],\n"
-          "MN-major and TMA-aligned. Runs a JIT-compiled kernel. Raises ValueError on bad input.");
+          "MN-major and TMA-aligned. Runs a JIT-compiled kernel. psum_layout: None, or the int32 [G] cumulative end\n"
+          "rows of an m-grouped psum layout whose rows sf scales (checked; the packing is per row, so the result is\n"
+          "the same). Raises ValueError on bad input.");
     m.def("transform_sf_into_required_layout", &dg::apis::transform_sf_into_required_layout, "sf"_a, "mn"_a, "k"_a,
           "recipe"_a, "num_groups"_a = py::none(), "is_sfa"_a = py::none(), "disable_ue8m0_cast"_a = false,
+          "psum_layout"_a = py::none(),
           "Bring scales into the layout the GEMM kernels read. recipe is (gran_mn, gran_k) or (gran_m, gran_n,\n"
           "gran_k) with is_sfa choosing the operand. sf: FP32 [ceil(mn / gran_mn), ceil(k / gran_k)] (with a\n"
           "leading num_groups dimension when given). On SM90 per-row scales (gran_mn = 1) become MN-major\n"
-          "TMA-aligned FP32; 128x128 block scales stay K-major and contiguous. Raises ValueError on a shape or\n"
-          "dtype mismatch, NotImplementedError off SM90.");
+          "TMA-aligned FP32; 128x128 block scales stay K-major and contiguous. psum_layout: None, or the int32 [G]\n"
+          "cumulative end rows of an m-grouped psum layout (checked; on SM90 FP32 per-row scales follow A's rows one\n"
+          "to one, so it changes nothing). Raises ValueError on a shape or dtype mismatch, NotImplementedError off\n"
+          "SM90.");
 
-    // cuBLASLt passthrough: the BF16 GEMM contract served by cuBLAS(Lt) through PyTorch (a vendor baseline)
+    // cuBLASLt passthrough: the vendor library behind the same API, as a baseline
     {
-        const std::string head = "by cuBLAS(Lt) through PyTorch (at::mm / at::addmm on the current stream): the BF16 GEMM\n"
-                                 "contract of bf16_gemm_{nt,nn,tn,tt}, served by the vendor library, as a baseline behind the\n"
-                                 "same API. Runs on any CUDA GPU; no JIT.\n\n";
+        const std::string head =
+            "by cuBLAS(Lt) through PyTorch (at::mm / at::addmm; at::_scaled_mm for FP8) on the current stream, as a\n"
+            "vendor baseline behind deep_gemm's API. No JIT.\n\n"
+            "The layout letters fix the shapes a and b are given in; as in the reference, each operand's storage\n"
+            "major is read from its strides (stride 1 along K, or along M / N: e.g. an x.T.contiguous().T view), so\n"
+            "cublaslt_gemm_nt with MN-major views runs as nn / tn / tt.\n";
         const std::string tail =
-            "d: BF16 or FP32 [M, N], row-major (stride 1 along N), any row stride; written in place.\n"
+            "Operands: BF16 (d BF16 or FP32: with FP32 d the products accumulate in FP32 and are added to C without\n"
+            "    rounding to BF16 first); FP32 (d FP32); or FP8 (torch.float8_e4m3fn / float8_e5m2, not both E5M2),\n"
+            "    both K-major, K and N multiples of 16, per-tensor scale 1 as the reference's call applies none\n"
+            "    (d BF16 or FP32; SM89 and later).\n"
+            "d: [M, N], row-major (stride 1 along N), any row stride; written in place.\n"
             "c: None, or d's dtype and shape [M, N], row-major, accumulated (D = C + the product); may be d itself\n"
-            "    (in place) but may not otherwise overlap it. With FP32 d the BF16 products accumulate in FP32 and\n"
-            "    are added to C without rounding to BF16 first.\n"
-            "Any M, N, K >= 0 (M or N = 0: no-op; K = 0: d = c, or zeros); no alignment needed.\n"
+            "    (in place) but may not otherwise overlap it.\n"
+            "Any M, N, K >= 0 (M or N = 0: no-op; K = 0: d = c, or zeros); no alignment needed for BF16 / FP32.\n"
             "Raises ValueError on a bad dtype, rank, shape, layout, overlap or device.";
         m.def("cublaslt_gemm_nt", &dg::apis::cublaslt_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
-              ("D = C + A @ B.T " + head +
-               "a: BF16 [M, K], K-major (stride 1 along K).\n"
-               "b: BF16 [N, K], K-major.\n" + tail).c_str());
+              ("D = C + A @ B.T " + head + "a: [M, K]. b: [N, K].\n" + tail).c_str());
         m.def("cublaslt_gemm_nn", &dg::apis::cublaslt_gemm_nn, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
-              ("D = C + A @ B " + head +
-               "a: BF16 [M, K], K-major (stride 1 along K).\n"
-               "b: BF16 [K, N], N-major (stride 1 along N).\n" + tail).c_str());
+              ("D = C + A @ B " + head + "a: [M, K]. b: [K, N].\n" + tail).c_str());
         m.def("cublaslt_gemm_tn", &dg::apis::cublaslt_gemm_tn, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
-              ("D = C + A.T @ B " + head +
-               "a: BF16 [K, M], M-major (stride 1 along M).\n"
-               "b: BF16 [K, N], N-major (stride 1 along N).\n" + tail).c_str());
+              ("D = C + A.T @ B " + head + "a: [K, M]. b: [K, N].\n" + tail).c_str());
         m.def("cublaslt_gemm_tt", &dg::apis::cublaslt_gemm_tt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
-              ("D = C + A.T @ B.T " + head +
-               "a: BF16 [K, M], M-major (stride 1 along M).\n"
-               "b: BF16 [N, K], K-major (stride 1 along K).\n" + tail).c_str());
+              ("D = C + A.T @ B.T " + head + "a: [K, M]. b: [N, K].\n" + tail).c_str());
     }
 
     // FP8 GEMMs
@@ -169,14 +211,15 @@ PYBIND11_MODULE(_C, m) {
           "    [M, ceil(K / 128)] (any layout, as for fp8_gemm_nt).\n"
           "b = (B, sfb): B float8_e4m3fn [G, N, K], K-major, groups stacked densely; sfb FP32\n"
           "    [G, ceil(N / 128), ceil(K / 128)].\n"
-          "d: BF16 [M, N], row-major; rows of padding are not written.\n"
+          "d: BF16 [M, N], row-major (padding rows: see ensure_zero_padding).\n"
           "grouped_layout: int32 on the device: [M], each row's group id or -1 for padding (M then a multiple of\n"
           "    the alignment); with use_psum_layout=True, [G] cumulative end rows: group g spans\n"
           "    [align(end[g-1], alignment), end[g]). Read on the device: ids outside [0, G) are treated as\n"
           "    padding (nothing read or written for their rows); ends past M are clamped to M.\n"
-          "recipe: (1, 128, 128) only. compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt. ensure_zero_padding\n"
-          "and expected_m_for_psum_layout are accepted for API compatibility (no effect: padding rows never\n"
-          "reach valid outputs, and the config follows the total row count).\n"
+          "recipe: (1, 128, 128) only. compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt.\n"
+          "ensure_zero_padding=True (the default): D's padding rows are written as zeros (one small kernel after the\n"
+          "GEMM, writing only those rows); False: they are left untouched. expected_m_for_psum_layout: accepted for\n"
+          "API compatibility (the config follows the total row count).\n"
           "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).");
     m.def("m_grouped_fp8_gemm_nt_masked", &dg::apis::m_grouped_fp8_gemm_nt_masked, "a"_a, "b"_a, "d"_a, "masked_m"_a,
           "expected_m"_a, "recipe"_a = py::none(), "recipe_a"_a = py::none(), "recipe_b"_a = py::none(),
@@ -193,8 +236,8 @@ PYBIND11_MODULE(_C, m) {
           "expected_m: a host hint of the typical rows per group, used only to choose the config.\n"
           "recipe: (1, 128, 128) only. compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt.\n"
           "Raises ValueError on a bad dtype, shape, stride or device (K must be positive).");
-    m.def("k_grouped_fp8_gemm_nt_contiguous", &dg::apis::k_grouped_fp8_gemm_nt_contiguous, "a"_a, "b"_a, "d"_a,
-          "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "recipe"_a = py::none(), "compiled_dims"_a = "mn",
+    m.def("k_grouped_fp8_gemm_nt_contiguous", with_ks_cpu(&dg::apis::k_grouped_fp8_gemm_nt_contiguous, "k_grouped_fp8_gemm_nt_contiguous"), "a"_a, "b"_a, "d"_a,
+          "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "recipe"_a = py::make_tuple(1, 1, 128), "compiled_dims"_a = "mn",
           "use_psum_layout"_a = false,
           std::string("MoE weight-gradient GEMM over groups of K: for each group g, D[g] = C[g] + A_g @ B_g.T with A_g [M, K_g]\n"
           "and B_g [N, K_g] (SM90, recipe (1, 1, 128)).\n\n"
@@ -203,8 +246,8 @@ PYBIND11_MODULE(_C, m) {
           "    [sum_g ceil(K_g / 128), M] (one scale per row per 128 of the group's K; the groups' rows back to\n"
           "    back) or its transpose [M, sum_g ceil(K_g / 128)].\n"
           "b = (B, sfb): the same for B_g [N, K_g].\n" + k_grouped_doc).c_str());
-    m.def("k_grouped_fp8_gemm_tn_contiguous", &dg::apis::k_grouped_fp8_gemm_tn_contiguous, "a"_a, "b"_a, "d"_a,
-          "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "recipe"_a = py::none(), "compiled_dims"_a = "mn",
+    m.def("k_grouped_fp8_gemm_tn_contiguous", with_ks_cpu(&dg::apis::k_grouped_fp8_gemm_tn_contiguous, "k_grouped_fp8_gemm_tn_contiguous"), "a"_a, "b"_a, "d"_a,
+          "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "recipe"_a = py::make_tuple(1, 1, 128), "compiled_dims"_a = "mn",
           "use_psum_layout"_a = false,
           std::string("k_grouped_fp8_gemm_nt_contiguous with the MN-major operands training frameworks hold: A float8_e4m3fn\n"
           "[sum(K), M] and B [sum(K), N] (stride 1 along M / N), group g's rows from start_g. On SM90 FP8 wgmma\n"
@@ -212,22 +255,40 @@ PYBIND11_MODULE(_C, m) {
           "(temporary copies of A and B; on the H200 the call costs 1.1-1.2x the nt call).\n\n"
           "a = (A, sfa), b = (B, sfb): sfa FP32 [sum_g ceil(K_g / 128), M], sfb the same with N (or transposes).\n" +
            k_grouped_doc).c_str());
-    m.def("fp8_gemm_nn",
-          [](py::args, py::kwargs) {
-              dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_nn", "transpose B to K-major ([N, K] contiguous)");
-          },
-          "Not available on SM90: raises NotImplementedError (FP8 wgmma reads K-major operands only; "
-          "use fp8_gemm_nt with B transposed to [N, K]).");
-    m.def("fp8_gemm_tn",
-          [](py::args, py::kwargs) {
-              dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_tn", "transpose A to K-major ([M, K] contiguous)");
-          },
-          "Not available on SM90: raises NotImplementedError (use fp8_gemm_nt with A transposed to [M, K]).");
-    m.def("fp8_gemm_tt",
-          [](py::args, py::kwargs) {
-              dg::apis::fp8_gemm_unsupported_layout("fp8_gemm_tt", "transpose both A and B to K-major");
-          },
-          "Not available on SM90: raises NotImplementedError (use fp8_gemm_nt with A and B K-major).");
+    // The FP8 layouts SM90 cannot run (FP8 wgmma reads K-major operands only), with the reference's signatures:
+    // each call raises NotImplementedError naming the reason and the K-major entry point to use instead.
+    using UnsupportedLayout = std::tuple<std::string, const char*, const char*>;  // (name, compiled_dims, hint)
+    for (const auto& [name, dims, hint]: std::initializer_list<UnsupportedLayout>{
+             {"fp8_gemm_nn", "nk", "transpose B to [N, K] K-major"},
+             {"fp8_gemm_tn", "mn", "transpose A to [M, K] K-major"},
+             {"fp8_gemm_tt", "mn", "transpose A and B to K-major"},
+             {"fp8_fp4_gemm_nn", "nk", "transpose B to [N, K] K-major"},
+             {"fp8_fp4_gemm_tn", "mn", "transpose A to [M, K] K-major"},
+             {"fp8_fp4_gemm_tt", "mn", "transpose A and B to K-major"}}) {
+        const std::string fn_name = name, fn_hint = hint;
+        m.def(name.c_str(),
+              [fn_name, fn_hint](py::object, py::object, py::object, py::object, py::object, py::object, py::object,
+                                 const std::string&, bool) { dg::apis::fp8_gemm_unsupported_layout(fn_name, fn_hint); },
+              "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "recipe"_a = py::none(), "recipe_a"_a = py::none(),
+              "recipe_b"_a = py::none(), "compiled_dims"_a = dims, "disable_ue8m0_cast"_a = false,
+              ("Not available on SM90: raises NotImplementedError (FP8 wgmma reads K-major operands only; " + fn_hint +
+               " and call fp8_gemm_nt). The reference serves this layout on SM100 only.").c_str());
+    }
+    for (const std::string name: {"m_grouped_fp8_gemm_nn_contiguous", "m_grouped_fp8_fp4_gemm_nn_contiguous"}) {
+        m.def(name.c_str(),
+              [name](py::object, py::object, py::object, py::object, py::object, py::object, py::object,
+                     const std::string&, bool, bool, bool) {
+                  throw dg::NotImplementedError(fmt::format(
+                      "{}: FP8 wgmma on SM90 reads only K-major operands; transpose B to [G, N, K] K-major and call "
+                      "m_grouped_fp8_gemm_nt_contiguous", name));
+              },
+              "a"_a, "b"_a, "d"_a, "grouped_layout"_a, "recipe"_a = py::none(), "recipe_a"_a = py::none(),
+              "recipe_b"_a = py::none(), "compiled_dims"_a = "nk", "disable_ue8m0_cast"_a = false,
+              "use_psum_layout"_a = false, "ensure_zero_padding"_a = true,
+              "Not available on SM90: raises NotImplementedError (FP8 wgmma reads K-major operands only; transpose B\n"
+              "to [G, N, K] K-major and call m_grouped_fp8_gemm_nt_contiguous). The reference serves this layout on\n"
+              "SM100 only.");
+    }
     m.def("get_gemm_config",
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
              uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
@@ -299,16 +360,15 @@ PYBIND11_MODULE(_C, m) {
           ("D = C + A.T @ B.T with BF16 operands (SM90): a BF16 [K, M] (M-major), b BF16 [N, K] (K-major).\n\n" +
            bf16_doc).c_str());
     m.def("m_grouped_bf16_gemm_nt_contiguous", &dg::apis::m_grouped_bf16_gemm_nt_contiguous, "a"_a, "b"_a, "d"_a,
-          "grouped_layout"_a, "compiled_dims"_a = "nk", "use_psum_layout"_a = false,
+          "grouped_layout"_a, "compiled_dims"_a = "nk", "use_psum_layout"_a = false, "ensure_zero_padding"_a = true,
           "expected_m_for_psum_layout"_a = py::none(),
           ("MoE forward GEMM over groups of rows with BF16 operands (SM90): for each group g,\n"
-           "D[rows of g] = A[rows of g] @ B[g].T. b: BF16 [G, N, K], K-major, groups stacked densely.\n" +
+           "D[rows of g] = A[rows of g] @ B[g].T. b: BF16 [G, N, K].\n" +
            bf16_grouped_doc).c_str());
     m.def("m_grouped_bf16_gemm_nn_contiguous", &dg::apis::m_grouped_bf16_gemm_nn_contiguous, "a"_a, "b"_a, "d"_a,
-          "grouped_layout"_a, "compiled_dims"_a = "nk", "use_psum_layout"_a = false,
-          "expected_m_for_psum_layout"_a = py::none(),
+          "grouped_layout"_a, "compiled_dims"_a = "nk", "use_psum_layout"_a = false, "ensure_zero_padding"_a = true,
           ("MoE forward GEMM over groups of rows with BF16 operands (SM90): for each group g,\n"
-           "D[rows of g] = A[rows of g] @ B[g]. b: BF16 [G, K, N], N-major, groups stacked densely (read in place).\n" +
+           "D[rows of g] = A[rows of g] @ B[g]. b: BF16 [G, K, N].\n" +
            bf16_grouped_doc).c_str());
     m.def("m_grouped_bf16_gemm_nt_masked", &dg::apis::m_grouped_bf16_gemm_nt_masked, "a"_a, "b"_a, "d"_a,
           "masked_m"_a, "expected_m"_a, "compiled_dims"_a = "nk",
@@ -319,7 +379,8 @@ PYBIND11_MODULE(_C, m) {
           "masked_m: int32 [G] on the device, read by the kernel (no host sync: graph-capturable), clamped to\n"
           "    [0, max_m]. expected_m: a host hint of the typical rows per group (config only).\n"
           "Raises ValueError on a bad dtype, shape, stride or device (K must be positive).");
-    m.def("k_grouped_bf16_gemm_tn_contiguous", &dg::apis::k_grouped_bf16_gemm_tn_contiguous, "a"_a, "b"_a, "d"_a,
+    m.def("k_grouped_bf16_gemm_tn_contiguous",
+          with_ks_cpu(&dg::apis::k_grouped_bf16_gemm_tn_contiguous, "k_grouped_bf16_gemm_tn_contiguous"), "a"_a, "b"_a, "d"_a,
           "ks_cpu"_a, "grouped_layout"_a, "c"_a = py::none(), "compiled_dims"_a = "mn", "use_psum_layout"_a = false,
           "MoE weight-gradient GEMM over groups of K with BF16 operands (SM90): for each group g,\n"
           "D[g] = C[g] + a[start_g : start_g + K_g].T @ b[start_g : start_g + K_g], read in place (MN-major).\n\n"

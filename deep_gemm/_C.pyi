@@ -8,17 +8,23 @@ import torch
 
 class NotImplementedError(builtins.NotImplementedError): ...
 
-def set_num_sms(num_sms: int) -> None: ...
+def set_num_sms(new_num_sms: int) -> None: ...
 def get_num_sms() -> int: ...
-def set_tc_util(tc_util: int) -> None: ...
+def set_tc_util(new_tc_util: int) -> None: ...
 def get_tc_util() -> int: ...
-def set_pdl(enable: bool) -> None: ...
+def set_pdl(new_enable_pdl: bool) -> None: ...
 def get_pdl() -> bool: ...
 def set_mk_alignment_for_contiguous_layout(alignment: int) -> None: ...
 def get_mk_alignment_for_contiguous_layout() -> int: ...
+def set_ignore_compile_dims(new_value: bool) -> None: ...
+def get_ignore_compile_dims() -> bool: ...
+def set_block_size_multiple_of(new_value: int | tuple[int, int]) -> None: ...
+def get_block_size_multiple_of() -> tuple[int, int]: ...
 def get_tma_aligned_size(x: int, element_size: int) -> int: ...
 def get_mn_major_tma_aligned_tensor(sf: torch.Tensor) -> torch.Tensor: ...
-def get_mn_major_tma_aligned_packed_ue8m0_tensor(sf: torch.Tensor) -> torch.Tensor: ...
+def get_mn_major_tma_aligned_packed_ue8m0_tensor(
+    sf: torch.Tensor, psum_layout: torch.Tensor | None = None
+) -> torch.Tensor: ...
 def transform_sf_into_required_layout(
     sf: torch.Tensor,
     mn: int,
@@ -27,6 +33,7 @@ def transform_sf_into_required_layout(
     num_groups: int | None = None,
     is_sfa: bool | None = None,
     disable_ue8m0_cast: bool = False,
+    psum_layout: torch.Tensor | None = None,
 ) -> torch.Tensor: ...
 def cublaslt_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None: ...
 def cublaslt_gemm_nn(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None) -> None: ...
@@ -73,10 +80,10 @@ def k_grouped_fp8_gemm_nt_contiguous(
     a: tuple[torch.Tensor, torch.Tensor],
     b: tuple[torch.Tensor, torch.Tensor],
     d: torch.Tensor,
-    ks_cpu: Sequence[int],
+    ks_cpu: Sequence[int] | None,
     grouped_layout: torch.Tensor,
     c: torch.Tensor | None = None,
-    recipe: Sequence[int] | None = None,
+    recipe: Sequence[int] | None = (1, 1, 128),
     compiled_dims: str = "mn",
     use_psum_layout: bool = False,
 ) -> None: ...
@@ -84,16 +91,105 @@ def k_grouped_fp8_gemm_tn_contiguous(
     a: tuple[torch.Tensor, torch.Tensor],
     b: tuple[torch.Tensor, torch.Tensor],
     d: torch.Tensor,
-    ks_cpu: Sequence[int],
+    ks_cpu: Sequence[int] | None,
     grouped_layout: torch.Tensor,
     c: torch.Tensor | None = None,
-    recipe: Sequence[int] | None = None,
+    recipe: Sequence[int] | None = (1, 1, 128),
     compiled_dims: str = "mn",
     use_psum_layout: bool = False,
 ) -> None: ...
-def fp8_gemm_nn(*args: Any, **kwargs: Any) -> None: ...
-def fp8_gemm_tn(*args: Any, **kwargs: Any) -> None: ...
-def fp8_gemm_tt(*args: Any, **kwargs: Any) -> None: ...
+def fp8_gemm_nn(
+    a: Any,
+    b: Any,
+    d: Any,
+    c: Any = None,
+    recipe: Any = None,
+    recipe_a: Any = None,
+    recipe_b: Any = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+) -> None: ...
+def fp8_gemm_tn(
+    a: Any,
+    b: Any,
+    d: Any,
+    c: Any = None,
+    recipe: Any = None,
+    recipe_a: Any = None,
+    recipe_b: Any = None,
+    compiled_dims: str = "mn",
+    disable_ue8m0_cast: bool = False,
+) -> None: ...
+def fp8_gemm_tt(
+    a: Any,
+    b: Any,
+    d: Any,
+    c: Any = None,
+    recipe: Any = None,
+    recipe_a: Any = None,
+    recipe_b: Any = None,
+    compiled_dims: str = "mn",
+    disable_ue8m0_cast: bool = False,
+) -> None: ...
+def fp8_fp4_gemm_nn(
+    a: Any,
+    b: Any,
+    d: Any,
+    c: Any = None,
+    recipe: Any = None,
+    recipe_a: Any = None,
+    recipe_b: Any = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+) -> None: ...
+def fp8_fp4_gemm_tn(
+    a: Any,
+    b: Any,
+    d: Any,
+    c: Any = None,
+    recipe: Any = None,
+    recipe_a: Any = None,
+    recipe_b: Any = None,
+    compiled_dims: str = "mn",
+    disable_ue8m0_cast: bool = False,
+) -> None: ...
+def fp8_fp4_gemm_tt(
+    a: Any,
+    b: Any,
+    d: Any,
+    c: Any = None,
+    recipe: Any = None,
+    recipe_a: Any = None,
+    recipe_b: Any = None,
+    compiled_dims: str = "mn",
+    disable_ue8m0_cast: bool = False,
+) -> None: ...
+def m_grouped_fp8_gemm_nn_contiguous(
+    a: Any,
+    b: Any,
+    d: Any,
+    grouped_layout: Any,
+    recipe: Any = None,
+    recipe_a: Any = None,
+    recipe_b: Any = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+) -> None: ...
+def m_grouped_fp8_fp4_gemm_nn_contiguous(
+    a: Any,
+    b: Any,
+    d: Any,
+    grouped_layout: Any,
+    recipe: Any = None,
+    recipe_a: Any = None,
+    recipe_b: Any = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+) -> None: ...
 def get_gemm_config(
     m: int,
     n: int,
@@ -137,6 +233,7 @@ def m_grouped_bf16_gemm_nt_contiguous(
     grouped_layout: torch.Tensor,
     compiled_dims: str = "nk",
     use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
     expected_m_for_psum_layout: int | None = None,
 ) -> None: ...
 def m_grouped_bf16_gemm_nn_contiguous(
@@ -146,7 +243,7 @@ def m_grouped_bf16_gemm_nn_contiguous(
     grouped_layout: torch.Tensor,
     compiled_dims: str = "nk",
     use_psum_layout: bool = False,
-    expected_m_for_psum_layout: int | None = None,
+    ensure_zero_padding: bool = True,
 ) -> None: ...
 def m_grouped_bf16_gemm_nt_masked(
     a: torch.Tensor,
@@ -160,7 +257,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
     a: torch.Tensor,
     b: torch.Tensor,
     d: torch.Tensor,
-    ks_cpu: Sequence[int],
+    ks_cpu: Sequence[int] | None,
     grouped_layout: torch.Tensor,
     c: torch.Tensor | None = None,
     compiled_dims: str = "mn",

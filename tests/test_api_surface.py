@@ -81,7 +81,7 @@ def parameters_from_signature(fn) -> list[tuple[str, str | None]]:
         (
             "transform_sf_into_required_layout",
             [("sf", None), ("mn", None), ("k", None), ("recipe", None), ("num_groups", "None"), ("is_sfa", "None"),
-             ("disable_ue8m0_cast", "False")],
+             ("disable_ue8m0_cast", "False"), ("psum_layout", "None")],
         ),
         ("get_tma_aligned_size", [("x", None), ("element_size", None)]),
     ],
@@ -139,9 +139,9 @@ def test_settings_round_trip() -> None:
     assert deep_gemm.get_m_alignment_for_contiguous_layout() == 256
     deep_gemm.set_mk_alignment_for_contiguous_layout(128)
     with pytest.raises(ValueError, match="tc_util must be in"):
-        deep_gemm.set_tc_util(0)
-    with pytest.raises(ValueError, match="num_sms must be positive"):
-        deep_gemm.set_num_sms(0)
+        deep_gemm.set_tc_util(101)
+    with pytest.raises(ValueError, match="new_num_sms must be 0"):
+        deep_gemm.set_num_sms(-1)
     with pytest.raises(ValueError, match="multiple of 64"):
         deep_gemm.set_mk_alignment_for_contiguous_layout(100)
 

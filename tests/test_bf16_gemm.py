@@ -65,6 +65,12 @@ def other_major(t: torch.Tensor) -> torch.Tensor:
     return t.t().contiguous().t()
 
 
+def no_unit_stride(t: torch.Tensor) -> torch.Tensor:
+    """The same shape with stride 1 along neither dimension (every other element of wider rows): no major at all."""
+    rows, cols = t.shape
+    return torch.zeros(rows, 2 * cols, device=t.device, dtype=t.dtype)[:, ::2]
+
+
 def signature_params(fn) -> list[tuple[str, str | None]]:
     """(name, default) pairs of pybind11's signature line `name(p: T, q: T = default, ...) -> R`."""
     line = fn.__doc__.splitlines()[0]
@@ -115,8 +121,6 @@ def cpu_operands(layout: str, out_dtype: torch.dtype = torch.float32):
 def test_cublaslt_bad_inputs_raise_value_error(layout: str, case: str) -> None:
     a, b, d = cpu_operands(layout)
     c = None
-    a_major = "K" if layout[0] == "n" else "M"
-    b_major = "K" if layout[1] == "t" else "N"
     pattern = r"a must be on a CUDA device"
     if case == "on_cpu_bf16_c":
         d = d.bfloat16()
@@ -124,19 +128,21 @@ def test_cublaslt_bad_inputs_raise_value_error(layout: str, case: str) -> None:
     elif case == "on_cpu_in_place":
         c = d
     elif case == "a_dtype":
-        a, pattern = a.float(), r"a must have dtype torch\.bfloat16, got a torch\.float32 tensor"
+        a = a.half()
+        pattern = r"a must have dtype torch\.bfloat16, torch\.float32, torch\.float8_e4m3fn or torch\.float8_e5m2, got a "
+        pattern += r"torch\.float16"
     elif case == "b_dtype":
-        b, pattern = b.half(), r"b must have dtype torch\.bfloat16, got a torch\.float16 tensor"
+        b, pattern = b.half(), r"b \(a's dtype\) must have dtype torch\.bfloat16, got a torch\.float16 tensor"
     elif case == "a_3d":
         a, pattern = a.unsqueeze(0), r"a must be 2-D"
     elif case == "b_1d":
         b, pattern = b.flatten(), r"b must be 2-D"
     elif case == "a_major":
-        a = other_major(a)
-        pattern = rf"a must be {re.escape(a_shape_text(layout))}, {a_major}-major \(stride 1 along {a_major}\)"
+        a = no_unit_stride(a)
+        pattern = rf"a \({re.escape(a_shape_text(layout))}\) must have stride 1 along K \(K-major\) or along its other"
     elif case == "b_major":
-        b = other_major(b)
-        pattern = rf"b must be {re.escape(b_shape_text(layout))}, {b_major}-major \(stride 1 along {b_major}\)"
+        b = no_unit_stride(b)
+        pattern = rf"b \({re.escape(b_shape_text(layout))}\) must have stride 1 along K \(K-major\) or along its other"
     elif case == "k_mismatch":
         _, b = to_layout(layout, torch.zeros(0, 0), torch.zeros(N, K + 16, dtype=torch.bfloat16))
         pattern = rf"b must be {re.escape(b_shape_text(layout))} with K = {K} \(a's K\)"
@@ -178,9 +184,10 @@ def test_bf16_names_and_signatures() -> None:
         assert (fn.__doc__ or "").strip(), f"bf16_gemm_{layout} has no docstring"
         assert signature_params(fn) == [("a", None), ("b", None), ("d", None), ("c", "None"), ("compiled_dims", dims)]
     grouped = [("a", None), ("b", None), ("d", None), ("grouped_layout", None), ("compiled_dims", "'nk'")]
-    grouped += [("use_psum_layout", "False"), ("expected_m_for_psum_layout", "None")]
-    for layout in ("nt", "nn"):
-        assert signature_params(getattr(deep_gemm, f"m_grouped_bf16_gemm_{layout}_contiguous")) == grouped
+    grouped += [("use_psum_layout", "False"), ("ensure_zero_padding", "True")]
+    assert signature_params(deep_gemm.m_grouped_bf16_gemm_nn_contiguous) == grouped
+    grouped += [("expected_m_for_psum_layout", "None")]
+    assert signature_params(deep_gemm.m_grouped_bf16_gemm_nt_contiguous) == grouped
     masked = [
         ("a", None),
         ("b", None),
@@ -228,9 +235,9 @@ def test_bf16_gemm_bad_inputs_raise_value_error(layout: str, case: str) -> None:
     elif case == "b_3d":
         b, pattern = b.unsqueeze(0), r"b must be 2-D"
     elif case == "a_major":
-        a, pattern = other_major(a), rf"a must be contiguous in its last dimension \(row-major {a_shape}\)"
+        a, pattern = no_unit_stride(a), rf"a \({a_shape}\) must have stride 1 along K \(K-major\) or along its other"
     elif case == "b_major":
-        b, pattern = other_major(b), rf"b must be contiguous in its last dimension \(row-major {b_shape}\)"
+        b, pattern = no_unit_stride(b), rf"b \({b_shape}\) must have stride 1 along K \(K-major\) or along its other"
     elif case == "row_stride":
         # a row stride of 132 elements (264 bytes): TMA needs multiples of 16 bytes
         a = torch.zeros(a.shape[0], 132, dtype=torch.bfloat16)[:, : a.shape[1]]
@@ -625,9 +632,9 @@ def test_gemm_rejects_wrong_layout(family: str, layout: str) -> None:
     a, b = to_layout(layout, randn(256, 512, seed=0), randn(384, 512, seed=1))
     d = torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"\ba\b"):
-        fn(other_major(a), b, d)
+        fn(no_unit_stride(a), b, d)
     with pytest.raises(ValueError, match=r"\bb\b"):
-        fn(a, other_major(b), d)
+        fn(a, no_unit_stride(b), d)
     with pytest.raises(ValueError, match=r"\bd\b"):
         fn(a, b, torch.empty(384, 256, device="cuda", dtype=torch.bfloat16).t())
     with pytest.raises(ValueError, match=r"\bc\b"):
@@ -679,6 +686,8 @@ def test_m_grouped_contiguous(num_groups: int, expected_m: int, n: int, k: int, 
     kwargs = {"use_psum_layout": True, "expected_m_for_psum_layout": expected_m} if psum else {}
     grouped_layout = ends if psum else per_row
     case = f"m_grouped_{layout}-G{num_groups}-m{expected_m}-n{n}-k{k}-{'psum' if psum else 'per_row'}"
+    # (padding rows left untouched: tests/test_compat_gemm.py checks ensure_zero_padding=True, the default)
+    kwargs["ensure_zero_padding"] = False
     d = poisoned(a.shape[0], n, dtype=torch.bfloat16)
     fn(a, b, d, grouped_layout, **kwargs)
     check_m_grouped(d, a, b_nk, segments, case)

@@ -227,10 +227,13 @@ def test_m_grouped_contiguous(psum: bool, num_groups: int, expected_m: int, n: i
     a, sfa, b, sfb, per_row, ends, segments = make_grouped_inputs(num_groups, expected_m, n, k, seed=num_groups + k)
     d = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
     layout = ends if psum else per_row
-    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum)
+    # (padding rows left untouched: tests/test_compat_gemm.py checks ensure_zero_padding=True, the default)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum,
+                                               ensure_zero_padding=False)  # fmt: skip
     check_grouped(d, a, sfa, b, sfb, segments, f"G{num_groups}-m{expected_m}-n{n}-k{k}")
     d2 = torch.full_like(d, float("nan"))
-    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d2, layout, use_psum_layout=psum)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d2, layout, use_psum_layout=psum,
+                                               ensure_zero_padding=False)  # fmt: skip
     assert torch.equal(d.nan_to_num(), d2.nan_to_num()), "two runs differ"
 
 
@@ -242,7 +245,7 @@ def test_m_grouped_contiguous_bad_ids_are_padding() -> None:
     s, e = next(seg for seg in segments if seg[1] > seg[0])
     bad[s:e] = 1000
     d = torch.full((a.shape[0], 1024), float("nan"), device="cuda", dtype=torch.bfloat16)
-    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, bad)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, bad, ensure_zero_padding=False)
     torch.cuda.synchronize()
     assert d[s:e].isnan().all()
 

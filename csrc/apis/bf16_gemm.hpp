@@ -2,9 +2,11 @@
 // Validates every input, then runs the one SM90 GEMM kernel with BF16 operands: wgmma reads each operand
 // K-major or MN-major from shared memory, so no layout needs a transposing copy.
 //
-// Layout letters, as for the FP8 functions: the first is A's, the second B's. A: 'n' = [M, K] (K-major),
-// 't' = [K, M] (M-major). B: 't' = [N, K] (K-major), 'n' = [K, N] (N-major). D = C + A @ B^T in the logical
-// [M, K] x [N, K] sense.
+// Layout letters, as for the FP8 functions: the first is A's, the second B's. A: 'n' = given as [M, K],
+// 't' = given as [K, M]. B: 't' = given as [N, K], 'n' = given as [K, N]. D = C + A @ B^T in the logical
+// [M, K] x [N, K] sense. As in the reference, the letters fix the shapes only: each operand's storage major
+// (K-major or MN-major) is read from its strides, so bf16_gemm_nt with an x.T.contiguous().T view runs the
+// kernel that reads that operand MN-major, with no copy.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -25,36 +27,56 @@ namespace dg::apis {
 namespace detail {
 
 // A BF16 operand stored row-major ([rows, cols], stride 1 along cols) with TMA-aligned row strides;
-// `shape` names its dimensions for messages, e.g. "[K, N]". `transposed`: a [K, rows] operand, which with a
-// single row may also be a K-contiguous column (read as the [1, K] row: its row stride is meaningless).
-inline void check_bf16_operand(const at::Tensor& t, const char* name, int64_t dims, const char* shape,
-                               bool transposed = false) {
+// `shape` names its dimensions for messages, e.g. "[K, N]".
+inline void check_bf16_operand(const at::Tensor& t, const char* name, int64_t dims, const char* shape) {
     check_defined(t, name);
     check_dim(t, dims, name);
     check_dtype(t, at::kBFloat16, name);
-    const bool single_column = transposed && dims == 2 && t.size(1) == 1 && (t.stride(0) == 1 || t.size(0) <= 1);
-    if (!single_column)
-        check_k_major_tma(t, name, "row-major", shape);
-    DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 || t.numel() == 0,
-                   "{}: data pointer must be 16-byte aligned for TMA, got a {}", name, describe(t));
+    check_k_major_tma(t, name, "row-major", shape);
 }
 
-// A dense operand stored as [rows, K] (K-major) or [K, rows] (`transposed`): its logical [rows, K] view, and
-// whether the kernel reads it MN-major. A single row (M or N = 1) stored as a K-contiguous column is read as
-// the K-major [1, K] row; any other [K, rows] storage MN-major (rows past `rows` in a padded row stride are
-// never read: TMA clips at `rows`).
+// The storage of an operand given as the logical view `view` (last two dimensions [rows, K]), read from its
+// strides as the reference does: K-major when stride 1 runs along K, MN-major when it runs along the rows (the
+// kernel then reads the [.., K, rows] storage in place, no transposing copy). Returns whether it is MN-major.
+// A dimension of size 1 has no meaningful stride: K-major wins a tie. `given_shape` is the shape the caller
+// passed, for messages ("[M, K]", "[K, N]", ...).
+inline bool bf16_operand_is_mn_major(const at::Tensor& view, const char* name, const char* given_shape) {
+    const int64_t rows = view.size(-2), k = view.size(-1);
+    const bool k_major = view.stride(-1) == 1 || k <= 1;
+    const bool mn_major = view.stride(-2) == 1 || rows <= 1;
+    DG_CHECK_INPUT(k_major || mn_major, "{} ({}) must have stride 1 along K (K-major) or along its other dimension "
+                   "(MN-major), got a {}", name, given_shape, describe(view));
+    return !k_major;
+}
+
+// A BF16 operand given as `t` (`given_shape`, e.g. "[K, N]"), seen as its logical [.., rows, K] view `view`:
+// dtype, rank, then the storage its strides describe (row strides multiples of 16 bytes, 16-byte aligned start).
+// Returns whether the kernel reads it MN-major.
+inline bool check_bf16_view(const at::Tensor& t, const at::Tensor& view, const char* name, const char* given_shape) {
+    const bool mn_major = bf16_operand_is_mn_major(view, name, given_shape);
+    const at::Tensor storage = mn_major ? view.transpose(-1, -2) : view;
+    check_k_major_tma(storage, name, mn_major ? "MN-major storage" : "K-major storage", given_shape);
+    DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 || t.numel() == 0,
+                   "{}: data pointer must be 16-byte aligned for TMA, got a {}", name, describe(t));
+    return mn_major;
+}
+
+// A dense operand given as [rows, K] (`transposed` false) or [K, rows]: its logical [rows, K] view and whether the
+// kernel reads it MN-major (from its strides, whatever the layout letter: bf16_gemm_nt with x.T.contiguous().T
+// views is the nn / tn / tt GEMM).
 inline std::pair<at::Tensor, bool> dense_bf16_operand(const at::Tensor& t, const char* name, bool transposed,
                                                       const char* shape) {
-    check_bf16_operand(t, name, 2, shape, transposed);
+    check_defined(t, name);
+    check_dim(t, 2, name);
+    check_dtype(t, at::kBFloat16, name);
     const at::Tensor view = transposed ? t.t() : t;
-    const bool k_contiguous_row = view.size(0) == 1 && (view.stride(1) == 1 || view.size(1) <= 1);
-    return {view, transposed && !k_contiguous_row};
+    return {view, check_bf16_view(t, view, name, shape)};
 }
 
 }  // namespace detail
 
-// D = C + A @ B^T with A stored [K, M] when `a_transposed` ('t') and B stored [K, N] when `b_transposed` ('n');
-// see the Python docstrings.
+// D = C + A @ B^T with A given as [K, M] when `a_transposed` ('t') and B given as [K, N] when `b_transposed` ('n');
+// each operand's storage major comes from its strides. See the Python docstrings.
 inline void bf16_gemm(const char* fn, bool a_transposed, bool b_transposed, const at::Tensor& a, const at::Tensor& b,
                       const at::Tensor& d, const std::optional<at::Tensor>& c, const std::string& compiled_dims) {
     const auto [a_mk, mn_major_a] = detail::dense_bf16_operand(a, "a", a_transposed, a_transposed ? "[K, M]" : "[M, K]");
@@ -100,17 +122,23 @@ inline void bf16_gemm_tt(const at::Tensor& a, const at::Tensor& b, const at::Ten
     bf16_gemm("bf16_gemm_tt", true, false, a, b, d, c, compiled_dims);
 }
 
-// M-grouped contiguous: A [M, K], B [G, N, K] (nt) or [G, K, N] (nn), D [M, N] BF16.
+// M-grouped contiguous: A [M, K] (K-major), B given as [G, N, K] (nt) or [G, K, N] (nn), its storage major read
+// from its strides; D [M, N] BF16. ensure_zero_padding: D's padding rows written as zeros.
 inline void m_grouped_bf16_gemm_contiguous(const char* fn, bool b_transposed, const at::Tensor& a, const at::Tensor& b,
                                            const at::Tensor& d, const at::Tensor& grouped_layout,
                                            const std::string& compiled_dims, bool use_psum_layout,
-                                           std::optional<int64_t> expected_m_for_psum_layout) {
+                                           bool ensure_zero_padding, std::optional<int64_t> expected_m_for_psum_layout) {
     (void)expected_m_for_psum_layout;  // the config is chosen from the total row count
+    const char* b_shape = b_transposed ? "[G, K, N]" : "[G, N, K]";
     detail::check_bf16_operand(a, "a", 2, "[M, K]");
-    detail::check_bf16_operand(b, "b", 3, b_transposed ? "[G, K, N]" : "[G, N, K]");
+    check_defined(b, "b");
+    check_dim(b, 3, "b");
+    check_dtype(b, at::kBFloat16, "b");
     const at::Tensor b_nk = b_transposed ? b.transpose(1, 2) : b;
-    const auto [m, k, num_groups, n] = detail::check_contiguous_operands(
-        a, "a", "a", b, b_nk, "b", b_transposed ? "[G, K, N]" : "[G, N, K]", d);
+    const bool mn_major_b = detail::check_bf16_view(b, b_nk, "b", b_shape);
+    const at::Tensor b_storage = mn_major_b ? b_nk.transpose(1, 2) : b_nk;  // [G, K, N] or [G, N, K], row-major
+    const auto [m, k, num_groups, n] =
+        detail::check_contiguous_operands(a, "a", "a", b_storage, b_nk, "b", b_shape, d);
     const auto cdims = parse_compiled_dims(compiled_dims);
     const int64_t alignment = detail::check_contiguous_layout(grouped_layout, m, num_groups, use_psum_layout);
 
@@ -120,22 +148,25 @@ inline void m_grouped_bf16_gemm_contiguous(const char* fn, bool b_transposed, co
     const jit::DeviceScope device_scope(a.device().index());
     if (m == 0 || n == 0)
         return;
-    const kernels::GemmOperands operands{kernels::OperandKind::kBf16, false, b_transposed, false};
+    const kernels::GemmOperands operands{kernels::OperandKind::kBf16, false, mn_major_b, false};
     detail::run_contiguous({a, b_nk, d, nullptr, nullptr, nullptr, operands, cdims.m, cdims.n, cdims.k}, grouped_layout,
                            use_psum_layout, alignment);
+    if (ensure_zero_padding)
+        detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
 }
 
 inline void m_grouped_bf16_gemm_nt_contiguous(const at::Tensor& a, const at::Tensor& b, const at::Tensor& d,
                                               const at::Tensor& grouped_layout, const std::string& compiled_dims,
-                                              bool use_psum_layout, std::optional<int64_t> expected_m_for_psum_layout) {
+                                              bool use_psum_layout, bool ensure_zero_padding,
+                                              std::optional<int64_t> expected_m_for_psum_layout) {
     m_grouped_bf16_gemm_contiguous("m_grouped_bf16_gemm_nt_contiguous", false, a, b, d, grouped_layout, compiled_dims,
-                                   use_psum_layout, expected_m_for_psum_layout);
+                                   use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout);
 }
 inline void m_grouped_bf16_gemm_nn_contiguous(const at::Tensor& a, const at::Tensor& b, const at::Tensor& d,
                                               const at::Tensor& grouped_layout, const std::string& compiled_dims,
-                                              bool use_psum_layout, std::optional<int64_t> expected_m_for_psum_layout) {
+                                              bool use_psum_layout, bool ensure_zero_padding) {
     m_grouped_bf16_gemm_contiguous("m_grouped_bf16_gemm_nn_contiguous", true, a, b, d, grouped_layout, compiled_dims,
-                                   use_psum_layout, expected_m_for_psum_layout);
+                                   use_psum_layout, ensure_zero_padding, std::nullopt);
 }
 
 // M-grouped masked: A [G, max_m, K], B [G, N, K], D [G, max_m, N] BF16, rows past masked_m[g] untouched.

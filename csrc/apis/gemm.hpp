@@ -31,6 +31,9 @@ inline CompiledDims parse_compiled_dims(const std::string& dims) {
         DG_CHECK_INPUT(c == 'm' || c == 'n' || c == 'k', "compiled_dims must use only the letters m, n, k; got '{}'", dims);
         (c == 'm' ? out.m : c == 'n' ? out.n : out.k) = true;
     }
+    // (set_ignore_compile_dims(True): the letters are still checked, but every dimension is a runtime value)
+    if (jit::DeviceRuntime::instance().ignore_compile_dims())
+        return {};
     return out;
 }
 

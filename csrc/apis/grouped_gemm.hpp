@@ -9,6 +9,7 @@
 
 #include "../jit/device_runtime.hpp"
 #include "../jit_kernels/impls/sm90_gemm.hpp"
+#include "../jit_kernels/impls/smxx_zero_padding.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
 #include "layout.hpp"
@@ -118,6 +119,16 @@ inline void run_contiguous(kernels::GemmArgs args, const at::Tensor& grouped_lay
     kernels::Sm90GemmRunner::run(args);
 }
 
+// ensure_zero_padding=True: write zeros into D's padding rows (the GEMM leaves them untouched), with one small
+// kernel after the GEMM on the same stream that writes only those rows (no host sync).
+inline void zero_padding_rows(const at::Tensor& d, const at::Tensor& grouped_layout, int64_t num_groups,
+                              bool use_psum_layout, int64_t alignment) {
+    kernels::launch_zero_padding_rows(d.device().index(), d.data_ptr(), static_cast<uint32_t>(d.size(0)),
+                                      static_cast<uint32_t>(d.size(1)), static_cast<uint64_t>(d.stride(0)),
+                                      grouped_layout.data_ptr<int32_t>(), static_cast<uint32_t>(num_groups),
+                                      static_cast<uint32_t>(alignment), use_psum_layout);
+}
+
 // Run the masked layout: A [G * max_m, K], B [G, N, K] (logical view), D [G * max_m, N].
 inline void run_masked(kernels::GemmArgs args, const at::Tensor& masked_m, int64_t max_m, int64_t expected_m) {
     const int64_t num_groups = args.b.size(0);
@@ -141,7 +152,6 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
                                              bool use_psum_layout, bool ensure_zero_padding,
                                              std::optional<int64_t> expected_m_for_psum_layout) {
     (void)disable_ue8m0_cast;          // SM90 takes FP32 scales
-    (void)ensure_zero_padding;         // padding rows are neither computed into valid rows nor written
     (void)expected_m_for_psum_layout;  // the config is chosen from the total row count
     const auto& [a, sfa_in] = a_pair;
     const auto& [b, sfb_in] = b_pair;
@@ -172,6 +182,8 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_operands(false), cdims.m, cdims.n, cdims.k},
                            grouped_layout, use_psum_layout, alignment);
+    if (ensure_zero_padding)
+        detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
 }
 
 // For each group g, the first masked_m[g] rows: D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T (MoE decode);

@@ -80,7 +80,28 @@ inline at::Tensor get_mn_major_tma_aligned_tensor(const at::Tensor& sf) {
     return mn_major_tma_aligned(sf, storage);
 }
 
-inline at::Tensor get_mn_major_tma_aligned_packed_ue8m0_tensor(const at::Tensor& sf) {
+namespace detail {
+
+// psum_layout of the scale transforms: None, or the int32 [G] cumulative end rows of an m-grouped psum layout
+// (the reference's layout argument), on sf's device. Per-row scales follow the rows of A one to one, so on SM90
+// the layout changes nothing in the result; it is checked so that a wrong argument still raises.
+inline void check_psum_layout(const std::optional<at::Tensor>& psum_layout, const at::Tensor& sf, const char* fn) {
+    if (!psum_layout.has_value())
+        return;
+    const at::Tensor& layout = *psum_layout;
+    check_defined(layout, "psum_layout");
+    check_dtype(layout, at::kInt, "psum_layout");
+    DG_CHECK_INPUT(layout.dim() == 1 && layout.size(0) >= 1, "{}: psum_layout must be int32 [G] (the groups' "
+                   "cumulative end rows, G >= 1), got a {}", fn, describe(layout));
+    if (sf.defined())
+        check_same_device(layout, sf, "psum_layout", "sf");
+}
+
+}  // namespace detail
+
+inline at::Tensor get_mn_major_tma_aligned_packed_ue8m0_tensor(const at::Tensor& sf,
+                                                               const std::optional<at::Tensor>& psum_layout) {
+    detail::check_psum_layout(psum_layout, sf, "get_mn_major_tma_aligned_packed_ue8m0_tensor");
     detail::check_sf(sf, "get_mn_major_tma_aligned_packed_ue8m0_tensor");
     return detail::run_layout_kernel(sf, kernels::LayoutKernel::kPackUe8m0);
 }
@@ -98,8 +119,10 @@ inline std::pair<int64_t, int64_t> operand_granularity(const std::vector<int64_t
 inline at::Tensor transform_sf_into_required_layout(const at::Tensor& sf, int64_t mn, int64_t k,
                                                     const std::vector<int64_t>& recipe,
                                                     std::optional<int64_t> num_groups, std::optional<bool> is_sfa,
-                                                    bool disable_ue8m0_cast) {
+                                                    bool disable_ue8m0_cast,
+                                                    const std::optional<at::Tensor>& psum_layout) {
     check_defined(sf, "sf");
+    detail::check_psum_layout(psum_layout, sf, "transform_sf_into_required_layout");
     const auto [gran_mn, gran_k] = operand_granularity(recipe, is_sfa);
     DG_CHECK_INPUT(gran_mn == 1 || gran_mn == 128, "recipe: scale granularity along MN must be 1 or 128, got {}", gran_mn);
     DG_CHECK_INPUT(gran_k == 128, "recipe: scale granularity along K must be 128 on SM90, got {}", gran_k);

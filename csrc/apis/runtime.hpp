@@ -3,7 +3,12 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <utility>
+#include <variant>
+#include <vector>
+
 #include "../jit/device_runtime.hpp"
+#include "../utils/exception.hpp"
 
 namespace dg::apis {
 
@@ -12,7 +17,13 @@ inline int current_device_index() {
     return impl->getDevice().index();
 }
 
-inline void set_num_sms(int num_sms) { jit::DeviceRuntime::instance().set_num_sms(num_sms); }
+// 0: all SMs again; otherwise at most the current device's SM count (queried only then, so set_num_sms(0) needs
+// no GPU).
+inline void set_num_sms(int num_sms) {
+    if (num_sms > 0)
+        driver::api();  // a clear error when there is no driver, before asking PyTorch for a CUDA device
+    jit::DeviceRuntime::instance().set_num_sms(num_sms, num_sms > 0 ? current_device_index() : 0);
+}
 
 inline int get_num_sms() {
     auto& runtime = jit::DeviceRuntime::instance();
@@ -28,5 +39,27 @@ inline void set_mk_alignment_for_contiguous_layout(int alignment) {
     jit::DeviceRuntime::instance().set_mk_alignment(alignment);
 }
 inline int get_mk_alignment_for_contiguous_layout() { return jit::DeviceRuntime::instance().mk_alignment(); }
+inline void set_ignore_compile_dims(bool ignore) { jit::DeviceRuntime::instance().set_ignore_compile_dims(ignore); }
+inline bool get_ignore_compile_dims() { return jit::DeviceRuntime::instance().ignore_compile_dims(); }
+
+// set_block_size_multiple_of(n) or ((m, n)): an int is the BLOCK_N multiple (the one the reference's SM90 heuristic
+// reads), a pair (BLOCK_M multiple, BLOCK_N multiple).
+inline void set_block_size_multiple_of(const std::variant<int64_t, std::vector<int64_t>>& multiple) {
+    int64_t m_multiple = 0, n_multiple = 0;
+    if (const auto* single = std::get_if<int64_t>(&multiple)) {
+        n_multiple = *single;
+    } else {
+        const auto& pair = std::get<std::vector<int64_t>>(multiple);
+        DG_CHECK_INPUT(pair.size() == 2, "set_block_size_multiple_of: new_value must be an int or a pair of ints "
+                       "(block_m multiple, block_n multiple), got {} values", pair.size());
+        m_multiple = pair[0];
+        n_multiple = pair[1];
+    }
+    DG_CHECK_INPUT(m_multiple >= 0 && m_multiple <= 256 && n_multiple >= 0 && n_multiple <= 256,
+                   "set_block_size_multiple_of: the multiples must be in [0, 256] (0: no constraint), got ({}, {})",
+                   m_multiple, n_multiple);
+    jit::DeviceRuntime::instance().set_block_size_multiple_of(static_cast<int>(m_multiple), static_cast<int>(n_multiple));
+}
+inline std::pair<int, int> get_block_size_multiple_of() { return jit::DeviceRuntime::instance().block_size_multiple_of(); }
 
 }  // namespace dg::apis

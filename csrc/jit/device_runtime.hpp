@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "../utils/cuda_driver.hpp"
 #include "../utils/exception.hpp"
@@ -55,13 +56,22 @@ public:
         return num_sms_limit_ > 0 ? std::min(num_sms_limit_, available) : available;
     }
 
-    void set_num_sms(int num_sms) {
-        DG_CHECK_INPUT(num_sms > 0, "set_num_sms: num_sms must be positive, got {}", num_sms);
+    // 0 removes the limit (all SMs); otherwise at most the SMs of `device_index` (the current device), as the
+    // reference asserts.
+    void set_num_sms(int num_sms, int device_index) {
+        DG_CHECK_INPUT(num_sms >= 0, "set_num_sms: new_num_sms must be 0 (all SMs) or positive, got {}", num_sms);
+        if (num_sms > 0) {
+            const int available = properties(device_index).num_sms;
+            DG_CHECK_INPUT(num_sms <= available, "set_num_sms: new_num_sms must be at most the {} SMs of device {}, "
+                           "got {}", available, device_index, num_sms);
+        }
         num_sms_limit_ = num_sms;
     }
+    // 0 means the default, 100.
     void set_tc_util(int percent) {
-        DG_CHECK_INPUT(percent >= 1 && percent <= 100, "set_tc_util: tc_util must be in [1, 100], got {}", percent);
-        tc_util_ = percent;
+        DG_CHECK_INPUT(percent >= 0 && percent <= 100,
+                       "set_tc_util: new_tc_util must be in [0, 100] (0: the default, 100), got {}", percent);
+        tc_util_ = percent == 0 ? 100 : percent;
     }
     int tc_util() const { return tc_util_; }
 
@@ -76,6 +86,22 @@ public:
     }
     int mk_alignment() const { return mk_alignment_; }
 
+    // set_ignore_compile_dims(True): every GEMM compiles its kernel with M, N and K as runtime values, whatever its
+    // compiled_dims (one kernel per config instead of one per shape).
+    void set_ignore_compile_dims(bool ignore) { ignore_compile_dims_ = ignore; }
+    bool ignore_compile_dims() const { return ignore_compile_dims_; }
+
+    // set_block_size_multiple_of: a BLOCK_M / BLOCK_N multiple the caller asks for (the reference's SM90 heuristic
+    // applies the N one to its BLOCK_N choice). Stored for API compatibility; 0 means no constraint.
+    void set_block_size_multiple_of(int block_m_multiple, int block_n_multiple) {
+        DG_CHECK_INPUT(block_m_multiple >= 0 && block_n_multiple >= 0,
+                       "set_block_size_multiple_of: the multiples must be non-negative, got ({}, {})", block_m_multiple,
+                       block_n_multiple);
+        block_m_multiple_ = block_m_multiple;
+        block_n_multiple_ = block_n_multiple;
+    }
+    std::pair<int, int> block_size_multiple_of() const { return {block_m_multiple_, block_n_multiple_}; }
+
 private:
     static constexpr int kMaxDevices = 64;
     std::mutex mutex_;
@@ -85,6 +111,8 @@ private:
     int tc_util_ = 100;
     bool pdl_ = false;
     int mk_alignment_ = 128;
+    bool ignore_compile_dims_ = false;
+    int block_m_multiple_ = 0, block_n_multiple_ = 0;
 };
 
 }  // namespace dg::jit

@@ -16,6 +16,7 @@
 #include "impls/smxx_mqa_logits_pieces.hpp"
 #include "impls/smxx_paged_mqa_schedule.hpp"
 #include "impls/smxx_transpose_fp8.hpp"
+#include "impls/smxx_zero_padding.hpp"
 
 namespace dg::kernels {
 
@@ -36,6 +37,8 @@ inline const std::map<std::string, std::function<jit::KernelSource(const KernelP
          }},
         {"smxx_transpose_fp8",
          [](const KernelParams& p) { return render_transpose_fp8(param_or(p, "aligned", 1) != 0); }},
+        {"smxx_zero_padding_rows",  // {"psum_layout": 1}: the cumulative-ends layout (default 0: per-row ids)
+         [](const KernelParams& p) { return render_zero_padding_kernel(param_or(p, "psum_layout", 0) != 0); }},
     };
     return registry;
 }
