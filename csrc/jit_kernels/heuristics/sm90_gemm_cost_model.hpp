@@ -60,8 +60,8 @@ struct GemmCostModel {
     static constexpr double kOverlapMmaFactor = 0.83;
     // The per-row recipe (1, 1, 128) on normal GEMMs of K >= kRowScaledOverlapMinK: the same tiles (FP32 D) beat
     // the three-warpgroup 192 x 128 tile where this rate, with the tile's L2 term then binding, says so (H200 config
-    // sweep, both timed alongside, median us: 4096 x 7168 x 7168 482.1 -> 467.2, 7168 x 2048 x 16384 529.2 -> 500.9, 2048 x
-    // 4096 x 7168 154.0 -> 142.3, 4096 x 4096 x 16384 630.7 -> 574.1; and 192 x 128 stays where it was faster:
+    // sweep, both timed alongside, median us: 4096 x 7168 x 7168 482.1 -> 467.2, 7168 x 2048 x 16384 529.2 -> 500.9,
+    // 2048 x 4096 x 7168 154.0 -> 142.3, 4096 x 4096 x 16384 630.7 -> 574.1; and 192 x 128 stays where it was faster:
     // 4096 x 2112 x 7168 156.8 vs 172.9, 8192^3 1153.2 vs 1191.7, 7168 x 7168 x 4096 493.8 vs 495.4). Not below that K
     // (4096 x 24576 x 1536: 421.2 vs 486.9, 8192 x 7168 x 2048: 316.9 vs 350.4, the FP32 epilogues' share), nor on
     // k-grouped GEMMs (H200: 4 x 4096 x 7168 x 8192 1989 vs 2023 us, 16 x 4096 x 7168 x 2048 2451 vs 2797).
