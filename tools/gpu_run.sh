@@ -8,7 +8,7 @@
 # Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_GPU_RUN_SKIP_JIT=1, DG_GPU_RUN_PROFILE=1,
 #      DG_BENCH_ARGS="--shapes ...",
 #      DG_GPU_RUN_MULTICAST_SHAPES="4096x7168x2048 ..." (after the main bench, these shapes again with
-#      DG_FP8_GEMM_MULTICAST=0 and =1 (DG_GPU_RUN_MULTICAST_SETTINGS="1": only =1), to compare the
+#      DG_TUNE=fp8_gemm:multicast=0 and =1 (DG_GPU_RUN_MULTICAST_SETTINGS="1": only =1), to compare the
 #      two variants in one run),
 #      DG_GPU_RUN_SWEEP="--shapes ... --configs ...[; ...]" (tools/sweep_fp8_gemm.py, last; several separated by ';'),
 #      DG_GPU_RUN_PROFILE=source (instead of =1: ncu with per-instruction stall samples of the GEMMs
@@ -70,8 +70,8 @@ split_settings() {
 # Smoke: one call per kernel variant under a short timeout, so that a hanging or wrong kernel stops
 # the run in a minute instead of at every later step's timeout
 # (DG_GPU_RUN_SMOKE_EXTRA="[DG_X=v ...] M N K [options]; ...": more entries, e.g. configs never run before)
-smokes=("1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_FP8_GEMM_MULTICAST=1 1024 7168 2048"
-        "DG_FP8_GEMM_STREAM_K=1 4096 4096 7168" "300 2112 7168 --bf16" "1000 1000 1024 --bf16 --fp32-c")
+smokes=("1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "DG_TUNE=fp8_gemm:multicast=1 1024 7168 2048"
+        "DG_TUNE=fp8_gemm:stream_k=1 4096 4096 7168" "300 2112 7168 --bf16" "1000 1000 1024 --bf16 --fp32-c")
 IFS=';' read -ra extra_smokes <<< "${DG_GPU_RUN_SMOKE_EXTRA:-}"
 for extra in "${extra_smokes[@]}"; do extra=$(echo $extra); [[ -n $extra ]] && smokes+=("$extra"); done
 for smoke_entry in "${smokes[@]}"; do
@@ -116,7 +116,7 @@ elif [[ -n "${DG_GPU_RUN_PROFILE:-}" ]]; then
     # split-K decode GEMM (both of its kernels); memcheck of small ones (odd tile pairs, direct stores)
     {
         for multicast in 0 1; do
-            DG_FP8_GEMM_MULTICAST=$multicast timeout 150 ncu --clock-control none --section SpeedOfLight \
+            DG_TUNE=fp8_gemm:multicast=$multicast timeout 150 ncu --clock-control none --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
                 -k regex:sm90_gemm -s 1 -c 1 python3 tools/profile_gemm.py 4096 7168 7168
         done
@@ -159,7 +159,7 @@ if [[ -n "${DG_GPU_RUN_GROUPED_BENCH:-}" ]]; then
 fi
 if [[ -n "${DG_GPU_RUN_MULTICAST_SHAPES:-}" ]]; then
     for multicast in ${DG_GPU_RUN_MULTICAST_SETTINGS:-0 1}; do
-        (cd /tmp && DG_FP8_GEMM_MULTICAST=$multicast timeout 200 python3 -m deep_gemm.bench --no-baselines --json "$OUT/bench-multicast$multicast.json" \
+        (cd /tmp && DG_TUNE=fp8_gemm:multicast=$multicast timeout 200 python3 -m deep_gemm.bench --no-baselines --json "$OUT/bench-multicast$multicast.json" \
             --shapes $DG_GPU_RUN_MULTICAST_SHAPES) > "$OUT/bench-multicast$multicast.log" 2>&1
         echo "multicast=$multicast bench exit code $?"; tail -12 "$OUT/bench-multicast$multicast.log"
     done
@@ -186,7 +186,7 @@ if [[ -n "${DG_GPU_RUN_MICRO:-}" ]]; then
     done
 fi
 if [[ -n "${DG_GPU_RUN_AB_ENV:-}" ]]; then
-    # The same benches again (ours only) under another environment, e.g. DG_FP8_GEMM_OVERLAP=0: an A/B in one run.
+    # The same benches again (ours only) under another environment, e.g. DG_TUNE=fp8_gemm:overlap=0: an A/B in one run.
     # Several A/Bs separated by ';', each "VAR=value ... [@suite,suite]" (default: every bench that ran)
     IFS=';' read -ra ab_specs <<< "$DG_GPU_RUN_AB_ENV"
     for i in "${!ab_specs[@]}"; do
