@@ -4,24 +4,14 @@
 #             pytest -k expression that picks some of the first set
 #   bench     python -m deep_gemm.bench --suite mqa (no baselines), mqa.json / mqa.log; DG_MQA_BENCH_SHAPES: only those
 #   bench-torch the prefill rows with the chunked PyTorch baseline too (the speedup column), mqa-torch.json
-#   ab-prefill  the prefill rows with DG_MQA_LOGITS_PING_PONG=0
-#   ab-paged    the paged rows with DG_PAGED_MQA_MATH_WGS=2
-#   ab-paged-pieces the paged rows without and with DG_PAGED_MQA_SIGNED_WGMMA (the pieces), twice in turn
-#             (mqa-pieces{0,1}-{1,2}.json)
-#   tests-forms the prefill GPU tests under each environment of DG_FORM_ENVS (';'-separated; default: the forms
-#               other than the default pieces + split tile: FMNMX, the pieces alone, the split tile alone, through
-#               DG_MQA_LOGITS_SIGNED_WGMMA / DG_MQA_LOGITS_SPLIT_HALVES)
-#   ab-forms    the prefill rows (and the H = 32 row) under each of DG_FORM_ENVS (mqa-form<i>.json)
+#   ab-paged    the paged rows with DG_TUNE=paged_mqa_logits:math_wgs=2
 #   ab-kv-split the prefill rows (and the H = 32 row) at each key chunk per CTA of DG_KV_SPLITS (default
-#               "2048 8192 16384", DG_MQA_LOGITS_KV_SPLIT; the heuristic's is in the bench step) (mqa-kv<C>.json)
-#   ab-relu     every row with the head reduction's other form (DG_MQA_RELU_FORM): abs for the prefill, max for
-#               paged next_n = 1, abs for paged next_n = 2
+#               "2048 8192 16384", DG_TUNE=mqa_logits:kv_split=C; the heuristic's is in the bench step) (mqa-kv<C>.json)
 #   sanitize  memcheck, racecheck, synccheck on small prefill and paged cases
 #   ncu       hardware counters and per-SASS-line stall samples (source page CSV) of the kernels named in
 #             DG_NCU_KERNELS (default "paged prefill"; also "meta": the schedule kernel, cold caches, and
 #             "paged-short": the paged kernel on 64 x 2 x 8192; "paged-256": on 256 x 1 x 65536; "paged-64x2": on
-#             64 x 2 x 65536; "prefill-long", "prefill-long-max": 2048 x 65536
-#             causal, the second with DG_MQA_LOGITS_SIGNED_WGMMA=0, the FMNMX form the pieces replaced;
+#             64 x 2 x 65536; "prefill-long": 2048 x 65536 causal;
 #             "prefill-cp": 2048 x 65536 context-parallel, "prefill-window": the same with the window pattern)
 #   balance   per-SM busy cycles (sm__cycles_active min / avg / max) and DRAM throughput of the kernel on each shape
 #             of DG_BALANCE_SHAPES (default: the paged rows at 65536 keys and two prefill rows): max / avg > 1 is
@@ -40,7 +30,7 @@
 # Usage: tools/mqa_gpu_run.sh OUT
 set -u
 OUT=${1:?usage: tools/mqa_gpu_run.sh OUT_DIR}
-STEPS=" ${DG_MQA_STEPS:-tests bench ab-prefill ab-paged sanitize ncu sweep} "
+STEPS=" ${DG_MQA_STEPS:-tests bench ab-paged sanitize ncu sweep} "
 mkdir -p "$OUT/logs"
 L=$OUT/logs
 export PYTHONUNBUFFERED=1 CXX=${CXX:-/usr/bin/g++} DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dgc}
@@ -68,18 +58,9 @@ if [[ $STEPS == *" tests "* ]]; then
     [[ -n ${DG_MQA_TESTS_K:-} ]] && pick=(-k "$DG_MQA_TESTS_K")
     (cd tests && timeout 300 python3 -m pytest -q -m gpu "${pick[@]}" test_mqa_logits.py > "$L/pytest.log" 2>&1)
     note "pytest rc=$? $(tail -1 "$L/pytest.log")"
-    (cd tests && DG_PAGED_MQA_STAGES=6 timeout 120 python3 -m pytest -q -m gpu \
+    (cd tests && DG_TUNE=paged_mqa_logits:stages=6 timeout 120 python3 -m pytest -q -m gpu \
         -k "paged_against or paged_any or paged_unclean or paged_clean" test_mqa_logits.py > "$L/pytest-stages6.log" 2>&1)
     note "pytest stages=6 rc=$? $(tail -1 "$L/pytest-stages6.log")"
-fi
-IFS=';' read -ra FORM_ENVS <<< "${DG_FORM_ENVS:-DG_MQA_LOGITS_SIGNED_WGMMA=0;DG_MQA_LOGITS_SPLIT_HALVES=0;\
-DG_MQA_LOGITS_SIGNED_WGMMA=0 DG_MQA_LOGITS_SPLIT_HALVES=1}"
-if [[ $STEPS == *" tests-forms "* ]]; then
-    for i in "${!FORM_ENVS[@]}"; do
-        (cd tests && env ${FORM_ENVS[$i]} timeout 200 python3 -m pytest -q -m gpu -k "not paged and not env_overrides" \
-            test_mqa_logits.py > "$L/pytest-form$i.log" 2>&1)
-        note "pytest ${FORM_ENVS[$i]} rc=$? $(tail -1 "$L/pytest-form$i.log")"
-    done
 fi
 [[ $STEPS == *" bench "* ]] && bench mqa ${DG_MQA_BENCH_SHAPES:-}
 if [[ $STEPS == *" bench-torch "* ]]; then
@@ -87,30 +68,12 @@ if [[ $STEPS == *" bench-torch "* ]]; then
         --json "$OUT/mqa-torch.json" > "$L/mqa-torch.log" 2>&1)
     note "bench-torch rc=$? $(grep -m1 'speedup vs chunked' "$L/mqa-torch.log")"
 fi
-if [[ $STEPS == *" ab-forms "* ]]; then
-    for i in "${!FORM_ENVS[@]}"; do
-        (export ${FORM_ENVS[$i]}; bench "mqa-form$i" $PREFILL 4096x16384x32x128)
-    done
-fi
 if [[ $STEPS == *" ab-kv-split "* ]]; then
     for c in ${DG_KV_SPLITS:-2048 8192 16384}; do
-        DG_MQA_LOGITS_KV_SPLIT=$c bench "mqa-kv$c" $PREFILL 4096x16384x32x128
+        DG_TUNE=mqa_logits:kv_split=$c bench "mqa-kv$c" $PREFILL 4096x16384x32x128
     done
 fi
-[[ $STEPS == *" ab-prefill "* ]] && DG_MQA_LOGITS_PING_PONG=0 bench mqa-no-pingpong $PREFILL
-[[ $STEPS == *" ab-paged "* ]] && DG_PAGED_MQA_MATH_WGS=2 bench mqa-paged-2wgs $PAGED
-if [[ $STEPS == *" ab-paged-pieces "* ]]; then
-    for round in 1 2; do
-        for signed in 0 1; do
-            DG_PAGED_MQA_SIGNED_WGMMA=$signed bench "mqa-pieces$signed-$round" $PAGED
-        done
-    done
-fi
-if [[ $STEPS == *" ab-relu "* ]]; then
-    DG_MQA_RELU_FORM=abs bench mqa-relu-abs $PREFILL paged:64x2x8192 paged:64x2x65536 paged:256x2x8192 \
-        paged:256x2x65536
-    DG_MQA_RELU_FORM=max bench mqa-relu-max paged:64x1x8192 paged:64x1x65536 paged:256x1x8192 paged:256x1x65536
-fi
+[[ $STEPS == *" ab-paged "* ]] && DG_TUNE=paged_mqa_logits:math_wgs=2 bench mqa-paged-2wgs $PAGED
 if [[ $STEPS == *" micro "* ]]; then
     nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -I deep_gemm/include tools/microbench_head_sum.cu \
         -o /tmp/microbench_head_sum > "$L/micro-build.txt" 2>&1 && timeout 60 /tmp/microbench_head_sum > "$L/micro.txt" 2>&1
@@ -147,7 +110,6 @@ if [[ $STEPS == *" ncu "* ]]; then
                 "meta paged_mqa_schedule_kernel paged:64x1x8192" \
                 "paged-short sm90_fp8_paged_mqa_logits_kernel paged:64x2x8192" \
                 "prefill-long sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal" \
-                "prefill-long-max sm90_fp8_mqa_logits_kernel 2048x65536x64x128-causal DG_MQA_LOGITS_SIGNED_WGMMA=0" \
                 "prefill-cp sm90_fp8_mqa_logits_kernel 2048x65536x64x128-cp" \
                 "prefill-window sm90_fp8_mqa_logits_kernel 2048x65536x64x128-window"; do
         read -r name kernel shape env_part <<< "$spec"
@@ -180,7 +142,7 @@ if [[ $STEPS == *" balance "* ]]; then
 fi
 if [[ $STEPS == *" sweep "* ]]; then
     for s in ${DG_SWEEP_STAGES:-6 12}; do
-        DG_PAGED_MQA_STAGES=$s bench "mqa-stages$s" paged:64x2x8192 paged:64x1x65536 paged:256x2x65536
+        DG_TUNE=paged_mqa_logits:stages=$s bench "mqa-stages$s" paged:64x2x8192 paged:64x1x65536 paged:256x2x65536
     done
     pack
 fi

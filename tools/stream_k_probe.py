@@ -1,7 +1,7 @@
 """Probe stream-K results tile by tile (run on a GPU machine): for each case, D against a float64 reference of the
 dequantized inputs, printing per (m_block, n_block) the count of non-finite elements and the worst relative error.
 
-    DG_FP8_GEMM_STREAM_K=1 python tools/stream_k_probe.py 300 2112 7168 [--col-pad 3] [--calls 3]
+    DG_TUNE=fp8_gemm:stream_k=1 python tools/stream_k_probe.py 300 2112 7168 [--col-pad 3] [--calls 3]
 """
 
 import argparse
