@@ -982,16 +982,20 @@ def test_paged_more_cases(batch, next_n, h, d, block_kv, ctx, clean, two_d, nega
 
 
 @gpu
-@pytest.mark.parametrize(("ctx", "pieces"), [(24000, True), (4000, False)], ids=["long-pieces", "short-no-pieces"])
+@pytest.mark.parametrize(
+    ("ctx", "block_kv", "pieces"),
+    [(24000, 64, True), (24000, 32, True), (4000, 64, False)],
+    ids=["long-pieces", "long-pieces-bkv32", "short-no-pieces"],
+)
 @pytest.mark.parametrize("two_d", [False, True], ids=["1d", "2d"])
-def test_paged_head_sum_forms_against_float64(ctx: int, pieces: bool, two_d: bool, capfd) -> None:
+def test_paged_head_sum_forms_against_float64(ctx: int, block_kv: int, pieces: bool, two_d: bool, capfd) -> None:
     # Both forms of the paged kernel's head reduction at next_n = 2, H = 64, D = 128, where the heuristic picks them
     # by the logits' row length: the signed sums from the pieces warps' e4m3 pieces on the tensor core from 16384
     # columns on, FMNMX + FFMA below; the printed config says which one ran
     capfd.readouterr()
     os.environ["DG_PRINT_CONFIGS"] = "1"
     try:
-        run_paged_case(3, 2, 64, 128, 64, ctx, two_d=two_d, negative_scales=True)
+        run_paged_case(3, 2, 64, 128, block_kv, ctx, two_d=two_d, negative_scales=True)
     finally:
         del os.environ["DG_PRINT_CONFIGS"]
     err = capfd.readouterr().err

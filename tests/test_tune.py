@@ -114,3 +114,28 @@ def test_tune_keys_force_what_they_name() -> None:
     # A malformed tune raises whichever family it names
     with pytest.raises(ValueError, match="DG_TUNE: paged_mqa_logits:stages=3"):
         pick(64, 2112, 7168, tune="paged_mqa_logits:stages=3")
+
+
+def test_sweep_tool_builds_tune_sections() -> None:
+    # tools/sweep_fp8_gemm.py turns a config into the DG_TUNE section of the suite's family, checked by the parser
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    try:
+        import sweep_fp8_gemm as sweep
+    finally:
+        sys.path.pop(0)
+    assert sweep.config_env("auto") == {}
+    assert sweep.config_env("bm128-bn48-s2-sk0-ma1", sweep.tune_family("dense")) == {
+        "DG_TUNE": "fp8_gemm:block_m=128,block_n=48,split_k=2,stream_k=0,multicast_on_a=1"
+    }
+    assert sweep.config_env("bn64-fb2-mc1", sweep.tune_family("bf16_masked")) == {
+        "DG_TUNE": "bf16_gemm:block_n=64,fp32_buffers=2,multicast=1"
+    }
+    with pytest.raises(SystemExit, match="bf16_gemm has no key 'overlap'"):
+        sweep.config_env("ov1", "bf16_gemm")
+    with pytest.raises(SystemExit, match="fp8_gemm:split_k=9 must be an integer in"):
+        sweep.config_env("s9", "fp8_gemm")
+    with pytest.raises(SystemExit, match="bad config part 'xx3'"):
+        sweep.config_env("xx3")
