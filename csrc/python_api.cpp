@@ -15,6 +15,7 @@
 #include "apis/k_grouped_gemm.hpp"
 #include "apis/layout.hpp"
 #include "apis/runtime.hpp"
+#include "utils/tune.hpp"
 
 namespace py = pybind11;
 using namespace py::literals;
@@ -290,11 +291,10 @@ PYBIND11_MODULE(_C, m) {
               "SM100 only.");
     }
     m.def("get_gemm_config",
-          [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, bool allow_multicast,
-             uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
+          [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
              uint32_t grouped_alignment, bool bf16, bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c,
              int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups, int32_t stream_k,
-             bool multicast_on_a) {
+             bool multicast_on_a, std::optional<bool> allow_multicast_arg, const std::string& tune) {
               DG_CHECK_INPUT(cluster_ctas.empty() || cluster_ctas.size() == dg::kernels::kMaxSplits,
                              "cluster_ctas must list the CTAs that whole clusters of 1 .. {} CTAs fill ({} values), got {}",
                              dg::kernels::kMaxSplits, dg::kernels::kMaxSplits, cluster_ctas.size());
@@ -311,9 +311,18 @@ PYBIND11_MODULE(_C, m) {
               const auto operands = bf16 ? dg::kernels::GemmOperands{dg::kernels::OperandKind::kBf16, mn_major_a,
                                                                        mn_major_b, fp32_out, has_c}
                                          : dg::kernels::fp8_operands(per_row_sfb, has_c);
+              // DG_TUNE-style `tune`: its section of this GEMM's family, then the explicit arguments over it
+              auto forced = dg::kernels::gemm_overrides(dg::parse_tune(tune).of(
+                  bf16 ? dg::TuneFamily::kBf16Gemm : dg::TuneFamily::kFp8Gemm));
+              forced.block_m = block_m ? block_m : forced.block_m;
+              forced.block_n = block_n ? block_n : forced.block_n;
+              forced.num_splits = num_splits ? num_splits : forced.num_splits;
+              forced.overlap = overlap >= 0 ? overlap : forced.overlap;
+              forced.stream_k = stream_k >= 0 ? stream_k : forced.stream_k;
+              forced.multicast_on_a = multicast_on_a || forced.multicast_on_a;
+              const bool allow_multicast = allow_multicast_arg.value_or(forced.allow_multicast());
               const auto c = dg::kernels::get_gemm_config(
-                  m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast,
-                  {block_m, block_n, num_splits, overlap, 0, stream_k, multicast_on_a},
+                  m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast, forced,
                   operands, static_cast<dg::kernels::GemmType>(gemm_type), grouped_alignment, &capacity, num_groups);
               return py::dict("block_m"_a = c.block_m, "block_n"_a = c.block_n, "num_stages"_a = c.num_stages,
                               "num_math_warpgroups"_a = c.num_math_warpgroups, "num_group_n"_a = c.num_group_n,
@@ -324,15 +333,13 @@ PYBIND11_MODULE(_C, m) {
                               "per_row_sfb"_a = c.operands.per_row_sfb(), "bf16"_a = !c.operands.is_fp8(),
                               "gemm_type"_a = static_cast<uint32_t>(c.gemm_type));
           },
-          "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "use_tma_store"_a = true,
-          "allow_multicast"_a = dg::kernels::kMulticastByDefault, "block_m"_a = 0, "block_n"_a = 0, "num_splits"_a = 0,
+          "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "use_tma_store"_a = true, "block_m"_a = 0, "block_n"_a = 0, "num_splits"_a = 0,
           "per_row_sfb"_a = false, "gemm_type"_a = 0, "grouped_alignment"_a = 128, "bf16"_a = false,
           "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false, "overlap"_a = -1,
           "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1, "stream_k"_a = -1, "multicast_on_a"_a = false,
+          "allow_multicast"_a = py::none(), "tune"_a = "",
           "The config the SM90 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
-          "allow_multicast lets it pair tiles into 2-CTA clusters (default: the library's default, which\n"
-          "DG_FP8_GEMM_MULTICAST=0/1 overrides at run time); block_m, block_n, num_splits force those choices\n"
-          "as DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K do (0: the heuristic decides); per_row_sfb: FP8 recipe\n"
+          "block_m, block_n, num_splits force those choices (0: the heuristic decides); per_row_sfb: FP8 recipe\n"
           "(1, 1, 128); bf16: BF16 operands (mn_major_a / mn_major_b: A stored [K, M] / B stored [K, N];\n"
           "fp32_out: FP32 D); has_c: a C is accumulated (BF16 D: direct stores); gemm_type: 0 normal, 1 m-grouped\n"
           "contiguous, 2 the same with the psum layout, 3 m-grouped masked (m is then the total, or groups x\n"
@@ -340,12 +347,16 @@ PYBIND11_MODULE(_C, m) {
           "num_groups: the masked groups, each planned with its own row blocks and B; 1 for other layouts),\n"
           "4 k-grouped (m: groups x M, k: a typical K per group; FP32 D); overlap: 1 forces the FP8 overlapped\n"
           "promotion (block k + 1's wgmmas during block k's promotion), 0 turns it off, -1 lets the heuristic\n"
-          "decide (as DG_FP8_GEMM_OVERLAP=1/0/unset); cluster_ctas: the CTAs that whole clusters of 1 .. 8 CTAs\n"
-          "fill on the device (8 values; empty: whole clusters of num_sms), which sizes the split-K and multicast\n"
-          "clusters' waves; stream_k: 1 / 2 forces stream-K of that mode where the plan can take it (1: the last\n"
-          "wave's tiles shared by all CTAs along K; 2: the last two waves'), 0 turns it off, -1 lets the heuristic\n"
-          "decide (as DG_FP8_GEMM_STREAM_K); multicast_on_a: only 2-CTA tile pairs along N sharing A (as\n"
-          "DG_FP8_GEMM_MULTICAST_ON_A=1). Raises ValueError when no config fits.");
+          "decide; cluster_ctas: the CTAs that whole clusters of 1 .. 8 CTAs fill on the device (8 values;\n"
+          "empty: whole clusters of num_sms), which sizes the split-K and multicast clusters' waves; stream_k:\n"
+          "1 / 2 forces stream-K of that mode where the plan can take it (1: the last wave's tiles shared by all\n"
+          "CTAs along K; 2: the last two waves'), 0 turns it off, -1 lets the heuristic decide; multicast_on_a:\n"
+          "only 2-CTA tile pairs along N sharing A; allow_multicast: let the heuristic pair tiles along M into\n"
+          "2-CTA clusters sharing B (None: the tune's multicast key, else the library's default, off).\n"
+          "tune: a DG_TUNE value (docs/tuning.md) whose fp8_gemm or bf16_gemm section (by `bf16`) forces\n"
+          "choices as it does at run time; the explicit arguments above win over it; other families' sections\n"
+          "are parsed but do not apply. The environment's DG_TUNE is not read. Raises ValueError when no config\n"
+          "fits or `tune` is malformed.");
 
     // BF16 GEMMs
     m.def("bf16_gemm_nt", &dg::apis::bf16_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "nk",
@@ -409,8 +420,8 @@ PYBIND11_MODULE(_C, m) {
           "    i at column j - ks[i] (needs ke - ks <= max_seqlen_k).\n"
           "logits_dtype: torch.float32 (default) or torch.bfloat16.\n"
           "Accuracy: FP32 accumulation of the FP8 products. At D = 128, H = 32 or 64 the signed half of\n"
-          "    relu(y) = (y + |y|) / 2 comes from the tensor core (DG_MQA_LOGITS_SIGNED_WGMMA=0 turns this off), so a\n"
-          "    key whose every head scores negative gives ~2^-12 of |s| sum_h |x_h w_h| instead of exactly 0.\n"
+          "    relu(y) = (y + |y|) / 2 comes from the tensor core, so a key whose every head scores negative gives\n"
+          "    ~2^-12 of |s| sum_h |x_h w_h| instead of exactly 0.\n"
           "Returns the new logits tensor, row-major and contiguous. Raises ValueError on a bad dtype, shape, stride,\n"
           "alignment or device, or on ks/ke values out of range (checked on the host: CUDA ks/ke cost one\n"
           "synchronization, skipped during CUDA-graph capture or with DG_MQA_LOGITS_SKIP_RANGE_CHECK=1; the kernel\n"
@@ -462,6 +473,25 @@ PYBIND11_MODULE(_C, m) {
           "cache_hit, compiler, source, ptxas_report, registers, stack_frame_bytes, spill_store_bytes,\n"
           "spill_load_bytes. Raises ValueError for an unknown family or for both params and source,\n"
           "RuntimeError with the compiler log on a failed compile.");
+    m.def("parse_tune",
+          [](const std::string& spec) {
+              const dg::TuneSpec parsed = dg::parse_tune(spec);
+              py::dict out;
+              for (uint32_t i = 0; i < dg::kNumTuneFamilies; ++i) {
+                  if (parsed.families[i].empty())
+                      continue;
+                  py::dict keys;
+                  for (const auto& [key, value]: parsed.families[i].values)
+                      keys[py::str(key)] = value;
+                  out[dg::tune_families()[i].name] = keys;
+              }
+              return out;
+          },
+          "spec"_a,
+          "Parse a DG_TUNE value (the developer entry point for forcing kernel configurations, docs/tuning.md):\n"
+          "'family:key=value[,key=value...][;family:...]', families fp8_gemm, bf16_gemm, mqa_logits,\n"
+          "paged_mqa_logits. Returns {family: {key: value}} for the families it sets. Raises ValueError naming\n"
+          "the unknown family or key, or the value out of its range.");
     m.def("kernel_families", [] {
               std::vector<std::string> names;
               for (const auto& [name, _]: dg::kernels::kernel_registry())

@@ -196,7 +196,6 @@ def get_gemm_config(
     k: int,
     num_sms: int = 132,
     use_tma_store: bool = True,
-    allow_multicast: bool = False,
     block_m: int = 0,
     block_n: int = 0,
     num_splits: int = 0,
@@ -213,6 +212,8 @@ def get_gemm_config(
     num_groups: int = 1,
     stream_k: int = -1,
     multicast_on_a: bool = False,
+    allow_multicast: bool | None = None,
+    tune: str = "",
 ) -> dict[str, Any]: ...
 def bf16_gemm_nt(
     a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "nk"
@@ -291,4 +292,5 @@ def compile_kernel(
     use_nvrtc: bool | None = None,
     source: str | None = None,
 ) -> dict[str, Any]: ...
+def parse_tune(spec: str) -> dict[str, dict[str, int]]: ...
 def kernel_families() -> list[str]: ...

@@ -1,7 +1,7 @@
 """Shared pytest setup: tests marked ``gpu`` are skipped when no CUDA GPU is visible, and each GPU test hands the
 memory PyTorch's caching allocator kept back to the device when it ends (several test processes share one GPU under
-pytest-xdist: runs 86, 88 and 90 lost 14-49 tests to out-of-memory errors while another process held ~39 GB of
-cached blocks from a float64 reference of a 129280-column test)."""
+pytest-xdist: without this, 14-49 tests failed with out-of-memory errors on an 80 GB H100 while another process
+held ~39 GB of cached blocks from a float64 reference of a 129280-column test)."""
 
 import pytest
 import torch

@@ -522,7 +522,7 @@ def test_gemm_fp32_c_storages(layout: str, m: int, n: int, k: int) -> None:
 
 
 def run_script_printing_configs(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Python `script` in a new process (the DG_FP8_GEMM_* choices are read when a shape is first planned) with `env`
+    """Python `script` in a new process (DG_TUNE is read when a shape is first planned) with `env`
     added and DG_PRINT_CONFIGS=1; it must succeed."""
     out = subprocess.run(
         [sys.executable, "-c", script],
@@ -542,14 +542,14 @@ def test_gemm_fp32_c_odd_chunk_counts(block_n: int, fp32_buffers: int | None) ->
     # BLOCK_N = 96, 160, 224: an odd number of 32-column chunks (3, 5, 7) per tile; with fewer staging buffers than
     # chunks (forced: 2 of 5, 4 of 7) the ring's position moves on from tile to tile, so that C's loads and D's
     # stores use the buffers in a different order in each tile; one buffer: every chunk waits for the last store.
-    # Forced per process (the DG_FP8_GEMM_* choices are read when a shape is first planned).
+    # Forced per process (DG_TUNE's bf16_gemm section is read when a shape is first planned).
     script = (
         "import test_bf16_gemm as t\nt.run_fp32_c_storages(1000, 1000, 1024)\nt.run_fp32_c_storages(256, 2112, 512)\n"
     )
-    env = dict(DG_FP8_GEMM_BLOCK_N=str(block_n))
+    tune = f"bf16_gemm:block_n={block_n}"
     if fp32_buffers is not None:
-        env["DG_FP8_GEMM_FP32_BUFFERS"] = str(fp32_buffers)
-    out = run_script_printing_configs(script, env)
+        tune += f",fp32_buffers={fp32_buffers}"
+    out = run_script_printing_configs(script, dict(DG_TUNE=tune))
     plans = [line for line in out.stderr.splitlines() if "sm90_gemm" in line and "d=fp32" in line]
     buffers = f"fp32_buffers={fp32_buffers if fp32_buffers is not None else block_n // 32} "
     assert plans and all(f"BLOCK_N={block_n} " in line and buffers in line for line in plans), out.stderr
@@ -566,9 +566,7 @@ def test_gemm_stream_k_forced() -> None:
         "    t.run_gemm_cases('bf16_gemm', layout, 1000, 1000, 1040, t.ALL_CASES, seed=12)\n"
         "t.run_fp32_c_storages(1000, 1000, 1024)\n"
     )
-    out = run_script_printing_configs(
-        script, dict(DG_FP8_GEMM_STREAM_K="1", DG_FP8_GEMM_SPLIT_K="1", DG_FP8_GEMM_MULTICAST="0")
-    )
+    out = run_script_printing_configs(script, dict(DG_TUNE="bf16_gemm:stream_k=1,split_k=1,multicast=0"))
     plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
     assert plans and all("stream_k=1 " in line for line in plans), out.stderr
 
@@ -583,9 +581,27 @@ def test_gemm_multicast_on_a_forced() -> None:
         "    t.run_gemm_cases('bf16_gemm', layout, 300, 2112, 7168, t.ALL_CASES, seed=13)\n"
         "    t.run_gemm_cases('bf16_gemm', layout, 129, 1000, 1040, t.ALL_CASES, seed=14)\n"
     )
-    out = run_script_printing_configs(script, dict(DG_FP8_GEMM_MULTICAST_ON_A="1"))
+    out = run_script_printing_configs(script, dict(DG_TUNE="bf16_gemm:multicast_on_a=1"))
     plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
     assert plans and all("multicast=2(A) " in line for line in plans), out.stderr
+
+
+@gpu
+def test_gemm_ignores_the_fp8_gemm_tune() -> None:
+    # DG_TUNE's fp8_gemm section does not steer the BF16 GEMMs (each family reads only its own section): the same
+    # plans as with nothing forced, and results against float64
+    script = (
+        "import test_bf16_gemm as t\n"
+        "t.run_gemm_cases('bf16_gemm', 'nt', 300, 2112, 7168, t.ALL_CASES, seed=15)\n"
+        "t.run_fp32_c_storages(1000, 1000, 1024)\n"
+    )
+
+    def plans(tune: str) -> list[str]:
+        out = run_script_printing_configs(script, dict(DG_TUNE=tune))
+        return [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
+
+    default = plans("")
+    assert default and plans("fp8_gemm:block_m=64,block_n=48,split_k=3,stream_k=2,multicast_on_a=1") == default
 
 
 @gpu

@@ -191,7 +191,7 @@ def test_heuristic_split_k() -> None:
     # Enough tiles to fill the SMs: never
     for m, n, k in ((4096, 7168, 7168), (128, 129280, 7168), (1, 32768, 512)):
         assert config(m, n, k)["num_splits"] == 1
-    # The calibration of the cost model on the H200 (docs/perf/h200.md, runs 38 and 39: split-K in clusters), with
+    # The calibration of the cost model on the H200 (split-K in clusters, timed there), with
     # the CTAs whole clusters of 1 .. 8 CTAs fill there (measured by cuOccupancyMaxActiveClusters)
     h200 = dict(cluster_ctas=H200_CLUSTER_CTAS)
 
@@ -223,7 +223,7 @@ def test_heuristic_split_k() -> None:
 
 def test_heuristic_last_wave() -> None:
     # Memory-bound units run in waves: a last wave of few units takes a whole unit's time (few SMs cannot pull
-    # the DRAM bandwidth), so tiles whose count leaves a nearly full last wave win (run 41 sweep, H200:
+    # the DRAM bandwidth), so tiles whose count leaves a nearly full last wave win (H200 config sweep:
     # 1 x 129280 x 7168 227.8 us with 144 columns, 239.8 with 160; 128 x 32768 x 512 12.6 vs 13.9)
     config = deep_gemm._C.get_gemm_config
     h200 = dict(cluster_ctas=H200_CLUSTER_CTAS)
@@ -237,14 +237,14 @@ def test_heuristic_forced_choices() -> None:
     cfg = config(64, 2112, 7168, block_n=64, num_splits=4)
     assert (cfg["block_m"], cfg["block_n"], cfg["num_splits"]) == (64, 64, 4)
     assert config(4096, 7168, 7168, block_m=256, block_n=64)["block_m"] == 256
-    # Three math warpgroups (at most 128 columns: 152 registers per thread) for large M, where the run-12 sweep
+    # Three math warpgroups (at most 128 columns: 152 registers per thread) for large M, where an H200 config sweep
     # measured them 9-20 % faster than two (8192^3: 789 vs 951 us), at 128 columns (112: 865 vs 745 us);
     # below M = 2048 only when forced
     for m, n, k in ((4096, 7168, 16384), (8192, 8192, 8192), (4096, 2112, 7168)):
         cfg = config(m, n, k)
         assert (cfg["block_m"], cfg["block_n"], cfg["num_math_warpgroups"]) == (192, 128, 3), (m, n, k, cfg)
     # ... except where 192-row tiles leave a short last wave and 128 x 128 ones with overlapped promotion (a row at
-    # 0.94x the three-warpgroup rate, run 47) do not: 4096 x 4096 x 7168 in 7.8 waves instead of 5.3 (185.7 vs 197.0 us)
+    # 0.94x the three-warpgroup rate on the H200) do not: 4096 x 4096 x 7168 in 7.8 waves instead of 5.3 (185.7 vs 197.0 us)
     # (without stream-K, which by default shares the 192-row tiles' last wave: test_heuristic_stream_k)
     cfg = config(4096, 4096, 7168, stream_k=0)
     assert (cfg["block_m"], cfg["block_n"], cfg["num_math_warpgroups"], cfg["overlap_promotion"]) == (128, 128, 2, True)
@@ -265,21 +265,23 @@ def test_heuristic_forced_choices() -> None:
     for m, n, k in DENSE_SHAPES:
         for per_row_sfb in (False, True):
             assert config(m, n, k, per_row_sfb=per_row_sfb)["block_n"] != 192, (m, n, k, per_row_sfb)
-    # Tile pairs along N sharing A (DG_FP8_GEMM_MULTICAST_ON_A): only when forced, then every plan without split-K
+    # Tile pairs along N sharing A (DG_TUNE fp8_gemm:multicast_on_a=1): only when forced, then every plan without split-K
     cfg = config(128, 7168, 16384, multicast_on_a=True)
     assert (cfg["num_multicast"], cfg["is_multicast_on_a"], cfg["num_splits"]) == (2, True, 1)
     assert config(128, 2112, 7168, multicast_on_a=True)["num_splits"] == 1
     for m, n, k in DENSE_SHAPES:
         assert not config(m, n, k, allow_multicast=True)["is_multicast_on_a"], (m, n, k)
-    with pytest.raises(ValueError, match="DG_FP8_GEMM_MULTICAST_ON_A"):
+    with pytest.raises(ValueError, match="multicast_on_a=1"):
         config(64 * 20, 4096, 7168, gemm_type=3, grouped_alignment=4096, num_groups=20, multicast_on_a=True)
-    with pytest.raises(ValueError, match="DG_FP8_GEMM_MULTICAST_ON_A"):
+    with pytest.raises(ValueError, match="multicast_on_a=1"):
         config(128, 4096, 7168, bf16=True, mn_major_a=True, multicast_on_a=True)
-    # A forced value no config can take is an error naming the variables
-    with pytest.raises(ValueError, match="DG_FP8_GEMM_BLOCK_M"):
+    # A forced value no config can take is an error naming the forced keys
+    with pytest.raises(ValueError, match="no FP8 GEMM config fits .* block_n=200"):
         config(64, 2112, 7168, block_n=200)
-    with pytest.raises(ValueError, match="DG_FP8_GEMM_BLOCK_M"):
+    with pytest.raises(ValueError, match="no FP8 GEMM config fits .* split_k=57"):
         config(64, 2112, 7168, num_splits=57)  # more splits than K blocks
+    with pytest.raises(ValueError, match="no BF16 GEMM config fits .* block_m=192"):
+        config(4096, 4096, 7168, bf16=True, block_m=192)  # (three math warpgroups: FP8 only)
 
 
 def test_heuristic_stream_k() -> None:
@@ -288,7 +290,7 @@ def test_heuristic_stream_k() -> None:
     for mode in (1, 2):
         cfg = config(4096, 4096, 7168, stream_k=mode)
         assert (cfg["stream_k"], cfg["num_splits"], cfg["num_multicast"]) == (mode, 1, 1), cfg
-    # By default where run 50 measured it faster (FP8 block scales, M >= 2048, at least four whole waves of tiles,
+    # By default where it measured faster on the H200 (FP8 block scales, M >= 2048, at least four whole waves of tiles,
     # at least 16 K blocks) ...
     h200 = dict(cluster_ctas=H200_CLUSTER_CTAS)
     for m, n, k in ((4096, 4096, 7168), (4096, 7168, 16384), (4096, 7168, 2048), (8192, 8192, 8192)):
@@ -337,7 +339,7 @@ def test_heuristic_overlap() -> None:
     assert not config(64, 4096, 7168, overlap=0)["overlap_promotion"]
     assert config(64, 4096, 7168, overlap=1)["overlap_promotion"]
     for kwargs in ({"m": 4096, "n": 7168, "k": 7168}, {"m": 128, "n": 4096, "k": 7168, "bf16": True}):
-        with pytest.raises(ValueError, match="DG_FP8_GEMM_OVERLAP"):
+        with pytest.raises(ValueError, match="forced overlap=1"):
             config(**kwargs, overlap=1)
     with pytest.raises(ValueError, match="overlap must be"):
         config(64, 4096, 7168, overlap=2)
@@ -430,48 +432,32 @@ FORCED_SHAPES = [
     (7, 1000, 7168 + 16),
     (64, 255, 4112),
 ]
-# name: (environment, what DG_PRINT_CONFIGS shows for a plan with M > 128, and for one with M <= 128)
-FORCED_ENVS = {
-    "multicast_off": ({"DG_FP8_GEMM_MULTICAST": "0"}, "multicast=1 ", "multicast=1 "),
+# name: (DG_TUNE, what DG_PRINT_CONFIGS shows for a plan with M > 128, and for one with M <= 128)
+FORCED_TUNES = {
+    "multicast_off": ("fp8_gemm:multicast=0", "multicast=1 ", "multicast=1 "),
     # (multicast needs 2 row blocks and no split-K: a split plan shows multicast=1, checked below)
-    "multicast_on": ({"DG_FP8_GEMM_MULTICAST": "1"}, "multicast=2(B) ", "multicast=1 "),
+    "multicast_on": ("fp8_gemm:multicast=1", "multicast=2(B) ", "multicast=1 "),
     # (three math warpgroups in pairs; 300 and 1000 rows are an even and an odd count of 192-row blocks)
-    "multicast_on_bm192": (
-        {"DG_FP8_GEMM_MULTICAST": "1", "DG_FP8_GEMM_BLOCK_M": "192"},
-        "multicast=2(B) ",
-        "multicast=1 ",
-    ),
+    "multicast_on_bm192": ("fp8_gemm:multicast=1,block_m=192", "multicast=2(B) ", "multicast=1 "),
     # (never the heuristic's pick: pairs along N, A's rows loaded in halves, one by each CTA; odd column-block
     # counts leave a phantom second tile)
-    "multicast_on_a": ({"DG_FP8_GEMM_MULTICAST_ON_A": "1"}, "multicast=2(A) ", "multicast=2(A) "),
-    "split_k3": ({"DG_FP8_GEMM_SPLIT_K": "3"}, "split_k=3 ", "split_k=3 "),
-    "bm192": ({"DG_FP8_GEMM_BLOCK_M": "192"}, "BLOCK_M=192 ", "BLOCK_M=192 "),
+    "multicast_on_a": ("fp8_gemm:multicast_on_a=1", "multicast=2(A) ", "multicast=2(A) "),
+    "split_k3": ("fp8_gemm:split_k=3", "split_k=3 ", "split_k=3 "),
+    "bm192": ("fp8_gemm:block_m=192", "BLOCK_M=192 ", "BLOCK_M=192 "),
     # (forced only: 96 + 96 accumulators per thread; tiles at column 64 of a scale block, the boundary at 64)
-    "bm128_bn192": (
-        {"DG_FP8_GEMM_BLOCK_M": "128", "DG_FP8_GEMM_BLOCK_N": "192"},
-        "BLOCK_M=128 BLOCK_N=192 ",
-        "BLOCK_M=128 BLOCK_N=192 ",
-    ),
+    "bm128_bn192": ("fp8_gemm:block_m=128,block_n=192", "BLOCK_M=128 BLOCK_N=192 ", "BLOCK_M=128 BLOCK_N=192 "),
     # (the default where it fits; here the promotion after each block's wgmmas everywhere)
-    "overlap_off": ({"DG_FP8_GEMM_OVERLAP": "0"}, "overlap=false ", "overlap=false "),
+    "overlap_off": ("fp8_gemm:overlap=0", "overlap=false ", "overlap=false "),
     "split_k2_bm128_bn48": (
-        {"DG_FP8_GEMM_SPLIT_K": "2", "DG_FP8_GEMM_BLOCK_M": "128", "DG_FP8_GEMM_BLOCK_N": "48"},
+        "fp8_gemm:split_k=2,block_m=128,block_n=48",
         "BLOCK_M=128 BLOCK_N=48 split_k=2 ",
         "BLOCK_M=128 BLOCK_N=48 split_k=2 ",
     ),
     # Stream-K wherever it fits (no split-K, no multicast; every CTA a share of at least two K blocks: 640 x 3001 x
     # 528's 28 tiles of the last wave hold 140 K blocks for 132 CTAs, 64 x 255 x 4112 has a few tiles); mode 2
     # needs more stream-K tiles than CTAs (both checked below: some plan shows the mode)
-    "stream_k1": (
-        {"DG_FP8_GEMM_STREAM_K": "1", "DG_FP8_GEMM_SPLIT_K": "1", "DG_FP8_GEMM_MULTICAST": "0"},
-        "split_k=1 ",
-        "split_k=1 ",
-    ),
-    "stream_k2_bm192": (
-        {"DG_FP8_GEMM_STREAM_K": "2", "DG_FP8_GEMM_BLOCK_M": "192", "DG_FP8_GEMM_MULTICAST": "0"},
-        "BLOCK_M=192 ",
-        "BLOCK_M=192 ",
-    ),
+    "stream_k1": ("fp8_gemm:stream_k=1,split_k=1,multicast=0", "split_k=1 ", "split_k=1 "),
+    "stream_k2_bm192": ("fp8_gemm:stream_k=2,block_m=192,multicast=0", "BLOCK_M=192 ", "BLOCK_M=192 "),
 }
 
 
@@ -487,10 +473,10 @@ def run_in_subprocess(script: str, env: dict) -> subprocess.CompletedProcess:
 
 
 @gpu
-@pytest.mark.parametrize("name", FORCED_ENVS)
+@pytest.mark.parametrize("name", FORCED_TUNES)
 def test_fp8_gemm_forced_configs(name: str) -> None:
-    # The DG_FP8_GEMM_* choices are read when a shape's plan is made (once per process): a new process each
-    env, expected_large_m, expected_small_m = FORCED_ENVS[name]
+    # DG_TUNE is read when a shape's plan is made (once per shape and process): a new process each
+    tune, expected_large_m, expected_small_m = FORCED_TUNES[name]
     shapes = ", ".join(f"({m}, {n}, {k})" for m, n, k in FORCED_SHAPES)
     script = (
         "import torch, test_fp8_gemm as t\n"
@@ -499,7 +485,7 @@ def test_fp8_gemm_forced_configs(name: str) -> None:
         "    t.run_case(m, n, k, row_pad=2, col_pad=8)\n"
         "    t.run_case(m, n, k, row_pad=1, col_pad=3)\n"
     )
-    out = run_in_subprocess(script, {**env, "DG_PRINT_CONFIGS": "1"})
+    out = run_in_subprocess(script, {"DG_TUNE": tune, "DG_PRINT_CONFIGS": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
     # The printed configs show which variant ran: one line per plan (shape and output layout)
     plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
@@ -562,14 +548,10 @@ def stream_k_graph_and_per_row_checks() -> None:
 @gpu
 @pytest.mark.parametrize("mode", ["1", "2"])
 def test_fp8_gemm_stream_k_graph_and_per_row(mode: str) -> None:
-    env = {
-        "DG_FP8_GEMM_STREAM_K": mode,
-        "DG_FP8_GEMM_SPLIT_K": "1",
-        "DG_FP8_GEMM_MULTICAST": "0",
-        "DG_PRINT_CONFIGS": "1",
-    }
+    tune = f"fp8_gemm:stream_k={mode},split_k=1,multicast=0"
     if mode == "2":
-        env["DG_FP8_GEMM_BLOCK_M"] = "64"  # (enough tiles for two stream-K waves)
+        tune += ",block_m=64"  # (enough tiles for two stream-K waves)
+    env = {"DG_TUNE": tune, "DG_PRINT_CONFIGS": "1"}
     out = run_in_subprocess("import test_fp8_gemm as t\nt.stream_k_graph_and_per_row_checks()\n", env)
     assert out.returncode == 0, out.stdout + out.stderr
     plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
@@ -585,12 +567,23 @@ def test_fp8_gemm_bad_forced_config_raises() -> None:
         "except ValueError as e:\n"
         "    print('ValueError:', e)\n"
     )
-    out = run_in_subprocess(script, {"DG_FP8_GEMM_SPLIT_K": "two"})
-    assert "ValueError: DG_FP8_GEMM_SPLIT_K must be a small non-negative integer, got 'two'" in out.stdout, (
+    out = run_in_subprocess(script, {"DG_TUNE": "fp8_gemm:split_k=two"})
+    assert "ValueError: DG_TUNE: fp8_gemm:split_k=two must be an integer in [1, 8]" in out.stdout, (
         out.stdout + out.stderr
     )
-    out = run_in_subprocess(script, {"DG_FP8_GEMM_BLOCK_N": "200"})
-    assert "ValueError: no GEMM config fits" in out.stdout, out.stdout + out.stderr
+    # (512 of K: 4 K blocks, fewer than the forced splits)
+    out = run_in_subprocess(script, {"DG_TUNE": "fp8_gemm:split_k=8"})
+    assert "ValueError: no FP8 GEMM config fits" in out.stdout, out.stdout + out.stderr
+    # Another family's section does not apply to the FP8 GEMMs: the same plans as with nothing forced
+    script = script.replace("print('ValueError:', e)", "raise")
+
+    def plans(tune: str) -> list[str]:
+        out = run_in_subprocess(script, {"DG_TUNE": tune, "DG_PRINT_CONFIGS": "1"})
+        assert out.returncode == 0, out.stdout + out.stderr
+        return [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
+
+    default = plans("")
+    assert default and plans("bf16_gemm:split_k=8,block_n=48,multicast_on_a=1;mqa_logits:kv_split=64") == default
 
 
 def per_row_reference(a, sfa, b, sfb, c=None) -> torch.Tensor:

@@ -138,7 +138,7 @@ def test_alias_and_heuristic() -> None:
 
 def test_contiguous_heuristic_takes_overlapped_128x128_tiles() -> None:
     # FP8 m-grouped contiguous GEMMs of 8192+ rows: 128 x 128 tiles with the overlapped promotion ran faster than the
-    # 128 x 160 tiles without it on all 16 rows of the grouped suite (runs 74-75 on the H200, 0.4-14 %); masked
+    # 128 x 160 tiles without it on all 16 rows of the grouped suite (H200, 0.4-14 %); masked
     # prefill-like groups keep 128 x 160 at N x K = 7168 x 2048 (33.5 vs 37.3 us), BF16 has no promotion to overlap
     config = deep_gemm._C.get_gemm_config
     for gemm_type in (1, 2):
@@ -153,7 +153,7 @@ def test_contiguous_heuristic_takes_overlapped_128x128_tiles() -> None:
 
 def test_masked_heuristic_plans_per_group() -> None:
     # Masked plans model each group's rows and B (num_groups): 64-row blocks exactly when a group's rows fit one
-    # (run 41 on the H200: groups of 20 rows 5-13 % faster than in 128-row blocks, groups of 192 rows 1.4x slower)
+    # (H200: groups of 20 rows 5-13 % faster than in 128-row blocks, groups of 192 rows 1.4x slower)
     config = deep_gemm._C.get_gemm_config
     h200 = dict(cluster_ctas=H200_CLUSTER_CTAS, gemm_type=3, grouped_alignment=128)
     for bf16 in (False, True):
@@ -161,7 +161,7 @@ def test_masked_heuristic_plans_per_group() -> None:
             assert config(g * m, 4096, 7168, num_groups=g, bf16=bf16, **h200)["block_m"] == 64, (g, m, bf16)
         for g, m in ((32, 192), (6, 1024), (1, 1024)):
             assert config(g * m, 4096, 7168, num_groups=g, bf16=bf16, **h200)["block_m"] == 128, (g, m, bf16)
-    # Where the DRAM bound ties the tiles, the one keeping every SM busy wins (run 42: BF16 6 x 20 x 4096 x 7168,
+    # Where the DRAM bound ties the tiles, the one keeping every SM busy wins (H200, BF16 6 x 20 x 4096 x 7168:
     # 64 x 256 tiles on 96 SMs 110 us, 64 x 96 on all 98 us)
     cfg = config(6 * 20, 4096, 7168, num_groups=6, bf16=True, **h200)
     assert 6 * ceil_div(4096, cfg["block_n"]) >= 132, cfg

@@ -160,8 +160,8 @@ def test_fp8_gemm_compiles_with_qgmma(cache_dir: Path, cfg: dict, use_nvrtc: boo
     rows_per_wg = cfg["block_m"] // {64: 1, 192: 3}.get(cfg["block_m"], 2)
     sites = (3 if cfg.get("overlap_promotion") else 1) * (2 if cfg.get("stream_k") else 1)
     assert num_qgmma == 4 * (rows_per_wg // 64) * sites, f"expected QGMMA per K block, found {num_qgmma}"
-    # The wgmma descriptors are built in uniform registers, not moved there in the K loop (R2UR: run 49's
-    # stream-K kernel ran 20 % slower with 16 of them per K block). Checked where that was measured: the
+    # The wgmma descriptors are built in uniform registers, not moved there in the K loop (R2UR: a stream-K
+    # kernel with 16 of them per K block ran 20 % slower on the H200). Checked where that was measured: the
     # three-warpgroup and stream-K kernels (the grouped kernels, and 64 x 112 tiles, do have R2URs there)
     if cfg.get("stream_k") or cfg["block_m"] == 192:
         instructions = [line for line in lines if re.search(r"/\*[0-9a-f]{4}\*/", line)]

@@ -126,7 +126,6 @@ COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (6
     dict(num_heads=64, head_dim=128, is_compressed=1),
     dict(num_heads=64, head_dim=128, clean_logits=0, out_bf16=1),
     dict(num_heads=32, head_dim=64, is_compressed=1, clean_logits=0, out_bf16=1),
-    dict(num_heads=64, head_dim=128, ping_pong=0),
     dict(num_heads=64, head_dim=128, relu_by_abs=1),
     dict(num_heads=16, head_dim=64, relu_by_abs=1),
     dict(num_heads=64, head_dim=128, relu_by_abs=1, signed_sum_wgmma=1),
@@ -144,7 +143,6 @@ def case_id(cfg: dict) -> str:
         is_compressed="compressed",
         clean_logits="clean",
         out_bf16="bf16",
-        ping_pong="pingpong",
         relu_by_abs="abs",
         signed_sum_wgmma="pieces",
         split_halves="split",
@@ -184,19 +182,17 @@ def test_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: dict, us
         assert sum(f"64x{4 * queries}x32" in line for line in qgmma) == k_steps, qgmma
     assert sum("WARPGROUP.DEPBAR" in line for line in lines) == 1 + split
     assert not any("HMMA" in line for line in lines), "FP8 path must not fall back to HMMA"
-    # Nor a dummy F16 HGMMA, which ptxas puts where a commit group may be empty (run 56: 15 % slower)
+    # Nor a dummy F16 HGMMA, which ptxas puts where a commit group may be empty (measured 15 % slower)
     assert not any("HGMMA" in line for line in lines), "a dummy HGMMA: a commit group that may be empty"
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("USETMAXREG" in line for line in lines) == 2
     assert any("UTMALDG" in line for line in lines)
     # The quad reduce-scatter over the heads: 2 rounds, (256 / H) / 2 + (256 / H) / 4 shuffles per key row
     assert sum("SHFL.BFLY" in line for line in lines) == 2 * (queries // 2 + queries // 4)
-    # Ping-pong (the default): the turn barriers, one wait and at least one pass per tile. The pieces come from the
-    # pre-pass (smxx_mqa_logits_pieces) by TMA with the Q tile: no barrier, no split (FMNMX) in this kernel
-    ping_pong = cfg.get("ping_pong", 1) != 0
-    assert any("BAR.ARV" in line for line in lines) == ping_pong
-    num_sync = 2 if ping_pong else 1
-    assert sum("BAR.SYNC" in line for line in lines) == num_sync, [x for x in lines if "BAR." in x]
+    # Ping-pong: the turn barriers, one wait and at least one pass per tile. The pieces come from the pre-pass
+    # (smxx_mqa_logits_pieces) by TMA with the Q tile: no barrier, no split (FMNMX) in this kernel
+    assert any("BAR.ARV" in line for line in lines)
+    assert sum("BAR.SYNC" in line for line in lines) == 2, [x for x in lines if "BAR." in x]
     check_relu_form(lines, num_accum=128, by_abs=cfg.get("relu_by_abs", 0) != 0)
 
 
@@ -451,17 +447,10 @@ def test_negative_kv_scales(h: int) -> None:
 PIECES_BY_DEFAULT: tuple[tuple[int, int], ...] = ((32, 128), (64, 128))
 
 
-def prefill_form(h: int, d: int = 128, env: dict | None = None) -> str:
-    """The head-reduction form fp8_mqa_logits takes at H = h, D = d under `env` (default: this process's
-    environment): "max" (FMNMX + FFMA), "abs" (two FFMAs) or "pieces" (|x| FFMA, signed sums from e4m3 pieces on
-    the tensor core)."""
-    env = os.environ if env is None else env
-    relu, signed = env.get("DG_MQA_RELU_FORM"), env.get("DG_MQA_LOGITS_SIGNED_WGMMA")
-    if signed == "1" and h >= 32:
-        return "pieces"
-    if relu:
-        return relu
-    return "pieces" if signed != "0" and (h, d) in PIECES_BY_DEFAULT else "max"
+def prefill_form(h: int, d: int = 128) -> str:
+    """The head-reduction form fp8_mqa_logits takes at H = h, D = d: "pieces" (|x| FFMA, signed sums from e4m3
+    pieces on the tensor core) or "max" (FMNMX + FFMA)."""
+    return "pieces" if (h, d) in PIECES_BY_DEFAULT else "max"
 
 
 def pieces_expected(h: int, d: int = 128) -> bool:
@@ -514,9 +503,9 @@ def test_one_sign_and_mostly_negative_scores(h: int, capfd: pytest.CaptureFixtur
 
 
 def one_sign_and_mostly_negative_scores(h: int, capfd: pytest.CaptureFixture | None) -> None:
-    # In every form of the head reduction (the prefill's default here; the others through DG_MQA_RELU_FORM and
-    # DG_MQA_LOGITS_SIGNED_WGMMA in test_env_overrides), keys where most heads score negative (where the |x| forms'
-    # two sums cancel) must stay within the float64 bounds, and, in the forms whose two sums come from the same
+    # In both forms of the prefill's head reduction (the pieces at H = 64, FMNMX + FFMA at H = 16), keys where most
+    # heads score negative (where the |x| forms' two sums cancel) must stay within the float64 bounds, and, in the
+    # forms whose two sums come from the same
     # FFMAs (FMNMX + FFMA, two FFMAs), keys whose every score has one sign must come out as with relu: exactly 0
     # where all x s < 0. The signed sums from e4m3 pieces on the tensor core carry its FP8 accumulation error instead,
     # which scales with the terms' magnitude |s| sum_h |x_h w_h| (about 2^-13 of it per k32 step: bound 2^-10).
@@ -846,7 +835,7 @@ def test_paged_kernel_compiles_with_qgmma_and_no_local_memory(cache_dir, cfg: di
     # for the last tile
     t = cfg["next_n"]
     assert sum("SHFL.BFLY" in line for line in lines) == 2 * 2 * (max(t // 2, 1) + max(t // 4, 1))
-    # Two FFMAs per accumulator by default at next_n = 1 only (run 28); with the pieces one, the |x| one (and the
+    # Two FFMAs per accumulator by default at next_n = 1 only (6 % faster there, 3-4 % slower at next_n = 2); with the pieces one, the |x| one (and the
     # pieces warps' split: one FMNMX per value of u a lane holds, D / 32, per piece)
     check_relu_form(lines, num_accum=n // 2, by_abs=cfg.get("relu_by_abs", int(t == 1)) != 0,
                     signed_by_wgmma=pieces, split_fmnmx=4 * k_steps if pieces else 0)  # fmt: skip
@@ -870,7 +859,7 @@ def test_paged_schedule_kernel_compiles_without_local_memory(cache_dir, use_nvrt
     lines = dump_sass(result["cubin_path"]).splitlines()
     assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
     assert sum("BAR.SYNC" in line for line in lines) == 2
-    # No division per request or per row (ncu run 28: the first version's ~1000 instructions per warp, most of them
+    # No division per request or per row (ncu: the first version's ~1000 instructions per warp, most of them
     # 32-bit divisions, were its time; it held 44 MUFU.RCP): the only divisions are U / num_sms (32 or 64 bits, in
     # two places) and, for a block_kv not a power of two, one per length
     assert sum("MUFU.RCP" in line for line in lines) <= 8, [x for x in lines if "MUFU" in x]
@@ -982,27 +971,36 @@ def test_paged_against_float64(batch: int, next_n: int, h: int, d: int, block_kv
     run_paged_case(batch, next_n, h, d, block_kv, ctx)
 
 
-PAGED_FORM_SCRIPT = """
-import sys
-sys.path.insert(0, {tests!r})
-import test_mqa_logits as t
-for case in t.PAGED_GPU_CASES:
-    t.run_paged_case(*case)
-t.run_paged_case(32, 4, 64, 128, 64, 2000, clean=False, two_d=True, negative_scales=True)
-t.run_paged_case(16, 1, 64, 128, 64, 1500, negative_scales=True)
-t.run_paged_case(32, 2, 64, 128, 32, 2000, two_d=True)
-t.run_paged_case(24, 2, 32, 64, 64, 900, clean=False, negative_scales=True)
-"""
+@gpu
+@pytest.mark.parametrize(
+    ("batch", "next_n", "h", "d", "block_kv", "ctx", "clean", "two_d", "negative_scales"),
+    [(32, 2, 64, 128, 32, 2000, True, True, False), (24, 2, 32, 64, 64, 900, False, False, True)],
+    ids=["t2-bkv32-2d", "t2-h32-d64-unclean-negative"],
+)
+def test_paged_more_cases(batch, next_n, h, d, block_kv, ctx, clean, two_d, negative_scales) -> None:
+    run_paged_case(batch, next_n, h, d, block_kv, ctx, clean=clean, two_d=two_d, negative_scales=negative_scales)
 
 
 @gpu
-@pytest.mark.parametrize("signed", ["1", "0"], ids=["pieces", "no-pieces"])
-def test_paged_head_sum_forms_against_float64(tmp_path, signed: str) -> None:
-    # Both forms of the paged kernel's head reduction, whichever the heuristic picks: with the signed sums from the
-    # pieces warps' e4m3 pieces on the tensor core, and without (each process reads the variable once)
-    code = PAGED_FORM_SCRIPT.format(tests=os.path.dirname(__file__))
-    result = run_python(code, {"DG_PAGED_MQA_SIGNED_WGMMA": signed}, tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+@pytest.mark.parametrize(
+    ("ctx", "block_kv", "pieces"),
+    [(24000, 64, True), (24000, 32, True), (4000, 64, False)],
+    ids=["long-pieces", "long-pieces-bkv32", "short-no-pieces"],
+)
+@pytest.mark.parametrize("two_d", [False, True], ids=["1d", "2d"])
+def test_paged_head_sum_forms_against_float64(ctx: int, block_kv: int, pieces: bool, two_d: bool, capfd) -> None:
+    # Both forms of the paged kernel's head reduction at next_n = 2, H = 64, D = 128, where the heuristic picks them
+    # by the logits' row length: the signed sums from the pieces warps' e4m3 pieces on the tensor core from 16384
+    # columns on, FMNMX + FFMA below; the printed config says which one ran
+    capfd.readouterr()
+    os.environ["DG_PRINT_CONFIGS"] = "1"
+    try:
+        run_paged_case(3, 2, 64, 128, block_kv, ctx, two_d=two_d, negative_scales=True)
+    finally:
+        del os.environ["DG_PRINT_CONFIGS"]
+    err = capfd.readouterr().err
+    assert "fp8_paged_mqa_logits" in err, err[-2000:]
+    assert f"signed_sum_wgmma={'true' if pieces else 'false'}" in err, err[-2000:]
 
 
 @gpu
@@ -1016,7 +1014,7 @@ def test_paged_negative_scales_next_n_1() -> None:
     run_paged_case(16, 1, 64, 128, 64, 1500, negative_scales=True)
 
 
-ENV_OVERRIDE_SCRIPT = """
+TUNE_SCRIPT = """
 import sys, torch
 sys.path.insert(0, {tests!r})
 import test_mqa_logits as t
@@ -1031,72 +1029,52 @@ torch.save(out.cpu(), {path!r})
 
 @gpu
 @pytest.mark.parametrize(
-    ("env", "error"),
+    ("tune", "error"),
     [
-        ({"DG_MQA_LOGITS_PING_PONG": "off", "DG_PAGED_MQA_MATH_WGS": "2"}, None),
-        ({"DG_MQA_RELU_FORM": "abs"}, None),
-        ({"DG_MQA_RELU_FORM": "max"}, None),
-        ({"DG_MQA_RELU_FORM": "fast"}, "DG_MQA_RELU_FORM must be 'max' or 'abs', got 'fast'"),
-        ({"DG_MQA_LOGITS_SIGNED_WGMMA": "1"}, None),
-        ({"DG_MQA_LOGITS_SIGNED_WGMMA": "0"}, None),
-        ({"DG_MQA_LOGITS_SIGNED_WGMMA": "2"}, "DG_MQA_LOGITS_SIGNED_WGMMA must be 0 or 1, got '2'"),
-        ({"DG_MQA_LOGITS_SPLIT_HALVES": "1"}, None),
-        ({"DG_MQA_LOGITS_SPLIT_HALVES": "yes"}, "DG_MQA_LOGITS_SPLIT_HALVES must be 0 or 1, got 'yes'"),
-        ({"DG_MQA_LOGITS_KV_SPLIT": "192"}, None),
+        ("paged_mqa_logits:math_wgs=2", None),
+        ("paged_mqa_logits:stages=6", None),
+        ("paged_mqa_logits:math_wgs=2,stages=4", None),
+        ("mqa_logits:kv_split=192", None),
+        ("fp8_gemm:block_m=128;bf16_gemm:split_k=2", None),
+        ("mqa_logits:kv_split=100", "DG_TUNE: mqa_logits:kv_split=100 must be a multiple of 64 in [64, 1048576]"),
+        ("mqa_logits:kv_split=0", "DG_TUNE: mqa_logits:kv_split=0 must be a multiple of 64 in [64, 1048576]"),
+        ("paged_mqa_logits:math_wgs=4", "DG_TUNE: paged_mqa_logits:math_wgs=4 must be 2 or 3"),
+        ("paged_mqa_logits:stages=7", "DG_TUNE: paged_mqa_logits:stages=7 must be a multiple of 2 in [2, 32]"),
+        # (next_n = 1, H = 64: three math warpgroups, so the ring's depth must be a multiple of 6)
         (
-            {"DG_MQA_LOGITS_KV_SPLIT": "100"},
-            "DG_MQA_LOGITS_KV_SPLIT must be a multiple of 64 in [64, 1048576], got '100'",
+            "paged_mqa_logits:stages=4",
+            "DG_TUNE: paged_mqa_logits:stages=4 must be a multiple of 2 (producer warps) "
+            "and of the kernel's 3 math warpgroups",
         ),
-        ({"DG_MQA_LOGITS_KV_SPLIT": "0"}, "DG_MQA_LOGITS_KV_SPLIT must be a multiple of 64 in [64, 1048576], got '0'"),
-        (
-            {"DG_MQA_LOGITS_SIGNED_WGMMA": "1", "DG_MQA_RELU_FORM": "max"},
-            "DG_MQA_LOGITS_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max",
-        ),
-        ({"DG_PAGED_MQA_MATH_WGS": "4"}, "DG_PAGED_MQA_MATH_WGS must be 2 or 3, got '4'"),
-        ({"DG_PAGED_MQA_STAGES": "7"}, "DG_PAGED_MQA_STAGES=7 must be a multiple of 2"),
-        ({"DG_PAGED_MQA_SIGNED_WGMMA": "1"}, None),
-        ({"DG_PAGED_MQA_SIGNED_WGMMA": "on"}, "DG_PAGED_MQA_SIGNED_WGMMA must be 0 or 1, got 'on'"),
-        (
-            {"DG_PAGED_MQA_SIGNED_WGMMA": "1", "DG_MQA_RELU_FORM": "max"},
-            "DG_PAGED_MQA_SIGNED_WGMMA=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max",
-        ),
+        ("paged_mqa_logits:ping_pong=0", "DG_TUNE: paged_mqa_logits has no key 'ping_pong'"),
     ],
     ids=[
-        "ab-settings",
-        "relu-abs",
-        "relu-max",
-        "bad-relu-form",
-        "pieces-on",
-        "pieces-off",
-        "bad-pieces",
-        "split-on",
-        "bad-split",
+        "math-wgs-2",
+        "stages-6",
+        "math-wgs-2-stages-4",
         "kv-split-192",
+        "gemm-families-only",
         "kv-split-100",
         "kv-split-0",
-        "pieces-with-max",
         "bad-math-wgs",
         "odd-stages",
-        "paged-pieces-on",
-        "bad-paged-pieces",
-        "paged-pieces-with-max",
+        "stages-not-multiple-of-wgs",
+        "unknown-key",
     ],  # fmt: skip
 )
-def test_env_overrides(tmp_path, env: dict, error: str | None) -> None:
-    # Read once per process, so each case runs in a fresh one: the A/B settings pass against float64, and
-    # ping-pong off and the split tile give the default's bits (only the order of issue changes; each output of a
-    # wgmma sums its own K), as does the form of the head reduction this process takes; bad values raise naming
-    # the variable
+def test_tune_overrides(tmp_path, tune: str, error: str | None) -> None:
+    # Forced configs (DG_TUNE, a fresh process each) pass against float64, and leave the prefill's bits as they
+    # are (any key chunk gives the same bits: each output sums one 64-key tile; paged and GEMM sections do not
+    # apply to the prefill); bad values raise naming the family, key and value
     path = tmp_path / "out.pt"
-    code = ENV_OVERRIDE_SCRIPT.format(tests=os.path.dirname(__file__), path=str(path))
-    result = run_python(code, env, tmp_path)
+    code = TUNE_SCRIPT.format(tests=os.path.dirname(__file__), path=str(path))
+    result = run_python(code, {"DG_TUNE": tune}, tmp_path)
     if error is not None:
         assert result.returncode != 0 and error in result.stderr, result.stderr[-2000:]
         return
     assert result.returncode == 0, result.stderr[-2000:]
-    if prefill_form(64, 128, dict(os.environ, **env)) == prefill_form(64, 128):
-        out = run_case(301, 1000, 64, 128, "causal")[-1]
-        assert torch.equal(torch.load(path).cuda(), out), f"{env} must not change a bit of the prefill output"
+    out = run_case(301, 1000, 64, 128, "causal")[-1]
+    assert torch.equal(torch.load(path).cuda(), out), f"DG_TUNE={tune} must not change a bit of the prefill output"
 
 
 @gpu

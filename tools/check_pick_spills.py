@@ -42,7 +42,7 @@ def _pick(m: int, n: int, k: int, dims: str = "nk", **kwargs) -> dict[str, int]:
     params = {key: int(cfg[key]) for key in _CONFIG_KEYS}
     params["overlap_promotion"] = int(cfg["overlap_promotion"])
     params["gemm_type"] = int(cfg["gemm_type"])
-    if cfg["is_multicast_on_a"]:  # (only when forced: DG_FP8_GEMM_MULTICAST_ON_A)
+    if cfg["is_multicast_on_a"]:  # (only when forced: DG_TUNE fp8_gemm:multicast_on_a=1)
         params["is_multicast_on_a"] = 1
     params.update({key: int(kwargs[key]) for key in _OPERAND_KEYS if kwargs.get(key)})
     params.update({f"shape_{dim}": {"m": m, "n": n, "k": k}[dim] for dim in dims})

@@ -10,9 +10,10 @@ GxMxNxK) under forced configs, to calibrate the heuristic (run on a GPU machine)
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
 (BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on), ov0/ov1 (overlapped promotion off/on), fbN (FP32 D's
 staging buffers per math warpgroup), sk0/sk1/sk2 (stream-K off / the last wave / the last two waves), ma1 (2-CTA
-pairs along N sharing A). Each config runs in its own process (the
-choices are read when a shape's plan is made) through `python -m deep_gemm.bench --no-baselines`;
-shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
+pairs along N sharing A). A config becomes the DG_TUNE section of the suite's GEMM family (docs/tuning.md):
+fp8_gemm, or bf16_gemm for the bf16 suites; e.g. bm128-s2 is DG_TUNE="fp8_gemm:block_m=128,split_k=2". Each config
+runs in its own process (DG_TUNE is read when a shape's plan is made) through `python -m deep_gemm.bench
+--no-baselines`; shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
 fastest config per shape marked with '*', and what the heuristic picked.
 """
 
@@ -23,30 +24,46 @@ import subprocess
 import sys
 import tempfile
 
+# config part prefix -> DG_TUNE key of the GEMM families
 KEYS = {
-    "bm": "DG_FP8_GEMM_BLOCK_M",
-    "bn": "DG_FP8_GEMM_BLOCK_N",
-    "s": "DG_FP8_GEMM_SPLIT_K",
-    "mc": "DG_FP8_GEMM_MULTICAST",
-    "ov": "DG_FP8_GEMM_OVERLAP",
-    "fb": "DG_FP8_GEMM_FP32_BUFFERS",
-    "sk": "DG_FP8_GEMM_STREAM_K",
-    "ma": "DG_FP8_GEMM_MULTICAST_ON_A",
+    "bm": "block_m",
+    "bn": "block_n",
+    "s": "split_k",
+    "mc": "multicast",
+    "ov": "overlap",
+    "fb": "fp32_buffers",
+    "sk": "stream_k",
+    "ma": "multicast_on_a",
 }
 
 
-def config_env(config: str) -> dict[str, str]:
+def tune_family(suite: str) -> str:
+    """The DG_TUNE family whose section steers the GEMMs of a bench suite."""
+    return "bf16_gemm" if suite.startswith("bf16") else "fp8_gemm"
+
+
+def config_env(config: str, family: str = "fp8_gemm") -> dict[str, str]:
+    """The environment that forces `config` ("auto" or dash-separated parts such as bm128-s2) on `family`'s
+    GEMMs: {"DG_TUNE": "family:block_m=128,split_k=2"}, checked by the extension's parser (a ValueError names a
+    bad key or value, e.g. overlap for bf16_gemm)."""
     if config == "auto":
         return {}
-    env = {}
+    items = []
     for part in config.split("-"):
         key = part.rstrip("0123456789")
         if key not in KEYS or key == part:
             raise SystemExit(
                 f"bad config part {part!r} in {config!r}: expected bmN, bnN, sN, mcN, ovN, fbN, skN or maN"
             )
-        env[KEYS[key]] = part[len(key) :]
-    return env
+        items.append(f"{KEYS[key]}={part[len(key) :]}")
+    tune = f"{family}:{','.join(items)}"
+    import deep_gemm
+
+    try:
+        deep_gemm._C.parse_tune(tune)
+    except ValueError as e:
+        raise SystemExit(f"config {config!r}: {e}") from None
+    return {"DG_TUNE": tune}
 
 
 def row_key(row: dict) -> str:
@@ -55,11 +72,13 @@ def row_key(row: dict) -> str:
     return groups + f"{row['m']}x{row['n']}x{row['k']}" + (f"@{row['variant']}" if "variant" in row else "")
 
 
-def run_config(config: str, shapes: list[str], extra: list[str]) -> dict[str, dict]:
+def run_config(config: str, shapes: list[str], extra: list[str], family: str) -> dict[str, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "bench.json")
         cmd = [sys.executable, "-m", "deep_gemm.bench", "--no-baselines", "--json", path, "--shapes", *shapes, *extra]
-        env = dict(os.environ, **config_env(config))
+        # (the caller's own DG_TUNE never leaks into a config: "auto" is the heuristic's pick)
+        env = {key: value for key, value in os.environ.items() if key != "DG_TUNE"}
+        env.update(config_env(config, family))
         timeout = int(os.environ.get("DG_SWEEP_CONFIG_TIMEOUT", "300"))
         try:
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp, timeout=timeout)
@@ -97,7 +116,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     extra = ["--num-tests", args.num_tests, "--idle", "0.1", "--suite", args.suite]
-    results = {config: run_config(config, args.shapes, extra) for config in args.configs}
+    family = tune_family(args.suite)
+    for config in args.configs:  # (every config checked before the first one runs)
+        config_env(config, family)
+    results = {config: run_config(config, args.shapes, extra, family) for config in args.configs}
 
     # The heuristic's choice for each shape, to print next to the timings (on the CPU: with clusters estimated as
     # whole clusters of 132 SMs, not the device's measured capacity, which `auto` used)

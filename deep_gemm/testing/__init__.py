@@ -22,7 +22,7 @@ from deep_gemm.testing.timing import (
     sm_clock_mhz,
 )
 
-# CTAs that whole clusters of 1 .. 8 CTAs fill on the H200 of docs/perf/h200.md (run 39, DG_PRINT_CONFIGS): the
+# CTAs that whole clusters of 1 .. 8 CTAs fill on an H200 (132 SMs; as DG_PRINT_CONFIGS=1 prints them there): the
 # `cluster_ctas` the GEMM heuristic plans with there, for CPU-side checks of its picks
 H200_CLUSTER_CTAS = [132, 132, 117, 120, 110, 102, 105, 120]
 

@@ -30,7 +30,7 @@ L2_FLUSH_BYTES = 256 << 20
 # How the flush touches that buffer: "read" leaves L2 full of clean lines; "write" (zeroing it, what
 # most harnesses do) leaves it full of dirty ones, whose write-back (~50 MB on an H200, ~12 us of DRAM
 # time) then lands inside the next timed call: a charge for the harness's own traffic that weighs
-# ~9 % on a 600 MB memory-bound call and ~70 % on a 70 MB one (docs/perf/h200.md, run 62).
+# ~9 % on a 600 MB memory-bound call and ~70 % on a 70 MB one (measured on an H200).
 L2_FLUSH_MODES = ("read", "write")
 
 

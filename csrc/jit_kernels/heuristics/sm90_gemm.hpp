@@ -4,7 +4,7 @@
 // get_gemm_config walks the candidates (BLOCK_M, BLOCK_N, split-K; multicast, overlapped promotion and stream-K where
 // they apply) that fit the registers and shared memory (sm90_gemm_resources.hpp), prices each with the cost model
 // (sm90_gemm_cost_model.hpp) and keeps the cheapest; near-ties go to the tile that keeps more SMs busy, then to the
-// wider one. Stages: as many as shared memory holds (at most 8). DG_FP8_GEMM_* overrides force choices (sweeps).
+// wider one. Stages: as many as shared memory holds (at most 8). DG_TUNE forces choices (GemmOverrides, sweeps).
 #pragma once
 
 #include <algorithm>
@@ -14,39 +14,62 @@
 
 #include "../../utils/env.hpp"
 #include "../../utils/exception.hpp"
+#include "../../utils/tune.hpp"
 #include "sm90_gemm_cost_model.hpp"
 #include "sm90_gemm_resources.hpp"
 #include "sm90_gemm_types.hpp"
 
 namespace dg::kernels {
 
-// Forced choices (0: the heuristic decides), from DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K: for
-// tuning sweeps and for reproducing a config; a forced value no candidate can take is an error.
-// DG_FP8_GEMM_OVERLAP: 1 = overlapped promotion (an error where it does not fit), 0 = never, unset = the heuristic.
-// DG_FP8_GEMM_FP32_BUFFERS: FP32 D through TMA, staging buffers per math warpgroup (capped at BLOCK_N / 32; an error
-// where not even two stages fit then; kernels without FP32 D through TMA have none).
-// DG_FP8_GEMM_STREAM_K: 0 = never, 1 / 2 = stream-K of that mode wherever a plan can take it (normal GEMMs
-// without split-K or multicast, enough K blocks for every CTA), unset = the heuristic.
-// DG_FP8_GEMM_MULTICAST_ON_A=1: only 2-CTA clusters of tile pairs along N that share A (each CTA loads half of A's
-// rows into both; normal GEMMs with a K-major A, no split-K, at least two column blocks; an error where none fits).
+// Forced choices (0 / -1: the heuristic decides), for tuning sweeps and for reproducing a config; a forced value no
+// candidate can take is an error. They come from DG_TUNE's fp8_gemm or bf16_gemm section (gemm_overrides below;
+// docs/tuning.md) or from `_C.get_gemm_config`'s arguments.
+// block_m / block_n / num_splits: the tile and the split-K count.
+// overlap: 1 = overlapped promotion (an error where it does not fit), 0 = never, -1 = the heuristic.
+// fp32_buffers: FP32 D through TMA, staging buffers per math warpgroup (capped at BLOCK_N / 32; an error where not
+// even two stages fit then; kernels without FP32 D through TMA have none).
+// stream_k: 0 = never, 1 / 2 = stream-K of that mode wherever a plan can take it (normal GEMMs without split-K or
+// multicast, enough K blocks for every CTA), -1 = the heuristic.
+// multicast: 1 / 0 = the heuristic may / may not pair tiles along M sharing B (-1: kMulticastByDefault).
+// multicast_on_a: only 2-CTA clusters of tile pairs along N that share A (each CTA loads half of A's rows into
+// both; normal GEMMs with a K-major A, no split-K, at least two column blocks; an error where none fits).
 // The kernel and host support these pairs; the heuristic never picks them: at M = 64 / 128 with many column tiles
-// (where every tile re-reads the same A from L2) they ran 5-11 % slower than the picks (run 84). For sweeps.
+// (where every tile re-reads the same A from L2) they ran 5-11 % slower than the heuristic's picks on the H200
+// (128 x 7168 x 16384: 45.1 against 40.6 us): the cluster's handshakes and half-rate A loads cost more than the L2
+// traffic they save.
 struct GemmOverrides {
     uint32_t block_m = 0, block_n = 0, num_splits = 0;
     int32_t overlap = -1;
     uint32_t fp32_buffers = 0;
     int32_t stream_k = -1;
     bool multicast_on_a = false;
+    int32_t multicast = -1;
+
+    bool allow_multicast() const { return multicast < 0 ? kMulticastByDefault : multicast == 1; }
 };
 
-inline GemmOverrides forced_config() {
-    const auto read = [](const char* name) { return get_env_uint(name, 0, 4096, "a small non-negative integer"); };
-    const int32_t forced_overlap = get_env("DG_FP8_GEMM_OVERLAP").empty() ? -1 : get_env_flag("DG_FP8_GEMM_OVERLAP");
-    const int32_t forced_stream_k = get_env("DG_FP8_GEMM_STREAM_K").empty()
-                                        ? -1
-                                        : static_cast<int32_t>(get_env_uint("DG_FP8_GEMM_STREAM_K", 0, 2, "0, 1 or 2"));
-    return {read("DG_FP8_GEMM_BLOCK_M"), read("DG_FP8_GEMM_BLOCK_N"), read("DG_FP8_GEMM_SPLIT_K"), forced_overlap,
-            read("DG_FP8_GEMM_FP32_BUFFERS"), forced_stream_k, get_env_flag("DG_FP8_GEMM_MULTICAST_ON_A")};
+// The forced choices of one GEMM family's DG_TUNE section (fp8_gemm or bf16_gemm: each reads only its own).
+inline GemmOverrides gemm_overrides(const TuneSettings& tune) {
+    GemmOverrides o;
+    const auto get = [&](const char* key, auto fallback) {
+        const auto v = tune.get(key);
+        return v ? static_cast<decltype(fallback)>(*v) : fallback;
+    };
+    o.block_m = get("block_m", o.block_m);
+    o.block_n = get("block_n", o.block_n);
+    o.num_splits = get("split_k", o.num_splits);
+    o.overlap = get("overlap", o.overlap);
+    o.fp32_buffers = get("fp32_buffers", o.fp32_buffers);
+    o.stream_k = get("stream_k", o.stream_k);
+    o.multicast_on_a = get("multicast_on_a", 0u) != 0;
+    o.multicast = get("multicast", o.multicast);
+    return o;
+}
+
+// The forced choices for a GEMM with these operands, from the environment's DG_TUNE (read when a shape is first
+// planned).
+inline GemmOverrides gemm_overrides_for(const GemmOperands& operands) {
+    return gemm_overrides(tune_settings(operands.is_fp8() ? TuneFamily::kFp8Gemm : TuneFamily::kBf16Gemm));
 }
 
 constexpr uint32_t kMaxSplits = 8;  // (the CTAs of a tile's splits form one cluster: at most 8, portably)
@@ -106,7 +129,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
         if (m_grouped) {
             // Any BLOCK_M that divides the segment alignment (a row block never spans two groups); masked groups
             // take 64-row blocks exactly when their rows fit one (as dense M does): one math warpgroup runs a
-            // K block of 64 x 160 in about the time two run 128 x 160 (run 41: 32 groups x 192 rows, 1.4x
+            // K block of 64 x 160 in about the time two take for 128 x 160 (H200: 32 groups x 192 rows, 1.4x
             // slower in 64-row blocks), while groups of 20 rows gain 5-13 % over 128-row blocks.
             if ((forced.block_m && block_m != forced.block_m) || grouped_alignment % block_m != 0 || block_m == 256)
                 continue;
@@ -173,8 +196,8 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                     stream_k = 1;
                 }
                 // Near-ties (same split and BLOCK_M) go to the tile that keeps more SMs busy, then to the wider one:
-                // where the model sees the DRAM bound either way, more SMs pull more bytes at once (run 42: BF16
-                // masked 6 x 20 x 4096 x 7168, 64 x 96 tiles on every SM 98 us, 64 x 256 ones on 96 SMs 110 us)
+                // where the model sees the DRAM bound either way, more SMs pull more bytes at once (H200, BF16
+                // masked 6 x 20 x 4096 x 7168: 64 x 96 tiles on every SM 98 us, 64 x 256 ones on 96 SMs 110 us)
                 const uint64_t busy = stream_k ? slots : std::min(units, slots);
                 const bool better = best_cost < 0 || cost < best_cost * 0.999 ||
                                     (cost <= best_cost * 1.001 && splits == best.num_splits &&
@@ -195,15 +218,16 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
             }
         }
     }
-    DG_CHECK_INPUT(best_cost >= 0, "no GEMM config fits m={} n={} k={} with the forced BLOCK_M={} BLOCK_N={} "
-                   "split-K={} (DG_FP8_GEMM_BLOCK_M / _BLOCK_N / _SPLIT_K; 0 = not forced){}", m, n, k, forced.block_m,
-                   forced.block_n, forced.num_splits,
-                   forced.multicast_on_a ? " and DG_FP8_GEMM_MULTICAST_ON_A=1 (normal GEMMs, K-major A, no split-K, "
+    DG_CHECK_INPUT(best_cost >= 0, "no {} GEMM config fits m={} n={} k={} with the forced block_m={} block_n={} "
+                   "split_k={} (DG_TUNE {}_gemm section or get_gemm_config arguments; 0 = not forced){}",
+                   operands.is_fp8() ? "FP8" : "BF16", m, n, k, forced.block_m, forced.block_n, forced.num_splits,
+                   operands.is_fp8() ? "fp8" : "bf16",
+                   forced.multicast_on_a ? " and multicast_on_a=1 (normal GEMMs, K-major A, no split-K, "
                                            "at least two column blocks)" : "");
 
     best.use_tma_store = use_tma_store && best.num_splits == 1;
-    // (with DG_FP8_GEMM_OVERLAP=1 the winner runs the overlapped promotion exactly when it fits)
-    DG_CHECK_INPUT(forced.overlap != 1 || best.overlap_promotion, "DG_FP8_GEMM_OVERLAP=1: overlapped promotion does not "
+    // (with overlap=1 forced the winner runs the overlapped promotion exactly when it fits)
+    DG_CHECK_INPUT(forced.overlap != 1 || best.overlap_promotion, "forced overlap=1: overlapped promotion does not "
                    "fit BLOCK_M={} BLOCK_N={} with {} math warpgroups ({})", best.block_m, best.block_n,
                    best.num_math_warpgroups, operands.is_fp8() ? "registers" : "FP8 only");
     best.operands = operands;
@@ -214,7 +238,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
         best.fp32_buffers = std::min(forced.fp32_buffers, best.block_n / 32);
     best.num_stages = gemm_max_stages(best.block_m, best.block_n, best.use_tma_store, operands, best.num_splits,
                                       best.fp32_buffers);
-    DG_CHECK_INPUT(best.num_stages >= 2, "DG_FP8_GEMM_FP32_BUFFERS={}: BLOCK_M={} BLOCK_N={} with {} FP32 staging "
+    DG_CHECK_INPUT(best.num_stages >= 2, "forced fp32_buffers={}: BLOCK_M={} BLOCK_N={} with {} FP32 staging "
                    "buffers per math warpgroup leaves no room for two stages", forced.fp32_buffers, best.block_m,
                    best.block_n, best.fp32_buffers);
     best.smem_bytes = gemm_smem_bytes(best.block_m, best.block_n, best.num_stages, best.use_tma_store, operands,

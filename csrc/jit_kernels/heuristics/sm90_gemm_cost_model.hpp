@@ -34,7 +34,7 @@ struct GemmCostModel {
     static constexpr double kL2BytesPerCycle = 64;     // L2 -> one SM
     static constexpr double kDramBytesPerCycle = 2000;  // HBM3e, all SMs together
     static constexpr double kDramBytesPerCyclePerSm = 22; // what one SM pulls when few SMs stream (H200: 45 GB/s
-                                                          // with 50 SMs busy, 2026-12-02 run 9)
+                                                          // with 50 SMs busy, measured)
     static constexpr double kUnitOverheadCycles = 2000;   // per unit: the pipeline's first loads, the epilogue
     // Split-K's exchange in the cluster, per unit: two handshakes with cluster-scope fences, then the tile's
     // FP32 partial sums stored into the peers' shared memory and read back by their owners (estimates)
@@ -42,29 +42,29 @@ struct GemmCostModel {
     static constexpr double kDsmemBytesPerCycle = 32;
     // Three math warpgroups (BLOCK_M = 192): two warpgroups' wgmmas cover each one's promotion, where with
     // two the tensor cores idle while both promote. Measured per K block against this model's estimate
-    // (run 12 sweep, M = 4096 and 8192): 1.19-1.21x the estimate with three, 1.49-1.60x with two.
+    // (H200 config sweep, M = 4096 and 8192): 1.19-1.21x the estimate with three, 1.49-1.60x with two.
     static constexpr double kThreeWarpgroupMmaFactor = 0.78;
     // Where that was measured: large problems (M >= 2048); below, BLOCK_M = 192 is not a candidate.
     static constexpr uint64_t kThreeWarpgroupMinM = 2048;
     // Two math warpgroups with overlapped promotion (a second partial buffer) on 128 x 128 tiles of a dense
-    // recipe-(1, 128, 128) GEMM: a row runs at 0.94x the three-warpgroup tile's rate (run 47 sweep, M = 4096 and
-    // 8192, against 192 x 128 in the same run: 4096 x 4096 x 7168 185.7 vs 197.0 us (7.8 vs 5.3 waves of units),
+    // recipe-(1, 128, 128) GEMM: a row runs at 0.94x the three-warpgroup tile's rate (H200 config sweep, M = 4096
+    // and 8192, against 192 x 128 timed alongside: 4096 x 4096 x 7168 185.7 vs 197.0 us (7.8 vs 5.3 waves of units),
     // 4096 x 7168 x 7168 320.5 vs 323.0, 8192^3 864.5 vs 800.4, 4096 x 2112 x 7168 117.3 vs 102.8: each as that
     // rate and the waves predict). Applied only there, where it was measured (other widths cross a scale-block
     // boundary and ran slower: 128 x 112 231.8 us at 4096 x 4096 x 7168).
-    // The same tiles on m-grouped contiguous GEMMs (run 74/75 sweeps, H200, 5 stages either way): faster than the
+    // The same tiles on m-grouped contiguous GEMMs (H200 config sweeps, 5 stages either way): faster than the
     // 128 x 160 tiles without overlap that the plain model picked, on all 16 rows of the grouped suite (4 x 8192,
     // 8 x 4096, 32 x 256 and 256 x 64 rows, N x K of 4096 x 7168, 7168 x 2048, 6144 x 7168, 7168 x 3072): e.g.
     // 4 x 8192 x 4096 x 7168 1421 -> 1248 us, 32 x 256 x 4096 x 7168 531 -> 462, 256 x 64 x 7168 x 2048 1254 -> 1134.
     // Not on masked prefill-like groups (1 x 1024 x 7168 x 2048: 37.3 vs 33.5 us with 128 x 160), so not there.
     static constexpr double kOverlapMmaFactor = 0.83;
     // The per-row recipe (1, 1, 128) on normal GEMMs of K >= kRowScaledOverlapMinK: the same tiles (FP32 D) beat
-    // the three-warpgroup 192 x 128 tile where this rate, with the tile's L2 term then binding, says so (run 79 sweep,
-    // H200, both in one run, median us: 4096 x 7168 x 7168 482.1 -> 467.2, 7168 x 2048 x 16384 529.2 -> 500.9, 2048 x
-    // 4096 x 7168 154.0 -> 142.3, 4096 x 4096 x 16384 630.7 -> 574.1; and 192 x 128 stays where it was faster:
+    // the three-warpgroup 192 x 128 tile where this rate, with the tile's L2 term then binding, says so (H200 config
+    // sweep, both timed alongside, median us: 4096 x 7168 x 7168 482.1 -> 467.2, 7168 x 2048 x 16384 529.2 -> 500.9,
+    // 2048 x 4096 x 7168 154.0 -> 142.3, 4096 x 4096 x 16384 630.7 -> 574.1; and 192 x 128 stays where it was faster:
     // 4096 x 2112 x 7168 156.8 vs 172.9, 8192^3 1153.2 vs 1191.7, 7168 x 7168 x 4096 493.8 vs 495.4). Not below that K
     // (4096 x 24576 x 1536: 421.2 vs 486.9, 8192 x 7168 x 2048: 316.9 vs 350.4, the FP32 epilogues' share), nor on
-    // k-grouped GEMMs (run 75: 4 x 4096 x 7168 x 8192 1989 vs 2023 us, 16 x 4096 x 7168 x 2048 2451 vs 2797).
+    // k-grouped GEMMs (H200: 4 x 4096 x 7168 x 8192 1989 vs 2023 us, 16 x 4096 x 7168 x 2048 2451 vs 2797).
     static constexpr double kRowScaledOverlapMmaFactor = 0.80;
     static constexpr uint64_t kRowScaledOverlapMinK = 4096;
 
@@ -164,7 +164,7 @@ inline bool gemm_stream_k_fits(uint64_t tiles, uint64_t ctas, uint32_t mode, uin
            (mode == 1 || stream_k_tiles > ctas);
 }
 
-// Stream-K by default (mode 1): where run 50 measured it faster than the same shape without, FP8 with 128 x 128
+// Stream-K by default (mode 1): where it measured faster than the same shape without (H200), FP8 with 128 x 128
 // block scales at M >= 2048 whose tiles fill at least kStreamKMinWholeWaves whole waves, over at least
 // kStreamKMinKBlocks K blocks: 4096 x 4096 x 7168 186.4 vs 191.0 us, 4096 x 7168 x 16384 708.4 vs 760.7,
 // 4096 x 24576 x 1536 245.4 vs 248.7, 8192^3 806.4 vs 822.3, 4096 x 7168 x 2048 104.4 vs 105.7. Not elsewhere:

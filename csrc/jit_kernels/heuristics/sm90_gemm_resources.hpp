@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "../../utils/env.hpp"
 #include "../../utils/exception.hpp"
 #include "sm90_gemm_types.hpp"
 
@@ -25,14 +24,11 @@ inline uint32_t k_grouped_capacity(uint32_t num_groups) {
     return kMaxKGroups;
 }
 
-// TMA multicast of B across 2-CTA clusters (tile pairs along M): whether the heuristic may use it.
-// DG_FP8_GEMM_MULTICAST=0 / =1 forces it off / allows it; unset, kMulticastByDefault decides
-// (docs/perf/h200.md has the measurements behind it). The compile-only entry point builds any variant.
-// (read by the caller, so that get_gemm_config stays a pure function of its arguments)
+// TMA multicast of B across 2-CTA clusters (tile pairs along M): whether the heuristic may use it unless DG_TUNE's
+// multicast key says otherwise (GemmOverrides::allow_multicast). Off: halving B's L2-to-SM traffic changed nothing
+// measurable (H200: the large FP8 shapes and the BF16 M = 4096 shapes within +-2 %; with 192-row tiles 2-6 %
+// slower), so L2 bandwidth is not what limits those tiles. The compile-only entry point builds any variant.
 constexpr bool kMulticastByDefault = false;
-inline bool multicast_enabled() {
-    return get_env_flag("DG_FP8_GEMM_MULTICAST", kMulticastByDefault);
-}
 
 // Math warpgroups of a BLOCK_M: one of 64 rows, three of 64 (BLOCK_M 192), else two.
 inline uint32_t gemm_math_warpgroups(uint32_t block_m) {
@@ -132,8 +128,9 @@ inline uint64_t gemm_num_units(uint64_t m_blocks, uint64_t n_blocks, uint32_t nu
 // Accumulator registers per math thread, per 64-row slice: BLOCK_N / 2 accumulated, and for FP8 as many partial.
 // Three math warpgroups (BLOCK_M = 192) get 152 registers each instead of 232: BLOCK_N <= 128 (SASS-checked).
 // FP8 128 x 192 on two warpgroups (96 + 96 accumulators, no overlap) also compiles without spills (168 registers
-// at entry), but ran 2-5 % slower than the heuristic's 192 x 128 at M = 4096 and 8192 (run 84): `forced`
-// (DG_FP8_GEMM_BLOCK_N) admits it for sweeps, the heuristic does not pick it.
+// at entry), but ran 2-5 % slower than the heuristic's 192 x 128 at M = 4096 and 8192 (H200: 4096 x 7168 x 7168
+// 324.4 against 310.4 us; two warpgroups cover each other's promotion worse than three): `forced` (DG_TUNE
+// fp8_gemm:block_n=192) admits it for sweeps, the heuristic does not pick it.
 inline bool gemm_fits_registers(uint32_t block_m, uint32_t block_n, uint32_t num_math_warpgroups, bool is_fp8 = true,
                                 bool forced = false) {
     const uint32_t slices = block_m / num_math_warpgroups / 64;

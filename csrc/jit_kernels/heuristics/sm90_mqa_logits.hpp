@@ -11,15 +11,15 @@
 #include <optional>
 #include <string>
 
-#include "../../utils/env.hpp"
+#include "../../utils/exception.hpp"
 #include "../../utils/format.hpp"
+#include "../../utils/tune.hpp"
 
 namespace dg::kernels {
 
 struct MqaLogitsConfig {
     uint32_t num_heads = 64, head_dim = 128, num_stages = 8;
     bool is_compressed = false, clean_logits = true, out_bf16 = false;
-    bool ping_pong = true;             // the math warpgroups take turns on the tensor core
     bool relu_by_abs = false;  // the head reduction's form (mqa::weighted_relu_sums): FMNMX + FFMA, or |x| (below)
     // sum |x| w per accumulator, sum x w from e4m3 pieces of each query's weighted Q on the tensor core (needs
     // relu_by_abs; H = 64 or 32; mqa::SignedSumPieces)
@@ -30,9 +30,9 @@ struct MqaLogitsConfig {
     uint32_t smem_bytes = 0;
 
     std::string describe() const {
-        return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} ping_pong={} relu_by_abs={} "
+        return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} relu_by_abs={} "
                            "signed_sum_wgmma={} split_halves={} split={} smem={}", num_heads, head_dim, num_stages,
-                           is_compressed, clean_logits, out_bf16, ping_pong, relu_by_abs, signed_sum_wgmma,
+                           is_compressed, clean_logits, out_bf16, relu_by_abs, signed_sum_wgmma,
                            split_halves, num_kv_per_split, smem_bytes);
     }
 };
@@ -47,11 +47,11 @@ inline uint32_t mqa_logits_smem_bytes(uint32_t num_heads, uint32_t head_dim, uin
 
 inline uint32_t mqa_logits_block_q(uint32_t num_heads) { return 2 * 256 / num_heads; }
 
-// The key chunk per CTA: 8192 keys, halved (down to 512) while the grid would hold fewer CTAs than SMs. Run 59
-// (DG_MQA_LOGITS_KV_SPLIT sweep, every H = 64 bench row and the H = 32 one): 8192 against the earlier rule (4096,
-// halved while fewer than 4 CTAs per SM) 821 -> 852 TFLOPS geomean, the S_kv = 8192 rows 1-12 % faster (one chunk
-// per query block: the Q tile, the pieces and the pipeline fill paid once per row block), 2048 x 65536 causal 4 %
-// slower; 16384: 849; 2048: 771.
+// The key chunk per CTA: 8192 keys, halved (down to 512) while the grid would hold fewer CTAs than SMs. Measured
+// (H200, a sweep of the forced chunk over every H = 64 bench row and the H = 32 one): 8192 against the earlier
+// rule (4096, halved while fewer than 4 CTAs per SM) 821 -> 852 TFLOPS geomean, the S_kv = 8192 rows 1-12 % faster
+// (one chunk per query block: the Q tile, the pieces and the pipeline fill paid once per row block), 2048 x 65536
+// causal 4 % slower; 16384: 849; 2048: 771.
 inline uint32_t mqa_logits_split(uint64_t seq_len, uint64_t width, uint32_t num_heads, uint32_t num_sms) {
     const uint64_t num_q_blocks = (seq_len + mqa_logits_block_q(num_heads) - 1) / mqa_logits_block_q(num_heads);
     uint32_t split = 8192;
@@ -68,36 +68,14 @@ inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_d
     c.num_stages = head_dim == 128 ? 8 : 12;
     c.is_compressed = is_compressed, c.clean_logits = clean_logits, c.out_bf16 = out_bf16;
     c.num_kv_per_split = mqa_logits_split(seq_len, std::max(seq_len_kv, width), num_heads, num_sms);
-    // Measured (run 54, same run, every H = 64 row of the bench and the H = 32 one, D = 128): the pieces 1-6 %
-    // faster, with the split tile 1-10 % (772 -> 816 TFLOPS geomean at H = 64); the split alone 1 % slower. D = 64
-    // keeps the FMNMX form (not measured).
+    // Measured (H200, A/B timed alongside, every H = 64 row of the bench and the H = 32 one, D = 128): the
+    // pieces 1-6 % faster, with the split tile 1-10 % (772 -> 816 TFLOPS geomean at H = 64); the split alone 1 %
+    // slower. D = 64 keeps the FMNMX form (not measured).
     c.signed_sum_wgmma = head_dim == 128 && num_heads >= 32;
     c.relu_by_abs = c.signed_sum_wgmma;
     c.split_halves = c.signed_sum_wgmma && num_heads == 64;
     c.smem_bytes = mqa_logits_smem_bytes(num_heads, head_dim, c.num_stages, c.signed_sum_wgmma);
     return c;
-}
-
-// DG_MQA_RELU_FORM ("max": FMNMX + FFMA, "abs": two FFMAs; unset: each kernel's heuristic) for A/B timing of the
-// head reduction's two forms (mqa::weighted_relu_sums) in both MQA kernels; returns the override, if any.
-inline std::optional<bool> mqa_relu_by_abs_override() {
-    static const std::string form = get_env("DG_MQA_RELU_FORM");
-    if (form.empty())
-        return std::nullopt;
-    DG_CHECK_INPUT(form == "max" || form == "abs", "DG_MQA_RELU_FORM must be 'max' or 'abs', got '{}'", form);
-    return form == "abs";
-}
-
-// A DG_*_SIGNED_WGMMA setting (`name`, its value `env`): unset gives nullopt, "0" / "1" off / on; any other value, or
-// "1" with DG_MQA_RELU_FORM=max (`relu_by_abs` false: the pieces complete the |x| form), raises.
-inline std::optional<bool> mqa_signed_sum_override(const char* name, const std::string& env,
-                                                   std::optional<bool> relu_by_abs) {
-    if (env.empty())
-        return std::nullopt;
-    DG_CHECK_INPUT(env == "0" || env == "1", "{} must be 0 or 1, got '{}'", name, env);
-    DG_CHECK_INPUT(env == "0" || relu_by_abs != false,
-                   "{}=1 completes the |x| form; it cannot go with DG_MQA_RELU_FORM=max", name);
-    return env == "1";
 }
 
 // Where the split tile fits the math warpgroups' registers (ptxas spills otherwise): H = 64, and H = 32 without the
@@ -106,30 +84,11 @@ inline bool mqa_logits_split_halves_fit(const MqaLogitsConfig& c) {
     return c.num_heads == 64 || (c.num_heads == 32 && !c.signed_sum_wgmma);
 }
 
-// The prefill's head-reduction form after the A/B overrides, shared memory recomputed: DG_MQA_RELU_FORM (above;
-// "abs" is the two-FFMA form, without the pieces), DG_MQA_LOGITS_SIGNED_WGMMA ("1": the signed sums from e4m3
-// pieces on the tensor core, which complete the |x| form, applied where H is 32 or 64; "0": off) and
-// DG_MQA_LOGITS_SPLIT_HALVES ("1": applied where mqa_logits_split_halves_fit; "0": off).
-inline void apply_mqa_logits_form_overrides(MqaLogitsConfig& c) {
-    static const std::string signed_env = get_env("DG_MQA_LOGITS_SIGNED_WGMMA");
-    static const std::string split_env = get_env("DG_MQA_LOGITS_SPLIT_HALVES");
-    const std::optional<bool> relu_by_abs = mqa_relu_by_abs_override();
-    if (relu_by_abs.has_value())
-        c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
-    if (const auto signed_sum = mqa_signed_sum_override("DG_MQA_LOGITS_SIGNED_WGMMA", signed_env, relu_by_abs)) {
-        c.signed_sum_wgmma = *signed_sum && c.num_heads >= 32;
-        if (c.signed_sum_wgmma)
-            c.relu_by_abs = true;
-    }
-    if (!split_env.empty()) {
-        DG_CHECK_INPUT(split_env == "0" || split_env == "1", "DG_MQA_LOGITS_SPLIT_HALVES must be 0 or 1, got '{}'",
-                       split_env);
-        c.split_halves = split_env == "1";
-    } else {
-        c.split_halves = c.split_halves && c.signed_sum_wgmma;  // the default split goes with the pieces
-    }
-    c.split_halves = c.split_halves && mqa_logits_split_halves_fit(c);
-    c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
+// DG_TUNE's mqa_logits section: kv_split forces the keys per CTA (C) instead of mqa_logits_split's (for sweeps; any
+// multiple of 64 gives the same bits: each output is one 64-key tile's sums either way).
+inline void apply_mqa_logits_tune(MqaLogitsConfig& c, const TuneSettings& tune) {
+    if (const auto kv_split = tune.get("kv_split"))
+        c.num_kv_per_split = *kv_split;
 }
 
 // ---------------------------------------------------------------------------------------------- paged decode
@@ -183,10 +142,10 @@ inline uint32_t paged_mqa_logits_max_math_wgs(uint32_t next_n, uint32_t num_head
     return next_n * num_heads <= 128 ? 3 : 2;
 }
 
-// The signed head sums from e4m3 pieces by default (run 82, H200, H = 64, D = 128, two rounds each in one run):
-// 64 x 2 x 65536 keys 2.0 % and 256 x 2 x 65536 1.7 % faster; at 8192 keys and at next_n = 1 0-2.4 % slower. So on
-// for next_n = 2, H = 64, D = 128 from this many columns of logits (max_context_len; between the 8192 measured off
-// and the 65536 measured on)
+// The signed head sums from e4m3 pieces by default (H200, H = 64, D = 128, two rounds of each form timed
+// alternately): 64 x 2 x 65536 keys 2.0 % and 256 x 2 x 65536 1.7 % faster; at 8192 keys and at next_n = 1
+// 0-2.4 % slower. So on for next_n = 2, H = 64, D = 128 from this many columns of logits (max_context_len; between
+// the 8192 measured off and the 65536 measured on)
 constexpr uint32_t kPagedPiecesMinContext = 16384;
 
 // `max_context_len`: the logits' row length (0: not known, as for compile-only configs)
@@ -199,33 +158,36 @@ inline PagedMqaLogitsConfig get_paged_mqa_logits_config(uint32_t next_n, uint32_
     c.num_math_wgs = paged_mqa_logits_max_math_wgs(next_n, num_heads);
     c.signed_sum_wgmma =
         next_n == 2 && num_heads == 64 && head_dim == 128 && max_context_len >= kPagedPiecesMinContext;
-    // Run 28 at H = 64 (A/B in one run): two FFMAs per accumulator 6 % faster than FMNMX + FFMA at next_n = 1, 3-4 %
-    // slower at next_n = 2 (the pieces complete the |x| form: with them, always)
+    // Measured at H = 64 (H200, A/B timed alongside): two FFMAs per accumulator 6 % faster than FMNMX + FFMA at
+    // next_n = 1, 3-4 % slower at next_n = 2 (the pieces complete the |x| form: with them, always)
     c.relu_by_abs = next_n == 1 || c.signed_sum_wgmma;
     c.num_stages = paged_mqa_logits_stages(next_n, num_heads, head_dim, c.num_math_wgs, c.signed_sum_wgmma);
     c.smem_bytes = paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, c.num_stages, c.signed_sum_wgmma);
     return c;
 }
 
-// The paged kernel's head-reduction form after the A/B overrides, its stages and shared memory recomputed:
-// DG_MQA_RELU_FORM ("max" / "abs" without the pieces, as for the prefill) and DG_PAGED_MQA_SIGNED_WGMMA ("1": the
-// signed head sums from e4m3 pieces on the tensor core, which complete the |x| form; "0": off; unset: the
-// heuristic's). Call after any override of the math warpgroups or of the stages (`forced_stages`, from
-// DG_PAGED_MQA_STAGES, is kept when nonzero).
-inline void apply_paged_mqa_logits_form_overrides(PagedMqaLogitsConfig& c, uint32_t forced_stages) {
-    static const std::string env = get_env("DG_PAGED_MQA_SIGNED_WGMMA");
-    const std::optional<bool> relu_by_abs = mqa_relu_by_abs_override();
-    if (relu_by_abs.has_value())
-        c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
-    if (const auto signed_sum = mqa_signed_sum_override("DG_PAGED_MQA_SIGNED_WGMMA", env, relu_by_abs)) {
-        c.signed_sum_wgmma = *signed_sum;
-        if (!c.signed_sum_wgmma && !relu_by_abs.has_value())
-            c.relu_by_abs = c.next_n == 1;  // (the form of the default without the pieces)
+// DG_TUNE's paged_mqa_logits section: math_wgs (2 or 3) forces the math warpgroups (three fit only next_n x H <= 128:
+// the register budget of a 64 x next_n H accumulator), stages the kv ring's depth (a multiple of 2, for the producer
+// warps, and of the math warpgroups); without stages, the ring is sized again for the forced warpgroups.
+inline void apply_paged_mqa_logits_tune(PagedMqaLogitsConfig& c, const TuneSettings& tune) {
+    const auto math_wgs = tune.get("math_wgs"), stages = tune.get("stages");
+    if (!math_wgs && !stages)
+        return;
+    if (math_wgs) {
+        DG_CHECK_INPUT(*math_wgs <= paged_mqa_logits_max_math_wgs(c.next_n, c.num_heads),
+                       "DG_TUNE: paged_mqa_logits:math_wgs={} needs next_n * H <= 128, got next_n {}, H {}",
+                       *math_wgs, c.next_n, c.num_heads);
+        c.num_math_wgs = *math_wgs;
     }
-    if (c.signed_sum_wgmma)
-        c.relu_by_abs = true;
-    if (forced_stages == 0)
+    if (stages) {
+        DG_CHECK_INPUT(*stages % c.num_math_wgs == 0 && *stages % 2 == 0,
+                       "DG_TUNE: paged_mqa_logits:stages={} must be a multiple of 2 (producer warps) and of the "
+                       "kernel's {} math warpgroups here (next_n {}, H {})", *stages, c.num_math_wgs, c.next_n,
+                       c.num_heads);
+        c.num_stages = *stages;
+    } else {
         c.num_stages = paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs, c.signed_sum_wgmma);
+    }
     c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
 }
 

@@ -23,14 +23,14 @@ inline jit::KernelSource render_sm90_fp8_mqa_logits(const MqaLogitsConfig& c) {
     return {"sm90_fp8_mqa_logits",
             fmt::format("#include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
-                        "#define DG_MQA_ARGS {}, {}, {}, {}, {}, {}, {}, {}, {}, {}\n"
+                        "#define DG_MQA_ARGS {}, {}, {}, {}, {}, {}, {}, {}, {}\n"
                         "static_assert(Sm90Fp8MqaLogits<DG_MQA_ARGS>::SMEM_SIZE <= {}, \"the host launches with less "
                         "shared memory than the kernel lays out\");\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<DG_MQA_ARGS>);\n"
                         "}}\n",
                         c.num_heads, c.head_dim, c.num_stages, flag(c.is_compressed), flag(c.clean_logits),
-                        flag(c.out_bf16), flag(c.ping_pong), flag(c.relu_by_abs), flag(c.signed_sum_wgmma),
+                        flag(c.out_bf16), flag(c.relu_by_abs), flag(c.signed_sum_wgmma),
                         flag(c.split_halves), c.smem_bytes)};
 }
 
@@ -44,7 +44,6 @@ inline MqaLogitsConfig mqa_logits_config_from_params(const KernelParams& params)
     c.is_compressed = get("is_compressed", 0) != 0;
     c.clean_logits = get("clean_logits", 1) != 0;
     c.out_bf16 = get("out_bf16", 0) != 0;
-    c.ping_pong = get("ping_pong", 1) != 0;
     c.relu_by_abs = get("relu_by_abs", 0) != 0;
     c.signed_sum_wgmma = get("signed_sum_wgmma", 0) != 0;
     c.split_halves = get("split_halves", 0) != 0;
@@ -76,24 +75,12 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
     MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, args.is_compressed,
                                               args.clean_logits, out_bf16, num_sms);
-    // DG_MQA_LOGITS_PING_PONG off ("0", "false", ...): the math warpgroups issue their wgmmas independently (A/B)
-    static const bool ping_pong = get_env_flag("DG_MQA_LOGITS_PING_PONG", true);
-    c.ping_pong = ping_pong;
-    apply_mqa_logits_form_overrides(c);
-    // DG_MQA_LOGITS_KV_SPLIT: the keys per CTA (C) instead of the heuristic's (for sweeps; any multiple of 64 gives
-    // the same bits: each output is one 64-key tile's sums either way)
-    static const uint32_t forced_split =
-        get_env_uint("DG_MQA_LOGITS_KV_SPLIT", 64, 1u << 20, "a multiple of 64 in [64, 1048576]");
-    if (forced_split != 0) {
-        DG_CHECK_INPUT(forced_split % 64 == 0, "DG_MQA_LOGITS_KV_SPLIT must be a multiple of 64 in [64, 1048576], got "
-                       "'{}'", forced_split);
-        c.num_kv_per_split = forced_split;
-    }
+    apply_mqa_logits_tune(c, tune_settings(TuneFamily::kMqaLogits));
 
     const auto stream = jit::current_stream(device);
-    static jit::KernelCache<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool, bool>> kernels;
+    static jit::KernelCache<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool>> kernels;
     const jit::Kernel* kernel = &kernels.get(
-        {device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16, c.ping_pong, c.relu_by_abs,
+        {device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16, c.relu_by_abs,
          c.signed_sum_wgmma, c.split_halves},
         [&]() -> const jit::Kernel& {
             const auto& props = jit::DeviceRuntime::instance().properties(device);

@@ -76,24 +76,7 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
                                                          args.context_lens.dim() == 2, args.clean_logits,
                                                          static_cast<uint32_t>(args.logits.size(1)));
-    // DG_PAGED_MQA_MATH_WGS (2 or 3): the math warpgroups instead of the heuristic's (A/B timing); three fit only
-    // next_n x H <= 128 (the register budget of a 64 x next_n H accumulator)
-    static const uint32_t forced_math_wgs = get_env_uint("DG_PAGED_MQA_MATH_WGS", 2, 3, "2 or 3");
-    if (forced_math_wgs != 0 && forced_math_wgs != c.num_math_wgs) {
-        DG_CHECK_INPUT(forced_math_wgs <= paged_mqa_logits_max_math_wgs(next_n, num_heads),
-                       "DG_PAGED_MQA_MATH_WGS={} needs next_n * H <= 128, got next_n {}, H {}", forced_math_wgs,
-                       next_n, num_heads);
-        c.num_math_wgs = forced_math_wgs;  // (the stages follow in apply_paged_mqa_logits_form_overrides)
-    }
-    // DG_PAGED_MQA_STAGES: the kv ring's depth instead of the heuristic's (for sweeps)
-    static const uint32_t forced_stages = get_env_uint("DG_PAGED_MQA_STAGES", 2, 32, "an integer in [2, 32]");
-    if (forced_stages != 0) {
-        DG_CHECK_INPUT(forced_stages % c.num_math_wgs == 0 && forced_stages % 2 == 0,
-                       "DG_PAGED_MQA_STAGES={} must be a multiple of 2 (producer warps) and of the kernel's {} math "
-                       "warpgroups here (next_n {}, H {})", forced_stages, c.num_math_wgs, next_n, num_heads);
-        c.num_stages = forced_stages;
-    }
-    apply_paged_mqa_logits_form_overrides(c, forced_stages);
+    apply_paged_mqa_logits_tune(c, tune_settings(TuneFamily::kPagedMqaLogits));
 
     const auto stream = jit::current_stream(device);
     static jit::KernelCache<

@@ -377,11 +377,13 @@ private:
         // (k-grouped: planned for a typical K per group, as K changes from call to call)
         const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
         constexpr uint32_t kKGroupedPlanK = 4096;
+        // (DG_TUNE's section of this GEMM's family: fp8_gemm or bf16_gemm)
+        const GemmOverrides forced = gemm_overrides_for(sig.operands);
         const auto choose = [&](const ClusterCapacity* capacity) {
             GemmConfig config = get_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n,
                                                 k_grouped ? kKGroupedPlanK : sig.k, sig.num_sms, sig.use_tma_store,
-                                                sig.compile_m, sig.compile_n, sig.compile_k, multicast_enabled(),
-                                                forced_config(), sig.operands, sig.gemm_type, sig.grouped_alignment,
+                                                sig.compile_m, sig.compile_n, sig.compile_k, forced.allow_multicast(),
+                                                forced, sig.operands, sig.gemm_type, sig.grouped_alignment,
                                                 capacity, sig.gemm_type == GemmType::kMGroupedMasked ? sig.num_groups : 1);
             config.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
             if (k_grouped)

@@ -71,7 +71,7 @@ struct Fp8Promotion {
     // the stage (so the stage is released after this). This thread's column pair of 8-column group j is
     // sfb_stage[j * 8 + 2 (lane % 4)]; the first kSfbAhead pairs are read before the wgmma wait (`ahead`, see
     // load_sfb_ahead), each later one kSfbAhead groups before its use, so that no FMUL waits on its LDS
-    // (ncu, run 20: a third of the promotion's stall samples were those waits).
+    // (ncu: a third of the promotion's stall samples were those waits when each FMUL loaded its own pair).
     __device__ __forceinline__ static const float2* sfb_pairs(const float* sfb_stage, uint32_t lane) {
         return reinterpret_cast<const float2*>(sfb_stage + accum_fragment_col(lane));
     }

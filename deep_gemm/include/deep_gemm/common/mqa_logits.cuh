@@ -120,9 +120,9 @@ __device__ __forceinline__ float relu_from_sums(float scale, float signed_sum, f
 // - kReluByAbs = true: (s sum x w + |s| sum |x| w) / 2, since relu(y) = (y + |y|) / 2 and |x s| = |x| |s|: two
 //   FFMAs per x (|x| is an FFMA operand modifier), no branch. The two sums cancel where most x are negative: the
 //   rounding error is a few ulp of sum |x w| instead of sum relu(x) |w|, far below what the FP8 inputs cost; a
-//   row whose x all share one sign comes out as with relu (0 for all negative, bit for bit). Measured (runs 27,
-//   28): 6 % faster in the paged kernel at next_n = 1, 3-6 % slower at next_n = 2 and 7 % slower in the
-//   prefill kernel with ping-pong, where the reduction overlaps the other warpgroup's wgmmas.
+//   row whose x all share one sign comes out as with relu (0 for all negative, bit for bit). Measured (H200, A/B
+//   timed alongside): 6 % faster in the paged kernel at next_n = 1, 3-6 % slower at next_n = 2 and 7 % slower in
+//   the prefill kernel with ping-pong, where the reduction overlaps the other warpgroup's wgmmas.
 template <uint32_t kNumQueries, uint32_t kNumHeads, bool kReluByAbs, uint32_t kQueryBegin = 0,
           uint32_t kQueryEnd = kNumQueries, uint32_t kNumAccum>
 __device__ __forceinline__ void weighted_relu_sums(const float (&accum)[kNumAccum],

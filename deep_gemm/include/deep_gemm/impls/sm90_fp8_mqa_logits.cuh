@@ -28,11 +28,11 @@
 //       (mqa::weighted_relu_sums, kReluByAbs: its form, exact for any sign of the scale); quad
 //       reduce-scatter; H >= 32: store the valid (i, j) straight from registers now (8 consecutive keys =
 //       one 32-byte sector per query). (Deferring the stores under the next wgmmas: +6-9 % at H = 16,
-//       3-10 % slower at H = 64, runs 30-32: there the deferred work competes for issue slots with the other
-//       warpgroup's reduction.) kPingPong: the two warpgroups take turns to issue (named barriers 1 and 2:
+//       3-10 % slower at H = 64: there the deferred work competes for issue slots with the other
+//       warpgroup's reduction.) Ping-pong: the two warpgroups take turns to issue (named barriers 1 and 2:
 //       wait for the turn, issue, pass it), so their wgmmas run one after the other on the tensor core and
 //       each one's reduction overlaps the other's wgmmas instead of both issuing together and reducing
-//       together.
+//       together (2.2 % faster over the H = 64 rows on the H200 than issuing independently).
 //       kSplitHalves (H = 64; H = 32 without the pieces): the tile's wgmmas as two commit groups of
 //       m64n128k32, queries [0, Q/2) then [Q/2, Q); the first half is reduced (wait_group 1) while the
 //       second half's wgmmas run, then the second (wait_group 0).
@@ -40,10 +40,10 @@
 //       (mqa::SignedSumPieces: 4 scaled rows per query), written for every query by the pre-pass kernel
 //       (smxx_mqa_logits_pieces.cuh), arrive by TMA with the Q tile in each warpgroup's piece tile, their scales
 //       by one load per lane from global memory (computing them here took ~2-3 us per CTA while the tensor core
-//       idled, run 61); per kv tile, D / 32 more wgmmas m64n(4 Q)k32 give sum_h x_h w_h for each key and
+//       idled, ncu); per kv tile, D / 32 more wgmmas m64n(4 Q)k32 give sum_h x_h w_h for each key and
 //       query, so the reduction is one |x| FFMA per accumulator (the signed sums carry the tensor core's FP8
 //       accumulation error, so a key whose every head scores negative gives ~2^-12 of |s| sum |x w|, not 0).
-//       Run 54: the pieces 1-6 % faster, with the split tile 1-10 % (the defaults at D = 128).
+//       Measured (H200): the pieces 1-6 % faster, with the split tile 1-10 % (the defaults at D = 128).
 //   warpgroup 2 (setmaxnreg 40): warp 0, one thread: TMA of both Q tiles and piece tiles (once, on q_full), then one
 //       kv tile per stage after empty[s], arming full[s] with its bytes. Warps 1-3 (kCleanLogits):
 //       -inf into every invalid position of the CTA's rows and columns with 16-byte stores, while the
@@ -57,7 +57,7 @@
 //   two FFMAs; 128 with the pieces) plus ~40 for the reduction and stores, against 512 tensor-core cycles per
 //   warpgroup tile at D = 128; the two math warpgroups alternate on the tensor core, one's epilogue under the
 //   other's wgmma. Each warpgroup's chain (issue, its wgmmas behind the other's, reduce, issue) is the limit:
-//   halving the reduction moved the time into the wgmma wait (ncu run 53: the tensor pipe 55 -> 62 %). D = 64
+//   halving the reduction moved the time into the wgmma wait (ncu: the tensor pipe 55 -> 62 %). D = 64
 //   halves the tensor work, not the epilogue (CUDA-core bound). Each CTA pays barrier init and pipeline
 //   fill (a few us) once per C keys. Limits: H in {16, 32, 64}, D in {64, 128}.
 #pragma once
@@ -92,7 +92,7 @@ struct KeyRange {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
+          bool kOutBf16, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
 struct Sm90Fp8MqaLogits {
     static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
     static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
@@ -106,7 +106,7 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t kNumThreads = kNumMathThreads + 128;
     static constexpr uint32_t kNumCleanThreads = 96;  // warps 1-3 of the producer warpgroup
     static constexpr uint32_t kProducerRegs = 40, kMathRegs = 232;
-    static constexpr uint32_t kTurnBarrier = 1;  // kPingPong: named barriers 1 (warpgroup 0's turn) and 2 (1's)
+    static constexpr uint32_t kTurnBarrier = 1;  // ping-pong: named barriers 1 (warpgroup 0's turn) and 2 (1's)
     using Wgmma = ptx::WgmmaFp8E4m3<WG_N>;
     using WgmmaHalf = ptx::WgmmaFp8E4m3<WG_N / 2>;  // kSplitHalves
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // 128 per thread
@@ -332,7 +332,7 @@ struct Sm90Fp8MqaLogits {
 
         // kDeferFlush (H = 16): tile t - 1's stores run while tile t's wgmmas do, and the kv scales are loaded
         // one tile ahead; else each tile's quad reduce-scatter and stores follow its own reduction. Measured
-        // (runs 30-32, same-run A/B): deferred 6-9 % faster at H = 16; at H = 64 3-10 % slower in every form
+        // (H200, A/B timed alongside): deferred 6-9 % faster at H = 16; at H = 64 3-10 % slower in every form
         // tried (with or without the shuffles deferred, the scale prefetch alone), as the deferred work
         // competes for issue slots with the other warpgroup's reduction; at H = 32 within noise.
         constexpr bool kDeferFlush = kQueriesPerWg == 16;
@@ -366,7 +366,7 @@ struct Sm90Fp8MqaLogits {
         float accum[kNumAccum];
         float pieces_accum[kNumPiecesAccum];  // kSignedSumByWgmma: kv tile . pieces^T
         PipelineState<kNumStages> pipe;
-        if (kPingPong && wg_idx == 1)
+        if (wg_idx == 1)
             ptx::named_barrier_arrive(kTurnBarrier, kNumMathThreads);  // warpgroup 0 issues first
         #pragma unroll 1
         for (uint32_t t = 0; t < num_tiles; ++t, pipe.advance()) {
@@ -381,17 +381,16 @@ struct Sm90Fp8MqaLogits {
             }
 
             // accum [64 keys x 256 query-heads] = kv tile (64 x D) * Q tile (256 x D)^T
-            // kPingPong: wait for this warpgroup's turn, issue, pass the turn: the other's wgmmas queue behind
+            // Ping-pong: wait for this warpgroup's turn, issue, pass the turn: the other's wgmmas queue behind
             // these on the tensor core, so one warpgroup's head reduction runs under the other's wgmmas
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
-            if constexpr (kPingPong)
-                ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
+            ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
             const uint64_t desc_kv_stage = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
             issue_tile(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum);
-            if (kPingPong && (wg_idx == 0 || t + 1 < num_tiles))  // (warpgroup 0 syncs num_tiles times)
+            if (wg_idx == 0 || t + 1 < num_tiles)  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
             // (In a branch: ptxas keeps it after the last wgmma and the turn's pass; unconditional, it hoisted
-            // work between the wgmmas, delaying the pass to the other warpgroup, run 30)
+            // work between the wgmmas, delaying the pass to the other warpgroup, as the SASS showed)
             if (kDeferFlush && t > 0)
                 flush();
 
@@ -441,7 +440,7 @@ struct Sm90Fp8MqaLogits {
 };
 
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kPingPong, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
+          bool kOutBf16, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
 __global__ void __launch_bounds__(384, 1)
 sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
                            const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
@@ -449,8 +448,8 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
                            const int32_t* __restrict__ ke, void* __restrict__ logits, uint64_t ld_logits,
                            const __grid_constant__ TmaDescriptor tma_q, const __grid_constant__ TmaDescriptor tma_kv,
                            const __grid_constant__ TmaDescriptor tma_pieces) {
-    using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kPingPong,
-                                    kReluByAbs, kSignedSumByWgmma, kSplitHalves>;
+    using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kReluByAbs,
+                                    kSignedSumByWgmma, kSplitHalves>;
     using OutBits = typename Kernel::OutBits;
 
     // Shared memory, 1024-byte aligned for the swizzle
@@ -458,7 +457,7 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
     uint8_t* smem = smem_raw + (1024 - ptx::smem_addr(smem_raw) % 1024) % 1024;
     const typename Kernel::SharedStorage storage{smem};
     // Query blocks last first: in causal and context-parallel patterns later queries see more keys, so the heaviest
-    // CTAs start first and the last wave holds the lightest (longest-first; run 62: the busiest SM's cycles 1.12x
+    // CTAs start first and the last wave holds the lightest (longest-first; measured: the busiest SM's cycles 1.12x
     // the mean on 8192 x 8192 causal with the first queries first)
     const uint32_t q_first = (gridDim.x - 1 - blockIdx.x) * Kernel::BLOCK_Q;
 

@@ -19,7 +19,7 @@
 // Roles:
 //   warpgroups 0 .. M-1  math (setmaxnreg 232 / 152): tile n goes to warpgroup n % M. Each steps from
 //       its tile to its next, M tiles on (one add while that tile is in the same request: walking the other
-//       warpgroups' tiles one by one was ~30 % of the math warps' stall samples, ncu run 65), and still enters
+//       warpgroups' tiles one by one was ~30 % of the math warps' stall samples under ncu), and still enters
 //       every request of the range on the way: entering, wait q_full of its Q slot; leaving, arrive q_empty
 //       (so a slot is refilled only once every warpgroup is past its request). On the first own tile of a
 //       request: load its weights for this thread's N / 4 columns and its query ends. Per own tile: wait
@@ -34,7 +34,7 @@
 //       One more flush after the last own tile.
 //       No global loads per tile.
 //   warpgroup M (setmaxnreg 40): warps 0 and 1 produce, tile n by warp n % 2 (one warp's issue loop, a
-//       chain of ~70 dependent instructions, took ~800 cycles a tile: ncu run 25, the limit at ~65 % of
+//       chain of ~70 dependent instructions, took ~800 cycles a tile under ncu, the limit at ~65 % of
 //       the copy bandwidth). Each steps over the other's tiles as the math does; each warp's lanes hold
 //       the cache block ids of 64 consecutive kv blocks of the current request (two windows of 32, the
 //       second loaded 32 blocks ahead of use, so the block-table reads never stall the issue); warp 0's

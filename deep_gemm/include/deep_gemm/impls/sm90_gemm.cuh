@@ -636,7 +636,7 @@ struct Sm90Gemm {
         };
         // Whole tiles, then (stream-K) the segments of the shared tiles: two loops, each with its own copy of the
         // unit. In one loop, ptxas no longer kept the pipeline state and the wgmma descriptors in uniform registers
-        // (16 R2UR and ~60 more instructions per K block; 20 % slower on every tile, measured in run 49).
+        // (16 R2UR and ~60 more instructions per K block; 20 % slower on every tile, measured on the H200).
         GemmTile tile;
         for (; scheduler.next(tile); ++tile_count)
             run_unit(tile);

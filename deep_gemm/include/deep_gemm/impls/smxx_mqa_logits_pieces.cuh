@@ -3,7 +3,7 @@
 // (mqa::SignedSumPieces), written once to global memory, where each CTA of sm90_fp8_mqa_logits loads its
 // queries' pieces by TMA with its Q tile.
 // (Each CTA used to compute them itself before its first wgmma: ~1350 instructions per math warp while the tensor
-// core idled, 2.5-4.5 % of every prefill row, and S_kv / C times per query; run 61's source page.)
+// core idled, 2.5-4.5 % of every prefill row, and S_kv / C times per query: ncu's source page.)
 //
 // Pipeline: one warp per query (kNumThreads / 32 per CTA: the host's choice), lane l holding d in [l * D / 32, +D / 32): per head, the
 // weight (broadcast load) and the lane's D / 32 e4m3 values of q[i, h, :] (one coalesced row per warp), unpacked and

@@ -17,12 +17,12 @@
 //   tail:   the rows with start_i == U (row num_sms at least) are (B, 0).
 // Every row is written exactly once, with one 8-byte store; no atomics; unit counts and prefixes are 64-bit, the
 // divisions (by num_sms once, by block_kv a shift when it is a power of two) are the only ones.
-// Why this shape (ncu run 28, B = 64, cold caches): the first version placed the rows per request, two 32-bit
+// Why this shape (ncu, B = 64, cold caches): the first version placed the rows per request, two 32-bit
 // divisions per request by the share sizes, and divided each length by block_kv: ~1000 instructions per warp at 8
 // cycles each, 7.6 us on one SM; a row's search is ~log2(B) shared-memory loads, with nothing per request but the
-// load and the scan (run 29: ~440 instructions per warp, 3.9 us under ncu, 5.4-5.9 us in the bench). The host picks
-// the CTA: 128 threads x 2 requests (one warp per scheduler) up to B = 256, 512 x 8 beyond (run 68: the 512-thread CTA
-// took 3.0 us on the device for B = 64, a 1-element fill 0.77 us; run 69: the 128-thread one 2.4-2.7 us up to B = 256,
+// load and the scan (~440 instructions per warp, 3.9 us under ncu, 5.4-5.9 us in the bench). The host picks
+// the CTA: 128 threads x 2 requests (one warp per scheduler) up to B = 256, 512 x 8 beyond (H200: the 512-thread
+// CTA took 3.0 us on the device for B = 64, a 1-element fill 0.77 us; the 128-thread one 2.4-2.7 us up to B = 256,
 // where a 1-element kernel that reads cold memory and writes takes 1.27 us).
 #pragma once
 

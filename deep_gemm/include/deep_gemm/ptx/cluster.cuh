@@ -30,7 +30,7 @@ __device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t cta_rank)
 // Default semantics (release at CTA scope), on purpose: the callers only announce that their reads of
 // a stage are complete (wgmma.wait_group has returned), which needs no cluster-scope fence. Asking
 // for `.release.cluster` makes NVCC emit MEMBAR.ALL.GPU + ERRBAR before every arrival, which cost
-// the multicast kernel about half its speed (docs/perf/h200.md, 2026-12-02). A caller that publishes writes with
+// the multicast kernel about half its speed (measured on the H200). A caller that publishes writes with
 // the arrival (split-K's exchange) issues fence_acq_rel_cluster before it.
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(map_to_cta(smem_addr(bar), cta_rank)) : "memory");
