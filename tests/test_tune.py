@@ -1,4 +1,4 @@
-"""DG_TUNE, the developer entry point for forced kernel configurations (docs/tuning.md): its parser, and that each
+"""DG_TUNE, the developer entry point for forced kernel configurations (docs/design.md, "Forcing kernel configurations"): its parser, and that each
 GEMM family reads only its own section. CPU only (`_C.parse_tune`, `_C.get_gemm_config(tune=...)`); the GPU tests
 that run forced configs are in test_fp8_gemm.py, test_bf16_gemm.py and test_mqa_logits.py."""
 

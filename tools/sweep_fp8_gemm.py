@@ -10,7 +10,7 @@ GxMxNxK) under forced configs, to calibrate the heuristic (run on a GPU machine)
 A config is `auto` (the heuristic's choice) or dash-separated forced values: bmN (BLOCK_M), bnN
 (BLOCK_N), sN (split-K), mc0/mc1 (multicast off/on), ov0/ov1 (overlapped promotion off/on), fbN (FP32 D's
 staging buffers per math warpgroup), sk0/sk1/sk2 (stream-K off / the last wave / the last two waves), ma1 (2-CTA
-pairs along N sharing A). A config becomes the DG_TUNE section of the suite's GEMM family (docs/tuning.md):
+pairs along N sharing A). A config becomes the DG_TUNE section of the suite's GEMM family (docs/design.md, "Forcing kernel configurations"):
 fp8_gemm, or bf16_gemm for the bf16 suites; e.g. bm128-s2 is DG_TUNE="fp8_gemm:block_m=128,split_k=2". Each config
 runs in its own process (DG_TUNE is read when a shape's plan is made) through `python -m deep_gemm.bench
 --no-baselines`; shapes a config does not fit are reported as errors. Prints a table of median microseconds, the

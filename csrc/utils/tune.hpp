@@ -1,5 +1,5 @@
 // DG_TUNE: the one developer entry point for forcing kernel configurations (tuning sweeps, reproducing a
-// config); docs/tuning.md lists every key. Not a user setting: unset, every kernel runs the heuristic's pick.
+// config); docs/design.md, "Forcing kernel configurations" lists every key. Not a user setting: unset, every kernel runs the heuristic's pick.
 //
 //   DG_TUNE="fp8_gemm:block_m=128,split_k=2;paged_mqa_logits:stages=4"
 //
@@ -36,7 +36,7 @@ struct TuneFamilyKeys {
     std::vector<TuneKey> keys;
 };
 
-// The families and their keys (docs/tuning.md says what each forces).
+// The families and their keys (docs/design.md, "Forcing kernel configurations" says what each forces).
 inline const std::array<TuneFamilyKeys, kNumTuneFamilies>& tune_families() {
     static const std::array<TuneFamilyKeys, kNumTuneFamilies> families = [] {
         const std::vector<TuneKey> gemm = {

@@ -23,7 +23,7 @@ namespace dg::kernels {
 
 // Forced choices (0 / -1: the heuristic decides), for tuning sweeps and for reproducing a config; a forced value no
 // candidate can take is an error. They come from DG_TUNE's fp8_gemm or bf16_gemm section (gemm_overrides below;
-// docs/tuning.md) or from `_C.get_gemm_config`'s arguments.
+// docs/design.md, "Forcing kernel configurations") or from `_C.get_gemm_config`'s arguments.
 // block_m / block_n / num_splits: the tile and the split-K count.
 // overlap: 1 = overlapped promotion (an error where it does not fit), 0 = never, -1 = the heuristic.
 // fp32_buffers: FP32 D through TMA, staging buffers per math warpgroup (capped at BLOCK_N / 32; an error where not
