@@ -353,7 +353,7 @@ PYBIND11_MODULE(_C, m) {
           "CTAs along K; 2: the last two waves'), 0 turns it off, -1 lets the heuristic decide; multicast_on_a:\n"
           "only 2-CTA tile pairs along N sharing A; allow_multicast: let the heuristic pair tiles along M into\n"
           "2-CTA clusters sharing B (None: the tune's multicast key, else the library's default, off).\n"
-          "tune: a DG_TUNE value (docs/design.md, "Forcing kernel configurations") whose fp8_gemm or bf16_gemm section (by `bf16`) forces\n"
+          "tune: a DG_TUNE value (docs/design.md, 'Forcing kernel configurations') whose fp8_gemm or bf16_gemm section (by `bf16`) forces\n"
           "choices as it does at run time; the explicit arguments above win over it; other families' sections\n"
           "are parsed but do not apply. The environment's DG_TUNE is not read. Raises ValueError when no config\n"
           "fits or `tune` is malformed.");
@@ -488,7 +488,7 @@ PYBIND11_MODULE(_C, m) {
               return out;
           },
           "spec"_a,
-          "Parse a DG_TUNE value (the developer entry point for forcing kernel configurations, docs/design.md, "Forcing kernel configurations"):\n"
+          "Parse a DG_TUNE value (the developer entry point for forcing kernel configurations, docs/design.md, 'Forcing kernel configurations'):\n"
           "'family:key=value[,key=value...][;family:...]', families fp8_gemm, bf16_gemm, mqa_logits,\n"
           "paged_mqa_logits. Returns {family: {key: value}} for the families it sets. Raises ValueError naming\n"
           "the unknown family or key, or the value out of its range.");
