@@ -18,6 +18,8 @@ from deep_gemm._C import (
     cublaslt_gemm_nt,
     cublaslt_gemm_tn,
     cublaslt_gemm_tt,
+    fp8_fp4_mqa_logits,
+    fp8_fp4_paged_mqa_logits,
     fp8_gemm_nn,
     fp8_gemm_nt,
     fp8_gemm_tn,
@@ -50,8 +52,6 @@ from deep_gemm._C import (
 
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
-fp8_fp4_mqa_logits = fp8_mqa_logits
-fp8_fp4_paged_mqa_logits = fp8_paged_mqa_logits
 m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
 m_grouped_fp8_fp4_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
 fp8_m_grouped_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked

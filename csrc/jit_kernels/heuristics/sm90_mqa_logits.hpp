@@ -117,7 +117,7 @@ inline void apply_mqa_logits_form_overrides(MqaLogitsConfig& c) {
     if (relu_by_abs.has_value())
         c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
     if (const auto signed_sum = mqa_signed_sum_override("DG_MQA_LOGITS_SIGNED_WGMMA", signed_env, relu_by_abs)) {
-        c.signed_sum_wgmma = *signed_sum && c.num_heads >= 32;
+        c.signed_sum_wgmma = *signed_sum && c.num_heads >= 32 && c.head_dim >= 64;
         if (c.signed_sum_wgmma)
             c.relu_by_abs = true;
     }
@@ -140,6 +140,8 @@ struct PagedMqaLogitsConfig {
     uint32_t next_n = 1, num_heads = 64, head_dim = 128, block_kv = 64, num_stages = 8;
     uint32_t num_math_wgs = 2;  // math warpgroups: 3 when next_n x H <= 128, else 2
     bool is_2d_context_lens = false, clean_logits = false;
+    bool out_bf16 = false;     // BF16 logits (else FP32)
+    bool has_indices = false;  // q rows are tokens, each with its block-table row from `indices` (next_n = 1)
     bool relu_by_abs = false;  // the head reduction's form (mqa::weighted_relu_sums): two FFMAs at next_n = 1
     // The signed head sums from e4m3 pieces on the tensor core (the kernel's kSignedSumByWgmma; with relu_by_abs)
     bool signed_sum_wgmma = false;
@@ -147,8 +149,9 @@ struct PagedMqaLogitsConfig {
 
     std::string describe() const {
         return fmt::format("next_n={} H={} D={} block_kv={} stages={} math_wgs={} 2d_lens={} clean={} relu_by_abs={} "
-                           "signed_sum_wgmma={} smem={}", next_n, num_heads, head_dim, block_kv, num_stages,
-                           num_math_wgs, is_2d_context_lens, clean_logits, relu_by_abs, signed_sum_wgmma, smem_bytes);
+                           "signed_sum_wgmma={} bf16={} indices={} smem={}", next_n, num_heads, head_dim, block_kv,
+                           num_stages, num_math_wgs, is_2d_context_lens, clean_logits, relu_by_abs, signed_sum_wgmma,
+                           out_bf16, has_indices, smem_bytes);
     }
 };
 
@@ -218,7 +221,7 @@ inline void apply_paged_mqa_logits_form_overrides(PagedMqaLogitsConfig& c, uint3
     if (relu_by_abs.has_value())
         c.relu_by_abs = *relu_by_abs, c.signed_sum_wgmma = false;
     if (const auto signed_sum = mqa_signed_sum_override("DG_PAGED_MQA_SIGNED_WGMMA", env, relu_by_abs)) {
-        c.signed_sum_wgmma = *signed_sum;
+        c.signed_sum_wgmma = *signed_sum && c.head_dim >= 64;  // (the pieces need D >= 64)
         if (!c.signed_sum_wgmma && !relu_by_abs.has_value())
             c.relu_by_abs = c.next_n == 1;  // (the form of the default without the pieces)
     }
