@@ -350,9 +350,10 @@ PYBIND11_MODULE(_C, m) {
           "Accuracy: FP32 accumulation of the FP8 products. At D = 128, H = 32 or 64 the signed half of\n"
           "    relu(y) = (y + |y|) / 2 comes from the tensor core (DG_MQA_LOGITS_SIGNED_WGMMA=0 turns this off), so a\n"
           "    key whose every head scores negative gives ~2^-12 of |s| sum_h |x_h w_h| instead of exactly 0.\n"
-          "No host synchronization and no kernel besides the logits' (CUDA-graph capturable): ks/ke values are not\n"
-          "read on the host; the kernel clamps every range into [0, S_kv] (and its row), so bad values give defined\n"
-          "output, never an out-of-bounds access. DG_DEBUG_CHECKS=1 checks them on the host (one synchronization).\n"
+          "No host synchronization and no checking kernel (CUDA-graph capturable): ks/ke values are not read on the\n"
+          "host; the kernel clamps ks into [0, S_kv], ke into [ks, S_kv] (and, compressed, ke - ks to max_seqlen_k),\n"
+          "so bad values give defined output, never an out-of-bounds access. DG_DEBUG_CHECKS=1 checks them on the\n"
+          "host (one synchronization per call).\n"
           "Returns the new logits tensor, row-major and contiguous. Raises ValueError on a bad dtype, shape, stride,\n"
           "alignment or device (and, with DG_DEBUG_CHECKS=1, on ks/ke values out of range); NotImplementedError off SM90.");
     m.def("fp8_fp4_mqa_logits", &dg::apis::fp8_fp4_mqa_logits, "q"_a, "kv"_a, "weights"_a, "cu_seq_len_k_start"_a,

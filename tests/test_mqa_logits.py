@@ -543,6 +543,14 @@ def test_variants(h: int, clean: bool, compressed: bool, bf16: bool) -> None:
 
 
 @gpu
+@pytest.mark.parametrize(("clean", "compressed", "bf16"), [(True, True, True), (False, False, True), (True, False, False)])
+@pytest.mark.parametrize("h", [16, 64])
+def test_head_dim_32_variants(h: int, clean: bool, compressed: bool, bf16: bool) -> None:
+    # D = 32: one k32 step per tile, 32-byte swizzled Q and kv tiles
+    run_case(517, 3000, h, 32, "window", clean=clean, compressed=compressed, bf16=bf16)
+
+
+@gpu
 @pytest.mark.parametrize("h", [16, 64])
 def test_negative_kv_scales(h: int) -> None:
     # relu(x * s) != s * relu(x) for s < 0: the kernel must apply such scales inside the relu
@@ -1265,18 +1273,16 @@ def test_paged_against_float64(batch: int, next_n: int, h: int, d: int, block_kv
 
 
 @gpu
-@pytest.mark.parametrize(("batch", "next_n", "h", "d", "block_kv", "ctx", "clean", "signed"), [
-    (64, 2, 64, 128, 64, 20000, True, "1"),   # the pieces' form
-    (64, 2, 64, 128, 64, 20000, False, "0"),
-    (16, 1, 64, 128, 64, 3000, True, ""),
-    (16, 4, 16, 64, 32, 3000, True, ""),
-    (16, 2, 32, 32, 64, 3000, False, ""),
+@pytest.mark.parametrize(("batch", "next_n", "h", "d", "block_kv", "ctx", "clean"), [
+    (32, 2, 64, 128, 64, 20000, True),  # the pieces' form by default (next_n 2, H 64, D 128, W >= 16384)
+    (32, 2, 64, 128, 64, 4000, False),  # without them
+    (16, 1, 64, 128, 64, 3000, True),
+    (16, 4, 16, 64, 32, 3000, True),
+    (16, 2, 32, 32, 64, 3000, False),
 ])  # fmt: skip
-def test_paged_bf16_logits_against_float64(monkeypatch: pytest.MonkeyPatch, batch, next_n, h, d, block_kv, ctx,
-                                           clean, signed) -> None:  # fmt: skip
-    # BF16 written by the kernel (rounded from the FP32 sums), -inf as BF16 -inf; both head-sum forms
-    if signed:
-        monkeypatch.setenv("DG_PAGED_MQA_SIGNED_WGMMA", signed)
+def test_paged_bf16_logits_against_float64(batch, next_n, h, d, block_kv, ctx, clean) -> None:
+    # BF16 written by the kernel (rounded from the FP32 sums), -inf as BF16 -inf (both head-sum forms also run with
+    # BF16 logits in PAGED_FORM_SCRIPT, under either DG_PAGED_MQA_SIGNED_WGMMA)
     run_paged_case(batch, next_n, h, d, block_kv, ctx, clean=clean, logits_dtype=torch.bfloat16)
 
 
@@ -1345,6 +1351,8 @@ t.run_paged_case(32, 4, 64, 128, 64, 2000, clean=False, two_d=True, negative_sca
 t.run_paged_case(16, 1, 64, 128, 64, 1500, negative_scales=True)
 t.run_paged_case(32, 2, 64, 128, 32, 2000, two_d=True)
 t.run_paged_case(24, 2, 32, 64, 64, 900, clean=False, negative_scales=True)
+t.run_paged_case(32, 2, 64, 128, 64, 3000, logits_dtype=t.torch.bfloat16)
+t.run_paged_case(16, 4, 64, 128, 32, 2000, clean=False, two_d=True, logits_dtype=t.torch.bfloat16)
 """
 
 
