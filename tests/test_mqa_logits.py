@@ -708,6 +708,28 @@ def test_cuda_graph_capture() -> None:
 
 
 @gpu
+def test_debug_checks_skip_while_capturing(debug_checks) -> None:
+    # DG_DEBUG_CHECKS=1 synchronizes on eager calls only: a capture (where a synchronization is not allowed) records
+    # the kernels alone, for both APIs
+    q, kv, scales, weights, *_ = make_inputs(300, 2000, 64, 128)
+    ks, ke = key_ranges(300, 2000, "window")
+    expected = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+    pq, cache, pw, lens, table, width = make_paged_inputs(16, 2, 64, 128, 64, 1000)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, deep_gemm.get_num_sms())
+    paged_expected = deep_gemm.fp8_paged_mqa_logits(pq, cache, pw, lens, table, meta, width, True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+        paged_out = deep_gemm.fp8_paged_mqa_logits(pq, cache, pw, lens, table, meta, width, True)
+    out.fill_(float("nan"))
+    paged_out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
+    assert torch.equal(paged_out.view(torch.int32), paged_expected.view(torch.int32))
+
+
+@gpu
 def test_bad_ranges_on_the_device_raise(debug_checks) -> None:
     q, kv, scales, weights, *_ = make_inputs(16, 512, 64, 128)
     ks, ke = key_ranges(16, 512, "random")
@@ -869,6 +891,7 @@ PAGED_BAD = [
     ("indices_next_n", r"indices: q must be \[N, 1, H, D\] \(one token per row, next_n = 1\)"),
     ("indices_shape", r"indices must be \[N\] = \[4\]"),
     ("indices_strided", r"indices must be contiguous"),
+    ("indices_empty_table", r"block_table must be \[R, max_blocks\] with R >= 1 requests"),
     ("indices_out_of_range", r"indices must be in \[0, 2\) \(block_table rows\).*request indices out of range"),
     ("indices_negative", r"request indices out of range"),
     ("on_cpu", r"q must be on a CUDA device"),
@@ -968,6 +991,8 @@ def bad_paged_inputs(case: str) -> dict:
         a["indices"] = torch.zeros(4, dtype=torch.int32)
     elif case == "indices_shape":
         a["indices"] = a["indices"][:3]
+    elif case == "indices_empty_table":
+        a["block_table"] = a["block_table"][:0]
     elif case == "indices_strided":
         a["indices"] = torch.zeros(8, dtype=torch.int32)[::2]
     elif case == "indices_out_of_range":

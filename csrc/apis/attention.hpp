@@ -327,7 +327,7 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
     check_dtype(block_table, at::kInt, "block_table");
     if (indices.has_value()) {
         check_token_indices(*indices, batch, next_n);
-        DG_CHECK_INPUT(block_table.dim() == 2 && block_table.size(0) >= 1,
+        DG_CHECK_INPUT(block_table.dim() == 2 && (block_table.size(0) >= 1 || batch == 0),
                        "block_table must be [R, max_blocks] with R >= 1 requests (rows named by indices), got a {}",
                        describe(block_table));
     } else {
