@@ -355,7 +355,8 @@ PYBIND11_MODULE(_C, m) {
           "so bad values give defined output, never an out-of-bounds access. DG_DEBUG_CHECKS=1 checks them on the\n"
           "host (one synchronization per call).\n"
           "Returns the new logits tensor, row-major and contiguous. Raises ValueError on a bad dtype, shape, stride,\n"
-          "alignment or device (and, with DG_DEBUG_CHECKS=1, on ks/ke values out of range); NotImplementedError off SM90.");
+          "alignment or device (and, with DG_DEBUG_CHECKS=1, on ks/ke values out of range); NotImplementedError off\n"
+          "SM90.");
     m.def("fp8_fp4_mqa_logits", &dg::apis::fp8_fp4_mqa_logits, "q"_a, "kv"_a, "weights"_a, "cu_seq_len_k_start"_a,
           "cu_seq_len_k_end"_a, "clean_logits"_a = true, "max_seqlen_k"_a = 0, "logits_dtype"_a = at::kFloat,
           "fp8_mqa_logits with q as a pair q = (values, scales or None), the reference's FP8/FP4 form.\n\n"
@@ -371,7 +372,8 @@ PYBIND11_MODULE(_C, m) {
           "logits[b * next_n + t, j] = sum_h relu(q[b, t, h, :] . kv[b, j, :] * kv_scale[b, j]) * weights[b * next_n + t, h]\n"
           "for the keys j that query token t of request b sees: j <= context_lens[b] - next_n + t (context_lens [B]),\n"
           "or j < context_lens[b, t] (context_lens [B, next_n]).\n\n"
-          "q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in {1, 2, 4}, H in {16, 32, 64}, D in {32, 64, 128}.\n"
+          "q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in {1, 2, 4}, H in {16, 32, 64},\n"
+          "    D in {32, 64, 128}.\n"
           "kv_cache: uint8 [num_blocks, block_kv, 1, D + 4], block_kv in {32, 64}; per block, the block_kv x D FP8\n"
           "    E4M3 values, then block_kv FP32 scales (any sign). Each block packed (stride 3 = 1, stride 1 = D + 4);\n"
           "    blocks any multiple of 16 bytes apart (stride 0 >= block_kv (D + 4): a view of a larger pool is read\n"

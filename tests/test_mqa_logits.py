@@ -543,7 +543,9 @@ def test_variants(h: int, clean: bool, compressed: bool, bf16: bool) -> None:
 
 
 @gpu
-@pytest.mark.parametrize(("clean", "compressed", "bf16"), [(True, True, True), (False, False, True), (True, False, False)])
+@pytest.mark.parametrize(
+    ("clean", "compressed", "bf16"), [(True, True, True), (False, False, True), (True, False, False)]
+)
 @pytest.mark.parametrize("h", [16, 64])
 def test_head_dim_32_variants(h: int, clean: bool, compressed: bool, bf16: bool) -> None:
     # D = 32: one k32 step per tile, 32-byte swizzled Q and kv tiles
@@ -837,8 +839,9 @@ def test_paged_metadata_bad_inputs(case: str, kwargs: dict, pattern: str) -> Non
 
 def test_paged_docstrings() -> None:
     doc = deep_gemm.fp8_paged_mqa_logits.__doc__
-    for word in ("relu", "[B, next_n, H, D]", "block_table", "schedule_meta", "clean_logits", "ValueError",
-                 "indices[t]", "block_tables[::next_n]", "logits_dtype", "DG_DEBUG_CHECKS", "{32, 64, 128}"):  # fmt: skip
+    words = ("relu", "[B, next_n, H, D]", "block_table", "schedule_meta", "clean_logits", "ValueError", "indices[t]",
+             "block_tables[::next_n]", "logits_dtype", "DG_DEBUG_CHECKS", "{32, 64, 128}")  # fmt: skip
+    for word in words:
         assert word in doc, word
     assert "SKIP_RANGE_CHECK" not in doc
     assert "NotImplementedError" in deep_gemm.fp8_fp4_paged_mqa_logits.__doc__
@@ -1022,7 +1025,8 @@ def test_paged_strided_table_and_cache_views_are_accepted(debug_checks) -> None:
 
 def test_paged_q_pair_forms_and_keywords(no_debug_checks) -> None:
     a = paged_cpu_inputs()
-    args = [a[k] for k in ("q", "kv_cache", "weights", "context_lens", "block_table", "schedule_meta", "max_context_len")]
+    names = ("q", "kv_cache", "weights", "context_lens", "block_table", "schedule_meta", "max_context_len")
+    args = [a[k] for k in names]
     pair = [(args[0], None)] + args[1:]
     # The reference's positional orders: (..., clean_logits, logits_dtype, indices) for the pair form,
     # (..., clean_logits, indices) for the plain one; keywords as the engines pass them

@@ -225,7 +225,8 @@ inline void check_token_indices(const at::Tensor& indices, int64_t num_tokens, i
                    "next_n = {}", next_n);
     DG_CHECK_INPUT(indices.dim() == 1 && indices.size(0) == num_tokens,
                    "indices must be [N] = [{}] (the request of each q row), got a {}", num_tokens, describe(indices));
-    DG_CHECK_INPUT(indices.stride(0) == 1 || num_tokens <= 1, "indices must be contiguous, got a {}", describe(indices));
+    DG_CHECK_INPUT(indices.stride(0) == 1 || num_tokens <= 1, "indices must be contiguous, got a {}",
+                   describe(indices));
 }
 
 // context_lens, block_table and indices values (DG_DEBUG_CHECKS=1 only, see wants_value_check): 0 <= context_len
@@ -300,8 +301,8 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
     const int64_t block_stride = num_kv_blocks == 1 ? block_bytes : kv_cache.stride(0);
     DG_CHECK_INPUT(kv_cache.stride(3) == 1 && kv_cache.stride(1) == head_dim + 4 && block_stride >= block_bytes &&
                        block_stride % 16 == 0,
-                   "kv_cache must have its inner dims packed (stride 3 = 1, stride 1 = D + 4 = {}) and blocks a multiple "
-                   "of 16 bytes apart, at least block_kv * (D + 4) = {} (stride 0), got a {}", head_dim + 4,
+                   "kv_cache must have its inner dims packed (stride 3 = 1, stride 1 = D + 4 = {}) and blocks a "
+                   "multiple of 16 bytes apart, at least block_kv * (D + 4) = {} (stride 0), got a {}", head_dim + 4,
                    block_bytes, describe(kv_cache));
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(kv_cache.data_ptr()) % 16 == 0,
                    "kv_cache: data pointer must be 16-byte aligned for TMA, got a {}", describe(kv_cache));

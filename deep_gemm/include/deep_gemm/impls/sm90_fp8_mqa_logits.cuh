@@ -126,7 +126,8 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 1) * 8 + 16;
 
     static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
-    static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "D must be 32, 64 or 128 (one swizzled TMA row)");
+    static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
+                  "D must be 32, 64 or 128 (one swizzled TMA row)");
     static_assert(kQueriesPerWg % 4 == 0 && BLOCK_Q <= 32, "the quad reduce-scatter needs 4 | queries per warpgroup");
     static_assert(kNumStages >= 2 && kNumStages <= 16, "2 to 16 stages");
     static_assert(SMEM_Q_SIZE_PER_WG % 1024 == 0 && SMEM_KV_SIZE_PER_STAGE % 1024 == 0 &&

@@ -141,7 +141,8 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t kIdWindow = 32;  // block ids per producer window (one per lane)
 
     static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
-    static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "D must be 32, 64 or 128 (one swizzled TMA row)");
+    static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
+                  "D must be 32, 64 or 128 (one swizzled TMA row)");
     static_assert(kBlockKv == 32 || kBlockKv == 64, "BLOCK_KV must be 32 or 64");
     static_assert(kNextN == 1 || kNextN == 2 || kNextN == 4, "next_n must be 1, 2 or 4");
     static_assert(!kHasIndices || kNextN == 1, "with indices every q row is one token (next_n = 1)");
