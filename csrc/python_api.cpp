@@ -407,9 +407,9 @@ PYBIND11_MODULE(_C, m) {
     // Attention: the DeepSeek-V3.2 lightning indexer
     m.def("fp8_mqa_logits", &dg::apis::fp8_mqa_logits, "q"_a, "kv"_a, "weights"_a, "cu_seq_len_k_start"_a,
           "cu_seq_len_k_end"_a, "clean_logits"_a = true, "max_seqlen_k"_a = 0, "logits_dtype"_a = at::kFloat,
-          "FP8 MQA logits of the lightning indexer (prefill, SM90; alias fp8_fp4_mqa_logits):\n"
+          "FP8 MQA logits of the lightning indexer (prefill, SM90; fp8_fp4_mqa_logits takes q as a pair):\n"
           "logits[i, j] = sum_h relu(q[i, h, :] . kv[j, :] * kv_scale[j]) * weights[i, h] for ks[i] <= j < ke[i].\n\n"
-          "q: float8_e4m3fn [S, H, D], H in {16, 32, 64}, D in {64, 128}; D contiguous, heads stacked densely\n"
+          "q: float8_e4m3fn [S, H, D], H in {16, 32, 64}, D in {32, 64, 128}; D contiguous, heads stacked densely\n"
           "    (stride 0 = H * stride 1), strides multiples of 16 bytes.\n"
           "kv = (kv, kv_scales): kv float8_e4m3fn [S_kv, D], D contiguous, row stride a multiple of 16 bytes;\n"
           "    kv_scales FP32 [S_kv], contiguous (any sign: relu is applied after the scale).\n"
@@ -418,50 +418,83 @@ PYBIND11_MODULE(_C, m) {
           "clean_logits: write -inf at every position outside [ks[i], ke[i]) (else those are left unwritten).\n"
           "max_seqlen_k: 0 gives logits [S, S_kv]; > 0 gives compressed logits [S, max_seqlen_k] with key j of row\n"
           "    i at column j - ks[i] (needs ke - ks <= max_seqlen_k).\n"
-          "logits_dtype: torch.float32 (default) or torch.bfloat16.\n"
+          "logits_dtype: torch.float32 (default) or torch.bfloat16 (rounded from the FP32 sums in the kernel).\n"
           "Accuracy: FP32 accumulation of the FP8 products. At D = 128, H = 32 or 64 the signed half of\n"
           "    relu(y) = (y + |y|) / 2 comes from the tensor core, so a key whose every head scores negative gives\n"
           "    ~2^-12 of |s| sum_h |x_h w_h| instead of exactly 0.\n"
+          "No host synchronization and no checking kernel (CUDA-graph capturable): ks/ke values are not read on the\n"
+          "host; the kernel clamps ks into [0, S_kv], ke into [ks, S_kv] (and, compressed, ke - ks to max_seqlen_k),\n"
+          "so bad values give defined output, never an out-of-bounds access. DG_DEBUG_CHECKS=1 checks them on the\n"
+          "host (one synchronization per call).\n"
           "Returns the new logits tensor, row-major and contiguous. Raises ValueError on a bad dtype, shape, stride,\n"
-          "alignment or device, or on ks/ke values out of range (checked on the host: CUDA ks/ke cost one\n"
-          "synchronization, skipped during CUDA-graph capture or with DG_MQA_LOGITS_SKIP_RANGE_CHECK=1; the kernel\n"
-          "clamps the ranges, so unchecked bad values never read or write out of bounds); NotImplementedError off SM90.");
+          "alignment or device (and, with DG_DEBUG_CHECKS=1, on ks/ke values out of range); NotImplementedError off\n"
+          "SM90.");
+    m.def("fp8_fp4_mqa_logits", &dg::apis::fp8_fp4_mqa_logits, "q"_a, "kv"_a, "weights"_a, "cu_seq_len_k_start"_a,
+          "cu_seq_len_k_end"_a, "clean_logits"_a = true, "max_seqlen_k"_a = 0, "logits_dtype"_a = at::kFloat,
+          "fp8_mqa_logits with q as a pair q = (values, scales or None), the reference's FP8/FP4 form.\n\n"
+          "q = (q_fp8, None): FP8 q, exactly fp8_mqa_logits(q_fp8, kv, ...) (see its docstring).\n"
+          "q = (q_fp4, q_scales): FP4 q raises NotImplementedError on SM90 (no FP4 kernel).\n"
+          "Raises TypeError when q is not a 2-sequence (Tensor, Tensor or None).");
 
     m.def("fp8_paged_mqa_logits", &dg::apis::fp8_paged_mqa_logits, "q"_a, "kv_cache"_a, "weights"_a, "context_lens"_a,
-          "block_table"_a, "schedule_meta"_a, "max_context_len"_a, "clean_logits"_a = false,
-          "FP8 MQA logits of the lightning indexer over a paged kv cache (decode, SM90; alias\n"
-          "fp8_fp4_paged_mqa_logits):\n"
+          "block_table"_a, "schedule_meta"_a, "max_context_len"_a, "clean_logits"_a = false, "indices"_a = py::none(),
+          "logits_dtype"_a = at::kFloat,
+          "FP8 MQA logits of the lightning indexer over a paged kv cache (decode, SM90; fp8_fp4_paged_mqa_logits\n"
+          "takes q as a pair):\n"
           "logits[b * next_n + t, j] = sum_h relu(q[b, t, h, :] . kv[b, j, :] * kv_scale[b, j]) * weights[b * next_n + t, h]\n"
           "for the keys j that query token t of request b sees: j <= context_lens[b] - next_n + t (context_lens [B]),\n"
           "or j < context_lens[b, t] (context_lens [B, next_n]).\n\n"
-          "q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in {1, 2, 4}, H in {16, 32, 64}, D in {64, 128}.\n"
-          "kv_cache: uint8 [num_blocks, block_kv, 1, D + 4], contiguous, block_kv in {32, 64}; per block, the\n"
-          "    block_kv x D FP8 E4M3 values, then block_kv FP32 scales (any sign). Key j of request b is row\n"
-          "    j % block_kv of block block_table[b, j // block_kv].\n"
+          "q: float8_e4m3fn [B, next_n, H, D], contiguous; next_n in {1, 2, 4}, H in {16, 32, 64},\n"
+          "    D in {32, 64, 128}.\n"
+          "kv_cache: uint8 [num_blocks, block_kv, 1, D + 4], block_kv in {32, 64}; per block, the block_kv x D FP8\n"
+          "    E4M3 values, then block_kv FP32 scales (any sign). Each block packed (stride 3 = 1, stride 1 = D + 4);\n"
+          "    blocks any multiple of 16 bytes apart (stride 0 >= block_kv (D + 4): a view of a larger pool is read\n"
+          "    in place). Key j of request b is row j % block_kv of block block_table[b, j // block_kv].\n"
           "weights: FP32 [B * next_n, H], contiguous along H.\n"
           "context_lens: int32 [B] or [B, next_n], contiguous, 0 <= context_lens <= max_context_len.\n"
-          "block_table: int32 [B, max_blocks], contiguous; the ids a request uses in [0, num_blocks).\n"
-          "schedule_meta: int32 [num_sms + 1, 2] from get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)\n"
-          "    for these context_lens (one CTA per SM of the schedule).\n"
+          "block_table: int32 [B, max_blocks], contiguous along max_blocks (rows may be strided, e.g.\n"
+          "    block_tables[::next_n], read in place); the ids a request uses in [0, num_blocks).\n"
+          "schedule_meta: int32 [num_sms + 1, 2] from get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms,\n"
+          "    indices) for these context_lens (one CTA per SM of the schedule).\n"
           "max_context_len: the logits' width W.\n"
           "clean_logits: write -inf at every invalid position of each row (else those are left unwritten).\n"
-          "Returns FP32 logits [B * next_n, max_context_len], new and contiguous. Raises ValueError on a bad dtype,\n"
-          "shape, stride or device, or on bad values: negative context, context longer than max_context_len, too\n"
-          "few block_table columns, block ids out of range (checked on the host: one synchronization for CUDA\n"
-          "inputs, skipped during CUDA-graph capture or with DG_MQA_LOGITS_SKIP_RANGE_CHECK=1; the kernel clamps\n"
-          "every index, so unchecked bad values never read or write out of bounds); NotImplementedError off SM90.");
+          "indices: None, or int32 [N] (contiguous) for a variable number of tokens per request: q is [N, 1, H, D]\n"
+          "    (q row t is token t), weights [N, H], context_lens [N] or [N, 1] is token t's own key count (it sees\n"
+          "    keys j < context_lens[t]), and block_table is [R, max_blocks] for R requests: token t reads the\n"
+          "    blocks of row indices[t] (0 <= indices[t] < R; the tokens of one request need not be adjacent).\n"
+          "    Each token is scheduled as its own unit (tokens of one request do not share kv loads).\n"
+          "logits_dtype: torch.float32 (default) or torch.bfloat16 (rounded from the FP32 sums in the kernel).\n"
+          "No host synchronization and no kernel besides the logits' (CUDA-graph capturable): context lengths,\n"
+          "block ids and indices are not read on the host; the kernel clamps every index (lengths to [0, W] and the\n"
+          "table's columns, block ids to the cache, indices to the table's rows), so bad values give defined output,\n"
+          "never an out-of-bounds access. DG_DEBUG_CHECKS=1 checks them on the host (one synchronization).\n"
+          "Returns logits [B * next_n, max_context_len] of logits_dtype, new and contiguous. Raises ValueError on a\n"
+          "bad dtype, shape, stride or device (and, with DG_DEBUG_CHECKS=1, on bad values: negative context, context\n"
+          "longer than max_context_len, too few block_table columns, block ids or request indices out of range);\n"
+          "NotImplementedError off SM90.");
+    m.def("fp8_fp4_paged_mqa_logits", &dg::apis::fp8_fp4_paged_mqa_logits, "q"_a, "kv_cache"_a, "weights"_a,
+          "context_lens"_a, "block_table"_a, "schedule_meta"_a, "max_context_len"_a, "clean_logits"_a = false,
+          "logits_dtype"_a = at::kFloat, "indices"_a = py::none(),
+          "fp8_paged_mqa_logits with q as a pair q = (values, scales or None), the reference's FP8/FP4 form (note\n"
+          "the order: logits_dtype before indices, as in the reference).\n\n"
+          "q = (q_fp8, None): FP8 q, exactly fp8_paged_mqa_logits(q_fp8, kv_cache, ...) (see its docstring).\n"
+          "q = (q_fp4, q_scales): FP4 q raises NotImplementedError on SM90 (no FP4 kernel).\n"
+          "Raises TypeError when q is not a 2-sequence (Tensor, Tensor or None).");
     m.def("get_paged_mqa_logits_metadata", &dg::apis::get_paged_mqa_logits_metadata, "context_lens"_a, "block_kv"_a,
-          "num_sms"_a,
+          "num_sms"_a, "indices"_a = py::none(),
           "The SM schedule of the paged decode MQA logits (lightning indexer decode, SM90).\n\n"
           "context_lens: int32 [B] (keys per request) or [B, next_n] (per query token; a request counts its\n"
           "    longest), on any device; negative lengths count as 0.\n"
           "block_kv: keys per kv-cache block, 32 or 64. num_sms: SMs to balance over (> 0).\n"
+          "indices: None, or int32 [N] (the request of each token, as for fp8_paged_mqa_logits): context_lens must\n"
+          "    then be the tokens' own lengths, [N] or [N, 1]; each token is a unit, so the schedule is that of\n"
+          "    context_lens (indices is checked for dtype, shape and device only).\n"
           "Returns int32 [num_sms + 1, 2] on context_lens' device: row i = (first request, first kv block within\n"
           "it) of SM i's share of the sum_b ceil(context_len[b] / block_kv) kv blocks (shares differ by at most\n"
           "one block; SM i works up to row i + 1, and row num_sms = (B, 0)). On a CUDA device (SM >= 90): one JIT\n"
           "kernel launch (one CTA); on the CPU: a few tensor ops. No host synchronization (CUDA-graph capturable;\n"
           "the first CUDA call compiles or loads the kernel, so make one before capture). Raises ValueError on a bad\n"
-          "dtype, rank or size (B, next_n < 2^31), block_kv or num_sms.");
+          "dtype, rank or size (B, next_n < 2^31), block_kv, num_sms or indices.");
 
     // JIT
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",

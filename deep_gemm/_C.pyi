@@ -274,6 +274,16 @@ def fp8_mqa_logits(
     max_seqlen_k: int = 0,
     logits_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor: ...
+def fp8_fp4_mqa_logits(
+    q: tuple[torch.Tensor, torch.Tensor | None],
+    kv: tuple[torch.Tensor, torch.Tensor],
+    weights: torch.Tensor,
+    cu_seq_len_k_start: torch.Tensor,
+    cu_seq_len_k_end: torch.Tensor,
+    clean_logits: bool = True,
+    max_seqlen_k: int = 0,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor: ...
 def fp8_paged_mqa_logits(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -283,8 +293,24 @@ def fp8_paged_mqa_logits(
     schedule_meta: torch.Tensor,
     max_context_len: int,
     clean_logits: bool = False,
+    indices: torch.Tensor | None = None,
+    logits_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor: ...
-def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int) -> torch.Tensor: ...
+def fp8_fp4_paged_mqa_logits(
+    q: tuple[torch.Tensor, torch.Tensor | None],
+    kv_cache: torch.Tensor,
+    weights: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    schedule_meta: torch.Tensor,
+    max_context_len: int,
+    clean_logits: bool = False,
+    logits_dtype: torch.dtype = torch.float32,
+    indices: torch.Tensor | None = None,
+) -> torch.Tensor: ...
+def get_paged_mqa_logits_metadata(
+    context_lens: torch.Tensor, block_kv: int, num_sms: int, indices: torch.Tensor | None = None
+) -> torch.Tensor: ...
 def compile_kernel(
     family: str,
     params: dict[str, int] = ...,

@@ -21,6 +21,8 @@ from deep_gemm._C import (
     fp8_fp4_gemm_nn,
     fp8_fp4_gemm_tn,
     fp8_fp4_gemm_tt,
+    fp8_fp4_mqa_logits,
+    fp8_fp4_paged_mqa_logits,
     fp8_gemm_nn,
     fp8_gemm_nt,
     fp8_gemm_tn,
@@ -63,8 +65,6 @@ from deep_gemm.utils import *  # noqa: F403
 
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
-fp8_fp4_mqa_logits = fp8_mqa_logits
-fp8_fp4_paged_mqa_logits = fp8_paged_mqa_logits
 m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
 m_grouped_fp8_fp4_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
 fp8_m_grouped_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked

@@ -34,7 +34,7 @@ BAD_INPUTS = [
     ("q_dtype", r"q must have dtype torch.float8_e4m3fn"),
     ("q_rank", r"q must be 3-D"),
     ("q_heads", r"H \(heads\) in \{16, 32, 64\}"),
-    ("q_head_dim", r"D \(head dim\) in \{64, 128\}"),
+    ("q_head_dim", r"D \(head dim\) in \{32, 64, 128\}"),
     ("q_not_contiguous_d", r"q must be contiguous in its last dimension"),
     ("q_heads_not_stacked", r"q: the heads of a token must be stacked densely"),
     ("kv_dtype", r"kv\[0\] \(kv\) must have dtype torch.float8_e4m3fn"),
@@ -58,8 +58,42 @@ BAD_INPUTS = [
 ]
 
 
+# Value checks (they read ks/ke on the host): only with DG_DEBUG_CHECKS=1
+VALUE_CASES = {"ks_gt_ke", "ks_negative", "ke_past_kv", "max_seqlen_short"}
+
+
+@pytest.fixture
+def debug_checks(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("DG_DEBUG_CHECKS", "1")
+
+
+@pytest.fixture
+def no_debug_checks(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("DG_DEBUG_CHECKS", raising=False)
+
+
 @pytest.mark.parametrize(("case", "pattern"), BAD_INPUTS, ids=[c for c, _ in BAD_INPUTS])
-def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
+def test_bad_inputs_raise_value_error(case: str, pattern: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if case in VALUE_CASES:
+        monkeypatch.setenv("DG_DEBUG_CHECKS", "1")
+    q, kv, scales, weights, ks, ke, kwargs = bad_prefill_inputs(case)
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke, **kwargs)
+    # The pair form raises the same (q = (values, None): FP8 q)
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, scales), weights, ks, ke, **kwargs)
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_CASES))
+def test_value_checks_are_off_by_default(case: str, no_debug_checks) -> None:
+    # Without DG_DEBUG_CHECKS the ks/ke values are never read on the host: the first error is the device's
+    q, kv, scales, weights, ks, ke, kwargs = bad_prefill_inputs(case)
+    with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
+        deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke, **kwargs)
+
+
+def bad_prefill_inputs(case: str):
+    """cpu_inputs() with the one defect `case` names, and the call's keyword arguments."""
     q, kv, scales, weights, ks, ke = cpu_inputs()
     kwargs = {}
     if case == "q_dtype":
@@ -110,15 +144,79 @@ def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
         kwargs["max_seqlen_k"] = 100
     elif case == "logits_dtype":
         kwargs["logits_dtype"] = torch.float16
-    with pytest.raises(ValueError, match=pattern):
-        deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke, **kwargs)
+    return q, kv, scales, weights, ks, ke, kwargs
 
 
-def test_alias_and_docstring() -> None:
-    assert deep_gemm.fp8_fp4_mqa_logits is deep_gemm.fp8_mqa_logits
+def signature_of(fn) -> list[str]:
+    """The parameters of a pybind11 function as 'name' or 'name=default', from its docstring's first line."""
+    first = fn.__doc__.splitlines()[0]
+    inner = first[first.index("(") + 1 : first.rindex(") ->")]
+    params, depth, current = [], 0, ""
+    for ch in inner:
+        depth += ch in "[(" and 1 or 0
+        depth -= ch in "])" and 1 or 0
+        if ch == "," and depth == 0:
+            params.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    params.append(current.strip())
+    return [p.split(":")[0] + ("=" + p.split("=", 1)[1].strip() if "=" in p else "") for p in params]
+
+
+def test_signatures_as_the_reference() -> None:
+    # Names, order and defaults of the reference's rows (fp8_mqa_logits: one trailing extra, logits_dtype;
+    # fp8_paged_mqa_logits: logits_dtype after the reference's indices, so no positional meaning changes)
+    prefill = ["q", "kv", "weights", "cu_seq_len_k_start", "cu_seq_len_k_end", "clean_logits=True", "max_seqlen_k=0"]
+    dtype = "logits_dtype=torch.float32"
+    assert signature_of(deep_gemm.fp8_fp4_mqa_logits) == prefill + [dtype]
+    assert signature_of(deep_gemm.fp8_mqa_logits) == prefill + [dtype]
+    paged = ["q", "kv_cache", "weights", "context_lens", "block_table", "schedule_meta", "max_context_len",
+             "clean_logits=False"]  # fmt: skip
+    assert signature_of(deep_gemm.fp8_fp4_paged_mqa_logits) == paged + [dtype, "indices=None"]
+    assert signature_of(deep_gemm.fp8_paged_mqa_logits) == paged + ["indices=None", dtype]
+    assert signature_of(deep_gemm.get_paged_mqa_logits_metadata) == [
+        "context_lens", "block_kv", "num_sms", "indices=None"]  # fmt: skip
+    # The pair form's q is a (Tensor, Tensor or None) tuple, the plain form's a Tensor
+    pair_forms = ("q: tuple[torch.Tensor, Optional[torch.Tensor]]", "q: tuple[torch.Tensor, torch.Tensor | None]")
+    for fn in (deep_gemm.fp8_fp4_mqa_logits, deep_gemm.fp8_fp4_paged_mqa_logits):
+        assert any(form in fn.__doc__.splitlines()[0] for form in pair_forms), fn.__doc__.splitlines()[0]
+    for fn in (deep_gemm.fp8_mqa_logits, deep_gemm.fp8_paged_mqa_logits):
+        assert "(q: torch.Tensor," in fn.__doc__.splitlines()[0], fn.__doc__.splitlines()[0]
+
+
+def test_q_pair_forms(no_debug_checks) -> None:
+    q, kv, scales, weights, ks, ke = cpu_inputs()
+    # Positional and keyword calls the reference's way reach the device check (every argument parsed)
+    for call in (
+        lambda: deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, scales), weights, ks, ke, True, 0, torch.bfloat16),
+        lambda: deep_gemm.fp8_fp4_mqa_logits(q=(q, None), kv=(kv, scales), weights=weights, cu_seq_len_k_start=ks,
+                                             cu_seq_len_k_end=ke, clean_logits=False, max_seqlen_k=16,
+                                             logits_dtype=torch.float32),  # fmt: skip
+        lambda: deep_gemm.fp8_fp4_mqa_logits([q, None], (kv, scales), weights, ks, ke),
+        lambda: deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke, True, 0),
+    ):
+        with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
+            call()
+    # FP4 q (scales given): not on SM90, said before any other check
+    sf = torch.ones(8, 64, 1)
+    with pytest.raises(NotImplementedError, match=r"q\[1\] \(q scales\) must be None on SM90.*FP4"):
+        deep_gemm.fp8_fp4_mqa_logits((q, sf), (kv, scales), weights, ks, ke)
+    # A bare tensor (or a 3-tuple) is not the pair form
+    with pytest.raises(TypeError):
+        deep_gemm.fp8_fp4_mqa_logits(q, (kv, scales), weights, ks, ke)
+    with pytest.raises(TypeError):
+        deep_gemm.fp8_fp4_mqa_logits((q, None, None), (kv, scales), weights, ks, ke)
+    with pytest.raises(TypeError):
+        deep_gemm.fp8_mqa_logits((q, None), (kv, scales), weights, ks, ke)
+
+
+def test_docstrings() -> None:
     doc = deep_gemm.fp8_mqa_logits.__doc__
-    for word in ("relu", "[S, H, D]", "max_seqlen_k", "clean_logits", "ValueError"):
+    for word in ("relu", "[S, H, D]", "max_seqlen_k", "clean_logits", "ValueError", "DG_DEBUG_CHECKS", "{32, 64, 128}"):
         assert word in doc, word
+    assert "SKIP_RANGE_CHECK" not in doc
+    assert "NotImplementedError" in deep_gemm.fp8_fp4_mqa_logits.__doc__
 
 
 # ----------------------------------------------------------------------------- compilation (CPU tier)
@@ -133,6 +231,11 @@ COMPILE_CASES = [dict(num_heads=h, head_dim=d) for h in (16, 32, 64) for d in (6
     dict(num_heads=64, head_dim=128, split_halves=1),
     dict(num_heads=32, head_dim=64, split_halves=1, is_compressed=1),
     dict(num_heads=64, head_dim=128, relu_by_abs=1, signed_sum_wgmma=1, split_halves=1),
+    # D = 32: one k32 step, 32-byte swizzle
+    dict(num_heads=16, head_dim=32),
+    dict(num_heads=32, head_dim=32, relu_by_abs=1),
+    dict(num_heads=64, head_dim=32),
+    dict(num_heads=64, head_dim=32, is_compressed=1, clean_logits=0, out_bf16=1),
 ]
 
 
@@ -416,7 +519,7 @@ def run_case(s, s_kv, h, d, pattern, clean=True, compressed=False, bf16=False, r
 
 
 @gpu
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [32, 64, 128])
 @pytest.mark.parametrize("h", [16, 32, 64])
 @pytest.mark.parametrize("pattern", ["causal", "random", "halves", "empty"])
 def test_small_shapes_against_references(h: int, d: int, pattern: str) -> None:
@@ -433,6 +536,16 @@ def test_small_shapes_against_references(h: int, d: int, pattern: str) -> None:
 @pytest.mark.parametrize("h", [32, 64])
 def test_variants(h: int, clean: bool, compressed: bool, bf16: bool) -> None:
     run_case(517, 3000, h, 128, "window", clean=clean, compressed=compressed, bf16=bf16)
+
+
+@gpu
+@pytest.mark.parametrize(
+    ("clean", "compressed", "bf16"), [(True, True, True), (False, False, True), (True, False, False)]
+)
+@pytest.mark.parametrize("h", [16, 64])
+def test_head_dim_32_variants(h: int, clean: bool, compressed: bool, bf16: bool) -> None:
+    # D = 32: one k32 step per tile, 32-byte swizzled Q and kv tiles
+    run_case(517, 3000, h, 32, "window", clean=clean, compressed=compressed, bf16=bf16)
 
 
 @gpu
@@ -586,7 +699,29 @@ def test_cuda_graph_capture() -> None:
 
 
 @gpu
-def test_bad_ranges_on_the_device_raise() -> None:
+def test_debug_checks_skip_while_capturing(debug_checks) -> None:
+    # DG_DEBUG_CHECKS=1 synchronizes on eager calls only: a capture (where a synchronization is not allowed) records
+    # the kernels alone, for both APIs
+    q, kv, scales, weights, *_ = make_inputs(300, 2000, 64, 128)
+    ks, ke = key_ranges(300, 2000, "window")
+    expected = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+    pq, cache, pw, lens, table, width = make_paged_inputs(16, 2, 64, 128, 64, 1000)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, deep_gemm.get_num_sms())
+    paged_expected = deep_gemm.fp8_paged_mqa_logits(pq, cache, pw, lens, table, meta, width, True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
+        paged_out = deep_gemm.fp8_paged_mqa_logits(pq, cache, pw, lens, table, meta, width, True)
+    out.fill_(float("nan"))
+    paged_out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
+    assert torch.equal(paged_out.view(torch.int32), paged_expected.view(torch.int32))
+
+
+@gpu
+def test_bad_ranges_on_the_device_raise(debug_checks) -> None:
     q, kv, scales, weights, *_ = make_inputs(16, 512, 64, 128)
     ks, ke = key_ranges(16, 512, "random")
     assert bool((ks < ke).any())
@@ -597,14 +732,30 @@ def test_bad_ranges_on_the_device_raise() -> None:
 
 
 @gpu
-def test_unchecked_bad_ranges_stay_in_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    # With the host check off, out-of-range ks/ke are clamped on the device: rows stay inside the output
-    monkeypatch.setenv("DG_MQA_LOGITS_SKIP_RANGE_CHECK", "1")
-    q, kv, scales, weights, *_ = make_inputs(64, 1000, 64, 128)
-    ks = torch.full((64,), -500, dtype=torch.int32, device="cuda")
-    ke = torch.full((64,), 5000, dtype=torch.int32, device="cuda")
-    out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
-    ref = reference(q, kv, scales, weights, ks.clamp(0, 1000), ke.clamp(0, 1000))
+@pytest.mark.parametrize("compressed", [False, True], ids=["full", "compressed"])
+@pytest.mark.parametrize("d", [32, 128])
+def test_unchecked_bad_ranges_are_clamped(no_debug_checks, d: int, compressed: bool) -> None:
+    # The default path reads no value on the host: ks < 0, ke > S_kv, ks > ke and (compressed) ranges longer than
+    # the width are clamped on the device (ks into [0, S_kv], ke into [ks, S_kv], the range to the width): defined
+    # output, every position of every row written (clean); an access out of bounds would fault at the synchronize
+    s, s_kv, width = 200, 1000, 300
+    q, kv, scales, weights, *_ = make_inputs(s, s_kv, 64, d)
+    g = torch.Generator().manual_seed(d)
+    ks = torch.randint(-500, 1500, (s,), generator=g, dtype=torch.int32)
+    ke = torch.randint(-500, 1500, (s,), generator=g, dtype=torch.int32)
+    ks[:4], ke[:4] = torch.tensor([-7, 10, 990, 600]), torch.tensor([5000, 3, 5000, 100])  # ends of every kind
+    ks, ke = ks.cuda(), ke.cuda()
+    poison_allocator(s * (width if compressed else s_kv), torch.float32)
+    out = deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke, max_seqlen_k=width if compressed else 0)
+    torch.cuda.synchronize()
+    begin = ks.clamp(0, s_kv)
+    end = torch.maximum(ke, begin).clamp(max=s_kv)
+    if compressed:
+        end = torch.minimum(end, begin + width)
+    rows = torch.arange(s, device="cuda")
+    ref = reference(q, kv, scales, weights, begin, end)
+    if compressed:
+        ref = compress(ref, begin, end, rows, width)
     check_logits(out, ref, True, 5e-6, "clamped ranges")
 
 
@@ -675,11 +826,15 @@ def test_paged_metadata_bad_inputs(case: str, kwargs: dict, pattern: str) -> Non
         deep_gemm.get_paged_mqa_logits_metadata(**args)
 
 
-def test_paged_alias_and_docstring() -> None:
-    assert deep_gemm.fp8_fp4_paged_mqa_logits is deep_gemm.fp8_paged_mqa_logits
+def test_paged_docstrings() -> None:
     doc = deep_gemm.fp8_paged_mqa_logits.__doc__
-    for word in ("relu", "[B, next_n, H, D]", "block_table", "schedule_meta", "clean_logits", "ValueError"):
+    words = ("relu", "[B, next_n, H, D]", "block_table", "schedule_meta", "clean_logits", "ValueError", "indices[t]",
+             "block_tables[::next_n]", "logits_dtype", "DG_DEBUG_CHECKS", "{32, 64, 128}")  # fmt: skip
+    for word in words:
         assert word in doc, word
+    assert "SKIP_RANGE_CHECK" not in doc
+    assert "NotImplementedError" in deep_gemm.fp8_fp4_paged_mqa_logits.__doc__
+    assert "indices" in deep_gemm.get_paged_mqa_logits_metadata.__doc__
     assert "[num_sms + 1, 2]" in deep_gemm.get_paged_mqa_logits_metadata.__doc__
 
 
@@ -699,7 +854,7 @@ PAGED_BAD = [
     ("q_rank", r"q must be 4-D"),
     ("q_next_n", r"next_n in \{1, 2, 4\}"),
     ("q_heads", r"H \(heads\) in \{16, 32, 64\}"),
-    ("q_head_dim", r"D \(head dim\) in \{64, 128\}"),
+    ("q_head_dim", r"D \(head dim\) in \{32, 64, 128\}"),
     ("q_strided", r"q must be contiguous"),
     ("kv_dtype", r"kv_cache must have dtype torch.uint8"),
     ("kv_block_kv", r"kv_cache must be \[num_blocks, block_kv, 1, D \+ 4\]"),
@@ -718,13 +873,52 @@ PAGED_BAD = [
     ("table_too_narrow", r"block_table must have a column per kv block"),
     ("block_id_out_of_range", r"block ids out of range"),
     ("block_id_negative", r"block ids out of range"),
+    ("kv_inner_strides", r"kv_cache must have its inner dims packed \(stride 3 = 1, stride 1 = D \+ 4 = 132\)"),
+    ("kv_row_bytes_strided", r"kv_cache must have its inner dims packed"),
+    ("kv_blocks_unaligned", r"kv_cache must have .* blocks a multiple of 16 bytes apart"),
+    ("kv_blocks_overlap", r"kv_cache must have .* at least block_kv \* \(D \+ 4\) = 8448"),
+    ("table_columns_strided", r"block_table must be contiguous along max_blocks"),
+    ("logits_dtype", r"logits_dtype must be torch.float32 or torch.bfloat16, got torch.float16"),
+    ("indices_dtype", r"indices must have dtype torch.int32"),
+    ("indices_next_n", r"indices: q must be \[N, 1, H, D\] \(one token per row, next_n = 1\)"),
+    ("indices_shape", r"indices must be \[N\] = \[4\]"),
+    ("indices_strided", r"indices must be contiguous"),
+    ("indices_empty_table", r"block_table must be \[R, max_blocks\] with R >= 1 requests"),
+    ("indices_out_of_range", r"indices must be in \[0, 2\) \(block_table rows\).*request indices out of range"),
+    ("indices_negative", r"request indices out of range"),
     ("on_cpu", r"q must be on a CUDA device"),
 ]
+# Value checks (they read lengths, block ids and indices on the host): only with DG_DEBUG_CHECKS=1
+PAGED_VALUE_CASES = {"context_too_long", "context_negative", "table_too_narrow", "block_id_out_of_range",
+                     "block_id_negative", "indices_out_of_range", "indices_negative"}  # fmt: skip
 
 
 @pytest.mark.parametrize(("case", "pattern"), PAGED_BAD, ids=[c for c, _ in PAGED_BAD])
-def test_paged_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
-    a = paged_cpu_inputs()
+def test_paged_bad_inputs_raise_value_error(case: str, pattern: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if case in PAGED_VALUE_CASES:
+        monkeypatch.setenv("DG_DEBUG_CHECKS", "1")
+    a = bad_paged_inputs(case)
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.fp8_paged_mqa_logits(**a)
+    # The pair form raises the same (q = (values, None): FP8 q)
+    a["q"] = (a["q"], None)
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.fp8_fp4_paged_mqa_logits(**a)
+
+
+@pytest.mark.parametrize("case", sorted(PAGED_VALUE_CASES))
+def test_paged_value_checks_are_off_by_default(case: str, no_debug_checks) -> None:
+    # Without DG_DEBUG_CHECKS no value is read on the host: the first error is the device's
+    with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
+        deep_gemm.fp8_paged_mqa_logits(**bad_paged_inputs(case))
+
+
+def bad_paged_inputs(case: str) -> dict:
+    """paged_cpu_inputs() with the one defect `case` names (indices cases: next_n = 1, 4 tokens of 2 requests)."""
+    a = paged_cpu_inputs(t=1) if case.startswith("indices") and case != "indices_next_n" else paged_cpu_inputs()
+    if case.startswith("indices"):
+        a["indices"] = torch.tensor([0, 0, 1, 1], dtype=torch.int32)
+        a["block_table"] = a["block_table"][:2]
     if case == "q_dtype":
         a["q"] = a["q"].to(torch.bfloat16)
     elif case == "q_rank":
@@ -771,8 +965,91 @@ def test_paged_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
         a["block_table"][2, 1] = 16
     elif case == "block_id_negative":
         a["block_table"][0, 0] = -1
-    with pytest.raises(ValueError, match=pattern):
+    elif case == "kv_inner_strides":
+        a["kv_cache"] = torch.zeros(16, 64, 2, 132, dtype=torch.uint8)[:, :, :1]
+    elif case == "kv_row_bytes_strided":
+        a["kv_cache"] = torch.zeros(16, 64, 1, 264, dtype=torch.uint8)[..., ::2]
+    elif case == "kv_blocks_unaligned":
+        a["kv_cache"] = torch.zeros(16, 64 * 132 + 8, dtype=torch.uint8)[:, : 64 * 132].view(16, 64, 1, 132)
+    elif case == "kv_blocks_overlap":
+        a["kv_cache"] = torch.zeros(1 << 15, dtype=torch.uint8).as_strided((16, 64, 1, 132), (1024, 132, 132, 1))
+    elif case == "table_columns_strided":
+        a["block_table"] = torch.zeros(4, 8, dtype=torch.int32)[:, ::2]
+    elif case == "logits_dtype":
+        a["logits_dtype"] = torch.float16
+    elif case == "indices_dtype":
+        a["indices"] = a["indices"].long()
+    elif case == "indices_next_n":
+        a["indices"] = torch.zeros(4, dtype=torch.int32)
+    elif case == "indices_shape":
+        a["indices"] = a["indices"][:3]
+    elif case == "indices_empty_table":
+        a["block_table"] = a["block_table"][:0]
+    elif case == "indices_strided":
+        a["indices"] = torch.zeros(8, dtype=torch.int32)[::2]
+    elif case == "indices_out_of_range":
+        a["indices"][3] = 2
+    elif case == "indices_negative":
+        a["indices"][0] = -1
+    return a
+
+
+def test_paged_strided_table_and_cache_views_are_accepted(debug_checks) -> None:
+    # block_tables[::next_n] (rows strided, columns contiguous) and a kv cache whose blocks sit in a larger pool
+    # (only the inner strides packed): accepted as they are, so the first error is the device's (with the value
+    # checks on, which read these views too)
+    a = paged_cpu_inputs()
+    a["block_table"] = a["block_table"].repeat_interleave(2, 0)[::2]
+    assert a["block_table"].stride() == (8, 1)
+    a["kv_cache"] = torch.zeros(16, 64 * 132 + 64, dtype=torch.uint8)[:, : 64 * 132].view(16, 64, 1, 132)
+    assert a["kv_cache"].stride(0) == 64 * 132 + 64
+    with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
         deep_gemm.fp8_paged_mqa_logits(**a)
+    # One block: any stride 0 (PyTorch gives size-1 dims arbitrary strides)
+    a["kv_cache"] = torch.zeros(1, 64, 1, 132, dtype=torch.uint8).as_strided((1, 64, 1, 132), (3, 132, 132, 1))
+    a["block_table"] = torch.zeros(4, 4, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
+        deep_gemm.fp8_paged_mqa_logits(**a)
+
+
+def test_paged_q_pair_forms_and_keywords(no_debug_checks) -> None:
+    a = paged_cpu_inputs()
+    names = ("q", "kv_cache", "weights", "context_lens", "block_table", "schedule_meta", "max_context_len")
+    args = [a[k] for k in names]
+    pair = [(args[0], None)] + args[1:]
+    # The reference's positional orders: (..., clean_logits, logits_dtype, indices) for the pair form,
+    # (..., clean_logits, indices) for the plain one; keywords as the engines pass them
+    for call in (
+        lambda: deep_gemm.fp8_fp4_paged_mqa_logits(*pair, False, torch.bfloat16, None),
+        lambda: deep_gemm.fp8_fp4_paged_mqa_logits(*pair, clean_logits=False, logits_dtype=torch.bfloat16,
+                                                   indices=None),  # fmt: skip
+        lambda: deep_gemm.fp8_paged_mqa_logits(*args, True, None),
+        lambda: deep_gemm.fp8_paged_mqa_logits(*args, clean_logits=False, indices=None, logits_dtype=torch.bfloat16),
+    ):
+        with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
+            call()
+    with pytest.raises(NotImplementedError, match=r"q\[1\] \(q scales\) must be None on SM90.*FP4"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((args[0], torch.ones(4, 2, 64, 1)), *args[1:])
+    with pytest.raises(TypeError):
+        deep_gemm.fp8_fp4_paged_mqa_logits(*args)
+    # The plain form's 9th positional is indices: a dtype there is a TypeError, not a silent logits_dtype
+    with pytest.raises(TypeError):
+        deep_gemm.fp8_paged_mqa_logits(*args, False, torch.bfloat16)
+
+
+def test_paged_metadata_with_indices() -> None:
+    # Each token its own unit: the schedule of the tokens' lengths, with or without indices
+    lens = torch.tensor([100, 0, 64, 1, 300], dtype=torch.int32)
+    indices = torch.tensor([0, 0, 1, 2, 2], dtype=torch.int32)
+    plain = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 4)
+    assert torch.equal(deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 4, indices), plain)
+    assert torch.equal(deep_gemm.get_paged_mqa_logits_metadata(lens[:, None], 64, 4, indices=indices), plain)
+    with pytest.raises(ValueError, match=r"indices must have dtype torch.int32"):
+        deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 4, indices.long())
+    with pytest.raises(ValueError, match=r"indices must be \[N\] = \[5\]"):
+        deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 4, indices[:4])
+    with pytest.raises(ValueError, match=r"context_lens must be \[N\] or \[N, 1\] \(one length per token\)"):
+        deep_gemm.get_paged_mqa_logits_metadata(lens.view(5, 1).repeat(1, 2), 64, 4, indices)
 
 
 def test_paged_unused_block_ids_are_not_checked() -> None:
@@ -798,12 +1075,23 @@ PAGED_COMPILE_CASES = [
     dict(next_n=1, num_heads=64, head_dim=128, block_kv=64, clean_logits=1, relu_by_abs=1, signed_sum_wgmma=1),
     dict(next_n=4, num_heads=64, head_dim=128, block_kv=32, is_2d_context_lens=1, relu_by_abs=1, signed_sum_wgmma=1),
     dict(next_n=4, num_heads=16, head_dim=64, block_kv=32, relu_by_abs=1, signed_sum_wgmma=1),
+    # BF16 logits, indices (the block-table row of each token), D = 32 (one k32 step, 32-byte swizzle)
+    dict(next_n=2, num_heads=64, head_dim=128, block_kv=64, clean_logits=1, out_bf16=1),
+    dict(next_n=2, num_heads=64, head_dim=128, block_kv=64, clean_logits=1, relu_by_abs=1, signed_sum_wgmma=1,
+         out_bf16=1),  # fmt: skip
+    dict(next_n=1, num_heads=64, head_dim=128, block_kv=64, has_indices=1),
+    dict(next_n=1, num_heads=16, head_dim=64, block_kv=32, clean_logits=1, out_bf16=1, has_indices=1),
+    dict(next_n=1, num_heads=64, head_dim=32, block_kv=64),
+    dict(next_n=2, num_heads=32, head_dim=32, block_kv=32, clean_logits=1, out_bf16=1),
+    dict(next_n=4, num_heads=16, head_dim=32, block_kv=64, is_2d_context_lens=1),
+    dict(next_n=1, num_heads=32, head_dim=32, block_kv=64, has_indices=1, clean_logits=1),
 ]
 
 
 def paged_case_id(cfg: dict) -> str:
     names = dict(next_n="t", num_heads="h", head_dim="d", block_kv="bkv", clean_logits="clean",
-                 is_2d_context_lens="lens2d", num_math_wgs="wgs", relu_by_abs="abs", signed_sum_wgmma="pieces")  # fmt: skip
+                 is_2d_context_lens="lens2d", num_math_wgs="wgs", relu_by_abs="abs", signed_sum_wgmma="pieces",
+                 out_bf16="bf16", has_indices="indices")  # fmt: skip
     return "-".join(f"{names[k]}{v}" for k, v in cfg.items())
 
 
@@ -874,12 +1162,20 @@ def test_paged_bad_static_config_fails_to_compile(cache_dir) -> None:
         deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=1, num_heads=64, num_stages=9))
     with pytest.raises(RuntimeError, match="3 when next_n x H <= 128"):
         deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=4, num_heads=64, num_math_wgs=3))
+    with pytest.raises(RuntimeError, match="with indices every q row is one token"):
+        deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=2, has_indices=1))
+    with pytest.raises(ValueError, match="signed_sum_wgmma needs head_dim 64 or 128"):
+        deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=2, head_dim=32, relu_by_abs=1,
+                                                                   signed_sum_wgmma=1))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- paged decode, GPU tier
-def make_paged_inputs(batch, next_n, h, d, block_kv, avg_ctx, seed=0, two_d=False, negative_scales=False):
+def make_paged_inputs(batch, next_n, h, d, block_kv, avg_ctx, seed=0, two_d=False, negative_scales=False,
+                      table_row_stride=1, block_pad=0):
     """FP8 q, a paged cache (random block order, spare blocks of junk, junk ids past each request's blocks),
-    FP32 weights, context lengths U(0.7, 1.3) x avg_ctx (request 0 empty when batch > 1)."""
+    FP32 weights, context lengths U(0.7, 1.3) x avg_ctx (request 0 empty when batch > 1). table_row_stride > 1:
+    the block table is a row-strided view (rows that far apart, junk between, as block_tables[::next_n]);
+    block_pad > 0: the cache's blocks sit block_pad junk bytes apart in a larger pool (only inner strides packed)."""
     g = torch.Generator().manual_seed(seed)
     lens = (avg_ctx * (0.7 + 0.6 * torch.rand(batch, generator=g))).long().clamp(min=1)
     if batch > 1:
@@ -899,7 +1195,8 @@ def make_paged_inputs(batch, next_n, h, d, block_kv, avg_ctx, seed=0, two_d=Fals
     scales = scales[:, 0].contiguous()
     if negative_scales:
         scales = torch.where(torch.rand_like(scales) < 0.25, -scales, scales)
-    cache = torch.empty(num_blocks, block_kv * (d + 4), dtype=torch.uint8, device="cuda")
+    pool = torch.randint(0, 256, (num_blocks, block_kv * (d + 4) + block_pad), dtype=torch.uint8, device="cuda")
+    cache = pool[:, : block_kv * (d + 4)]
     cache[:, : block_kv * d] = kv.view(torch.uint8).view(num_blocks, block_kv * d)
     cache[:, block_kv * d :] = scales.view(torch.uint8).view(num_blocks, block_kv * 4)
     q = torch.randn(batch, next_n, h, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
@@ -911,25 +1208,40 @@ def make_paged_inputs(batch, next_n, h, d, block_kv, avg_ctx, seed=0, two_d=Fals
     else:
         context_lens = lens.int()
     max_context_len = int(lens.max()) + 5
-    return q, cache.view(num_blocks, block_kv, 1, d + 4), weights, context_lens.cuda(), table.cuda(), max_context_len
+    if table_row_stride > 1:
+        spread = torch.randint(-(1 << 30), 1 << 30, (batch * table_row_stride, max_blocks), generator=g).int()
+        spread[::table_row_stride] = table
+        table = spread.cuda()[::table_row_stride]
+    cache = cache.view(num_blocks, block_kv, 1, d + 4)
+    assert cache.stride(0) == block_kv * (d + 4) + block_pad
+    return q, cache, weights, context_lens.cuda(), table.cuda(), max_context_len
 
 
-def paged_reference(q, kv_cache, weights, context_lens, block_table, max_context_len, dtype=torch.float64):
-    """[B * next_n, max_context_len] in `dtype`, -inf where token t of request b sees no key."""
+def paged_reference(q, kv_cache, weights, context_lens, block_table, max_context_len, dtype=torch.float64,
+                    indices=None):
+    """[B * next_n, max_context_len] in `dtype`, -inf where token t of request b sees no key. With the kernel's
+    clamps (the identity on valid inputs): a request's blocks min(ceil(max(longest length, 0) / block_kv),
+    max_blocks), each token's end clamped to [0, W] and to those blocks' keys, block ids clamped into the cache;
+    indices (next_n = 1): q row i reads block-table row indices[i] clamped to the table's rows."""
     b, t, h, d = q.shape
     num_blocks, block_kv = kv_cache.shape[:2]
-    flat = kv_cache.view(num_blocks, -1)
+    flat = kv_cache.reshape(num_blocks, block_kv * (d + 4))
     values = flat[:, : block_kv * d].contiguous().view(torch.float8_e4m3fn).view(num_blocks, block_kv, d)
     scales = flat[:, block_kv * d :].contiguous().view(torch.float32).view(num_blocks, block_kv)
+    table = block_table if indices is None else block_table[indices.long().clamp(0, block_table.shape[0] - 1)]
+    max_blocks = table.shape[1]
     lens = context_lens.long()
+    longest = (lens.max(1).values if lens.dim() == 2 else lens).clamp(min=0)
+    blocks_used = ((longest + block_kv - 1) // block_kv).clamp(max=max_blocks)
     ends = lens if lens.dim() == 2 else lens[:, None] - t + 1 + torch.arange(t, device=q.device)[None, :]
+    ends = torch.minimum(ends.clamp(0, max_context_len), blocks_used[:, None] * block_kv)
     out = torch.full((b * t, max_context_len), float("-inf"), dtype=dtype, device=q.device)
     j = torch.arange(max_context_len, device=q.device)
     for i in range(b):
-        n = int(ends[i].max().clamp(min=0))
+        n = int(ends[i].max())
         if n == 0:
             continue
-        ids = block_table[i, : (n + block_kv - 1) // block_kv].long()
+        ids = table[i, : (n + block_kv - 1) // block_kv].long().clamp(0, num_blocks - 1)
         kv = (values[ids].to(dtype) * scales[ids].to(dtype)[..., None]).reshape(-1, d)[:n]
         x = torch.einsum("thd,jd->thj", q[i].to(dtype), kv).relu_()
         logits = (x * weights[i * t : (i + 1) * t, :, None].to(dtype)).sum(1)
@@ -938,17 +1250,21 @@ def paged_reference(q, kv_cache, weights, context_lens, block_table, max_context
     return out
 
 
-def run_paged_case(batch, next_n, h, d, block_kv, avg_ctx, clean=True, two_d=False, negative_scales=False):
+def run_paged_case(batch, next_n, h, d, block_kv, avg_ctx, clean=True, two_d=False, negative_scales=False,
+                   logits_dtype=torch.float32, table_row_stride=1, block_pad=0):
     q, cache, weights, lens, table, width = make_paged_inputs(
-        batch, next_n, h, d, block_kv, avg_ctx, two_d=two_d, negative_scales=negative_scales
+        batch, next_n, h, d, block_kv, avg_ctx, two_d=two_d, negative_scales=negative_scales,
+        table_row_stride=table_row_stride, block_pad=block_pad,
     )
     meta = deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms())
-    poison_allocator(batch * next_n * width, torch.float32)
-    out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, clean_logits=clean)
+    poison_allocator(batch * next_n * width, logits_dtype)
+    out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, clean_logits=clean,
+                                         logits_dtype=logits_dtype)  # fmt: skip
     torch.cuda.synchronize()
-    assert out.dtype == torch.float32 and out.shape == (batch * next_n, width)
+    assert out.dtype == logits_dtype and out.shape == (batch * next_n, width) and out.is_contiguous()
     ref = paged_reference(q, cache, weights, lens, table, width)
-    check_logits(out, ref, clean, 5e-6, f"paged b{batch} t{next_n} h{h} d{d} bkv{block_kv}")
+    bound = 2e-5 if logits_dtype == torch.bfloat16 else 5e-6
+    check_logits(out, ref, clean, bound, f"paged b{batch} t{next_n} h{h} d{d} bkv{block_kv} {logits_dtype}")
     return q, cache, weights, lens, table, meta, width, out
 
 
@@ -961,6 +1277,9 @@ PAGED_GPU_CASES = [  # (batch, next_n, H, D, block_kv, context): every H, D, blo
     (16, 1, 16, 64, 32, 3000),
     (16, 2, 32, 64, 64, 3000),
     (16, 2, 16, 128, 32, 3000),
+    (16, 2, 64, 32, 64, 3000),
+    (8, 1, 32, 32, 32, 2000),
+    (8, 4, 16, 32, 64, 1000),
 ]
 
 
@@ -979,6 +1298,75 @@ def test_paged_against_float64(batch: int, next_n: int, h: int, d: int, block_kv
 )
 def test_paged_more_cases(batch, next_n, h, d, block_kv, ctx, clean, two_d, negative_scales) -> None:
     run_paged_case(batch, next_n, h, d, block_kv, ctx, clean=clean, two_d=two_d, negative_scales=negative_scales)
+
+
+@gpu
+@pytest.mark.parametrize(("batch", "next_n", "h", "d", "block_kv", "ctx", "clean"), [
+    (32, 2, 64, 128, 64, 20000, True),  # the pieces' form by default (next_n 2, H 64, D 128, W >= 16384)
+    (32, 2, 64, 128, 64, 4000, False),  # without them
+    (16, 1, 64, 128, 64, 3000, True),
+    (16, 4, 16, 64, 32, 3000, True),
+    (16, 2, 32, 32, 64, 3000, False),
+])  # fmt: skip
+def test_paged_bf16_logits_against_float64(batch, next_n, h, d, block_kv, ctx, clean) -> None:
+    # BF16 written by the kernel (rounded from the FP32 sums), -inf as BF16 -inf; the first two rows take the two
+    # head-sum forms (the signed sums from e4m3 pieces from 16384 columns on, FMNMX + FFMA below)
+    run_paged_case(batch, next_n, h, d, block_kv, ctx, clean=clean, logits_dtype=torch.bfloat16)
+
+
+@gpu
+@pytest.mark.parametrize(("next_n", "d", "block_kv"), [(2, 128, 64), (1, 64, 32), (4, 32, 64)])
+def test_paged_strided_table_and_pooled_cache(next_n: int, d: int, block_kv: int) -> None:
+    # block_tables[::next_n]-style row-strided tables (junk between the rows) and a cache whose blocks are 48 junk
+    # bytes apart in a larger pool: read in place, against the float64 reference of the same views
+    run_paged_case(24, next_n, 64, d, block_kv, 2000, table_row_stride=next_n + 1, block_pad=48)
+
+
+def make_token_inputs(num_requests, h, d, block_kv, avg_ctx, seed=0, table_row_stride=1):
+    """Variable next_n through indices: the requests of make_paged_inputs (next_n = 1), then 1 to 4 tokens per
+    request (request order shuffled, so one request's tokens are not always adjacent), each token with its own
+    length (its request's, minus its distance from the request's last token), q [N, 1, H, D], weights [N, H]."""
+    _, cache, _, lens, table, width = make_paged_inputs(num_requests, 1, h, d, block_kv, avg_ctx, seed=seed,
+                                                        table_row_stride=table_row_stride)  # fmt: skip
+    g = torch.Generator().manual_seed(seed + 1)
+    counts = torch.randint(1, 5, (num_requests,), generator=g)
+    request = torch.repeat_interleave(torch.arange(num_requests), counts)
+    back = torch.cat([torch.arange(int(c) - 1, -1, -1) for c in counts])
+    order = torch.randperm(len(request), generator=g) if num_requests > 2 else torch.arange(len(request))
+    request, back = request[order], back[order]
+    token_lens = (lens.cpu().long()[request] - back).clamp(min=0).int().cuda()
+    indices = request.int().cuda()
+    n = len(request)
+    torch.manual_seed(seed + 2)
+    q = torch.randn(n, 1, h, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    weights = torch.randn(n, h, device="cuda", dtype=torch.float32)
+    return q, cache, weights, token_lens, table, indices, width
+
+
+@gpu
+@pytest.mark.parametrize(("h", "d", "block_kv", "dtype", "row_stride"), [
+    (64, 128, 64, torch.float32, 1),
+    (32, 64, 32, torch.bfloat16, 2),
+    (16, 32, 64, torch.float32, 3),
+])  # fmt: skip
+def test_paged_indices_against_float64(h: int, d: int, block_kv: int, dtype: torch.dtype, row_stride: int) -> None:
+    q, cache, weights, lens, table, indices, width = make_token_inputs(40, h, d, block_kv, 1500,
+                                                                       table_row_stride=row_stride)  # fmt: skip
+    ref = paged_reference(q, cache, weights, lens, table, width, indices=indices)
+    for num_sms in (7, deep_gemm.get_num_sms()):
+        meta = deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, num_sms, indices)
+        poison_allocator(q.shape[0] * width, dtype)
+        out = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), cache, weights, lens, table, meta, width, True, dtype,
+                                                 indices)  # fmt: skip
+        torch.cuda.synchronize()
+        assert out.dtype == dtype and out.shape == (q.shape[0], width)
+        check_logits(out, ref, True, 2e-5 if dtype == torch.bfloat16 else 5e-6, f"indices, {num_sms} CTAs")
+    # The same tokens as requests of their own (each token's table row copied; the same schedule): the same bits
+    own = table[indices.long()].contiguous()
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms())
+    plain = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, own, meta, width, True, logits_dtype=dtype)
+    assert torch.equal(plain.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                       out.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))  # fmt: skip
 
 
 @gpu
@@ -1173,16 +1561,47 @@ def test_paged_bitwise_repeatable_and_graph_capture() -> None:
 
 
 @gpu
-def test_paged_unchecked_bad_values_stay_in_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Host checks off: block ids out of range, lengths past the table and the width are clamped on the device
-    monkeypatch.setenv("DG_MQA_LOGITS_SKIP_RANGE_CHECK", "1")
-    q, cache, weights, lens, table, width = make_paged_inputs(8, 1, 64, 128, 64, 500)
+@pytest.mark.parametrize("two_d", [False, True], ids=["lens1d", "lens2d"])
+def test_paged_unchecked_bad_values_are_clamped(no_debug_checks, two_d: bool) -> None:
+    # The default path reads no value on the host: block ids out of the cache, negative lengths, lengths past the
+    # table's columns and past the width are clamped on the device (ids into the cache, a request's keys to its
+    # table's blocks, ends to [0, W]): defined output equal to the reference of the clamped inputs, -inf exactly
+    # where no key is seen
+    q, cache, weights, lens, table, width = make_paged_inputs(8, 2, 64, 128, 64, 500, two_d=two_d)
     table[:, 0] = 1 << 30
     table[:, 1] = -7
-    bad_lens = lens + 100_000
-    meta = deep_gemm.get_paged_mqa_logits_metadata(bad_lens, 64, 16)
-    out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, bad_lens, table, meta, width, clean_logits=True)
+    bad = lens.clone()
+    bad[1] = -5
+    bad[2] = 100_000  # past the table's columns (and the width)
+    bad[3] = width + 40  # past the width, within the table
+    meta = deep_gemm.get_paged_mqa_logits_metadata(bad, 64, 16)
+    poison_allocator(16 * width, torch.float32)
+    out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, bad, table, meta, width, clean_logits=True)
     torch.cuda.synchronize()  # an out-of-bounds access would fault here (run under compute-sanitizer to be sure)
-    assert out.shape == (8, width)
-    # Rows end at the width: every position written (no -inf: each token sees the whole clamped row)
-    assert bool(torch.isfinite(out[8 - 1]).all())
+    check_logits(out, paged_reference(q, cache, weights, bad, table, width), True, 5e-6, "clamped values")
+
+
+@gpu
+def test_paged_unchecked_bad_indices_are_clamped(no_debug_checks) -> None:
+    q, cache, weights, lens, table, indices, width = make_token_inputs(6, 64, 128, 64, 700)
+    indices[0], indices[-1] = -3, 1000  # clamped to the first and last table rows
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 16, indices)
+    out = deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, True, indices)
+    torch.cuda.synchronize()
+    check_logits(out, paged_reference(q, cache, weights, lens, table, width, indices=indices), True, 5e-6, "indices")
+
+
+@gpu
+def test_paged_debug_checks_raise_on_device_values(debug_checks) -> None:
+    q, cache, weights, lens, table, indices, width = make_token_inputs(6, 64, 128, 64, 700)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 64, 16, indices)
+    bad = indices.clone()
+    bad[2] = 6
+    with pytest.raises(ValueError, match=r"request indices out of range"):
+        deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, width, True, bad)
+    bad_table = table.clone()
+    bad_table[:, 0] = cache.shape[0]
+    with pytest.raises(ValueError, match=r"block ids out of range"):
+        deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, bad_table, meta, width, True, indices)
+    with pytest.raises(ValueError, match=r"context longer than max_context_len"):
+        deep_gemm.fp8_paged_mqa_logits(q, cache, weights, lens, table, meta, 10, True, indices)

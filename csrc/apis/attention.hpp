@@ -18,26 +18,24 @@
 
 namespace dg::apis {
 
-// Whether to skip a host check of a tensor's values: never for CPU tensors; for CUDA tensors (a device-to-host
-// copy, a synchronization) while the stream captures a CUDA graph or with DG_MQA_LOGITS_SKIP_RANGE_CHECK=1.
-inline bool skip_device_value_check(const at::Tensor& t) {
-    if (!t.is_cuda())
+// Whether to check a tensor's values on the host: only with DG_DEBUG_CHECKS=1 (for CUDA tensors that is a
+// reduction, a device-to-host copy and a synchronization per call), and never while the stream captures a CUDA
+// graph (a synchronization is not allowed there). Off, the kernels clamp every index and range instead, so bad
+// values give defined output and never read or write out of bounds.
+inline bool wants_value_check(const at::Tensor& t) {
+    if (!debug_checks_enabled())
         return false;
-    if (get_env_flag("DG_MQA_LOGITS_SKIP_RANGE_CHECK"))
+    if (!t.is_cuda())
         return true;
     int status = driver::CU_STREAM_CAPTURE_STATUS_NONE;
     DG_CUDA_DRIVER_CHECK(driver::api().cuStreamIsCapturing(jit::current_stream(t.device().index()), &status));
-    return status != driver::CU_STREAM_CAPTURE_STATUS_NONE;
+    return status == driver::CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// ks/ke values: 0 <= ks <= ke <= seq_len_kv, and ke - ks <= max_seqlen_k when compressed. Read on the
-// host: directly for CPU tensors; for CUDA tensors through one reduction and a device-to-host copy (a
-// synchronization), skipped while the stream captures a CUDA graph or with
-// DG_MQA_LOGITS_SKIP_RANGE_CHECK=1 (the kernel clamps the ranges anyway, so bad values never reach memory).
+// ks/ke values (DG_DEBUG_CHECKS=1 only, see wants_value_check): 0 <= ks <= ke <= seq_len_kv, and ke - ks <=
+// max_seqlen_k when compressed, read on the host through one reduction and one copy.
 inline void check_key_ranges(const at::Tensor& ks, const at::Tensor& ke, int64_t seq_len_kv, int64_t max_seqlen_k) {
-    if (ks.numel() == 0)
-        return;
-    if (skip_device_value_check(ks))
+    if (ks.numel() == 0 || !wants_value_check(ks))
         return;
     const at::Tensor ks64 = ks.to(at::kLong), ke64 = ke.to(at::kLong);
     const at::Tensor length = ke64 - ks64;
@@ -65,8 +63,8 @@ inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tenso
     const int64_t seq_len = q.size(0), num_heads = q.size(1), head_dim = q.size(2);
     DG_CHECK_INPUT(num_heads == 16 || num_heads == 32 || num_heads == 64,
                    "q must be [S, H, D] with H (heads) in {{16, 32, 64}}, got a {}", describe(q));
-    DG_CHECK_INPUT(head_dim == 64 || head_dim == 128, "q must be [S, H, D] with D (head dim) in {{64, 128}}, got a {}",
-                   describe(q));
+    DG_CHECK_INPUT(head_dim == 32 || head_dim == 64 || head_dim == 128,
+                   "q must be [S, H, D] with D (head dim) in {{32, 64, 128}}, got a {}", describe(q));
     check_k_major_tma(q, "q");
     DG_CHECK_INPUT(q.stride(0) == num_heads * q.stride(1) || seq_len <= 1,
                    "q: the heads of a token must be stacked densely (stride 0 = H * stride 1), got a {}", describe(q));
@@ -130,6 +128,22 @@ inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tenso
     return logits;
 }
 
+// q = (values, scales or None): FP4 q (scales given) has no SM90 kernel; FP8 q is fp8_mqa_logits.
+inline void check_fp8_q_pair(const std::optional<at::Tensor>& q_scales, const char* api) {
+    if (q_scales.has_value())
+        throw NotImplementedError(fmt::format(
+            "{}: q[1] (q scales) must be None on SM90: FP4 q (e2m1 values with scales) has no SM90 kernel; pass "
+            "(q_fp8, None)", api));
+}
+
+inline at::Tensor fp8_fp4_mqa_logits(const std::tuple<at::Tensor, std::optional<at::Tensor>>& q_pair,
+                                     const std::tuple<at::Tensor, at::Tensor>& kv_pair, const at::Tensor& weights,
+                                     const at::Tensor& ks, const at::Tensor& ke, bool clean_logits,
+                                     int64_t max_seqlen_k, at::ScalarType logits_dtype) {
+    check_fp8_q_pair(std::get<1>(q_pair), "fp8_fp4_mqa_logits");
+    return fp8_mqa_logits(std::get<0>(q_pair), kv_pair, weights, ks, ke, clean_logits, max_seqlen_k, logits_dtype);
+}
+
 // ---------------------------------------------------------------------------------------------- paged decode
 // The schedule of the paged decode kernel: work is counted in kv blocks (block_kv keys of one request;
 // request b has ceil(context_len[b] / block_kv) of them, context_len[b] the longest of its next_n query
@@ -139,11 +153,27 @@ inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tenso
 // the last range. No host synchronization, so it can be captured in a CUDA graph. On a CUDA device of
 // SM >= 90: one JIT kernel launch of one CTA (smxx_paged_mqa_schedule.cuh). Elsewhere (CPU tensors, older
 // GPUs): a few tensor ops (prefix sums, searchsorted), the reference the kernel is tested against.
-inline at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, int64_t block_kv, int64_t num_sms) {
+// indices (int32 [N], the request of each token, see check_token_indices): then context_lens holds the N tokens'
+// own lengths and each token is a unit of the schedule (next_n = 1), so the schedule is that of context_lens alone.
+inline at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, int64_t block_kv, int64_t num_sms,
+                                                const std::optional<at::Tensor>& indices) {
     check_defined(context_lens, "context_lens");
     check_dtype(context_lens, at::kInt, "context_lens");
     DG_CHECK_INPUT(context_lens.dim() == 1 || context_lens.dim() == 2,
                    "context_lens must be [B] or [B, next_n], got a {}", describe(context_lens));
+    if (indices.has_value()) {
+        DG_CHECK_INPUT(context_lens.dim() == 1 || context_lens.size(1) == 1,
+                       "context_lens must be [N] or [N, 1] (one length per token) with indices, got a {}",
+                       describe(context_lens));
+        check_defined(*indices, "indices");
+        check_dtype(*indices, at::kInt, "indices");
+        DG_CHECK_INPUT(indices->dim() == 1 && indices->size(0) == context_lens.size(0),
+                       "indices must be [N] = [{}] (a request per token of context_lens), got a {}",
+                       context_lens.size(0), describe(*indices));
+        DG_CHECK_INPUT(indices->device() == context_lens.device(),
+                       "indices must be on the same device as context_lens ({}), got {}", context_lens.device().str(),
+                       indices->device().str());
+    }
     DG_CHECK_INPUT(block_kv == 32 || block_kv == 64, "block_kv must be 32 or 64 (keys per kv-cache block), got {}",
                    block_kv);
     DG_CHECK_INPUT(num_sms > 0 && num_sms <= 65536, "num_sms must be in [1, 65536], got {}", num_sms);
@@ -186,22 +216,46 @@ inline at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, 
     return at::stack({request, block}, 1).to(at::kInt).contiguous();
 }
 
-// context_lens and block_table values: 0 <= context_len <= max_context_len, ceil(context_len / block_kv) <=
-// max_blocks, and every block id a request uses in [0, num_blocks). Host-checked like ks/ke (see
-// skip_device_value_check); the kernel clamps them anyway, so bad values never read or write out of bounds.
-inline void check_paged_values(const at::Tensor& context_lens, const at::Tensor& block_table, int64_t block_kv,
-                               int64_t num_kv_blocks, int64_t max_context_len) {
-    if (context_lens.numel() == 0 || skip_device_value_check(context_lens))
+// indices (with the paged call): int32 [N], contiguous, on context_lens' device; q rows are tokens (next_n = 1)
+// and token t reads the keys of block-table row indices[t] (its request) up to its own context_lens[t].
+inline void check_token_indices(const at::Tensor& indices, int64_t num_tokens, int64_t next_n) {
+    check_defined(indices, "indices");
+    check_dtype(indices, at::kInt, "indices");
+    DG_CHECK_INPUT(next_n == 1, "indices: q must be [N, 1, H, D] (one token per row, next_n = 1) with indices, got "
+                   "next_n = {}", next_n);
+    DG_CHECK_INPUT(indices.dim() == 1 && indices.size(0) == num_tokens,
+                   "indices must be [N] = [{}] (the request of each q row), got a {}", num_tokens, describe(indices));
+    DG_CHECK_INPUT(indices.stride(0) == 1 || num_tokens <= 1, "indices must be contiguous, got a {}",
+                   describe(indices));
+}
+
+// context_lens, block_table and indices values (DG_DEBUG_CHECKS=1 only, see wants_value_check): 0 <= context_len
+// <= max_context_len, ceil(context_len / block_kv) <= max_blocks, indices in [0, block-table rows), and every
+// block id a request uses in [0, num_blocks). Off, the kernel clamps them, so bad values never read or write out
+// of bounds.
+inline void check_paged_values(const at::Tensor& context_lens, const at::Tensor& block_table,
+                               const std::optional<at::Tensor>& indices, int64_t block_kv, int64_t num_kv_blocks,
+                               int64_t max_context_len) {
+    if (context_lens.numel() == 0 || !wants_value_check(context_lens))
         return;
     const at::Tensor lens = context_lens.to(at::kLong);
     const at::Tensor longest = lens.dim() == 2 ? std::get<0>(lens.max(1)) : lens;   // [B]
     const at::Tensor used = (longest.clamp_min(0) + (block_kv - 1)).div(block_kv, "floor");  // blocks per request
-    const int64_t max_blocks = block_table.size(1);
+    const int64_t max_blocks = block_table.size(1), num_rows = block_table.size(0);
+    at::Tensor rows = block_table;
+    if (indices.has_value()) {
+        const at::Tensor ids = indices->to(at::kLong);
+        const at::Tensor range = at::stack({ids.min(), ids.max()}).cpu();
+        const int64_t* r = range.data_ptr<int64_t>();
+        DG_CHECK_INPUT(r[0] >= 0 && r[1] < num_rows, "indices must be in [0, {}) (block_table rows) everywhere, got "
+                       "[{}, {}] (request indices out of range)", num_rows, r[0], r[1]);
+        rows = block_table.index_select(0, ids);
+    }
     at::Tensor bad_ids = at::zeros({}, lens.options());
     if (max_blocks > 0) {
         const at::Tensor column = at::arange(max_blocks, lens.options());
         const at::Tensor in_use = column.unsqueeze(0) < used.unsqueeze(1);
-        const at::Tensor ids = block_table.to(at::kLong);
+        const at::Tensor ids = rows.to(at::kLong);
         bad_ids = (in_use & ((ids < 0) | (ids >= num_kv_blocks))).sum();
     }
     const at::Tensor extremes = at::stack({lens.min(), lens.max(), used.max(), bad_ids}).cpu();
@@ -219,7 +273,8 @@ inline void check_paged_values(const at::Tensor& context_lens, const at::Tensor&
 
 inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& weights,
                                        const at::Tensor& context_lens, const at::Tensor& block_table,
-                                       const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits) {
+                                       const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits,
+                                       const std::optional<at::Tensor>& indices, at::ScalarType logits_dtype) {
     // q [B, T, H, D]
     check_defined(q, "q");
     check_dim(q, 4, "q");
@@ -229,8 +284,8 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
                    "q must be [B, next_n, H, D] with next_n in {{1, 2, 4}}, got a {}", describe(q));
     DG_CHECK_INPUT(num_heads == 16 || num_heads == 32 || num_heads == 64,
                    "q must be [B, next_n, H, D] with H (heads) in {{16, 32, 64}}, got a {}", describe(q));
-    DG_CHECK_INPUT(head_dim == 64 || head_dim == 128,
-                   "q must be [B, next_n, H, D] with D (head dim) in {{64, 128}}, got a {}", describe(q));
+    DG_CHECK_INPUT(head_dim == 32 || head_dim == 64 || head_dim == 128,
+                   "q must be [B, next_n, H, D] with D (head dim) in {{32, 64, 128}}, got a {}", describe(q));
     DG_CHECK_INPUT(q.is_contiguous(), "q must be contiguous, got a {}", describe(q));
     // kv_cache [num_blocks, block_kv, 1, D + 4]
     check_defined(kv_cache, "kv_cache");
@@ -241,7 +296,14 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
                    "kv_cache must be [num_blocks, block_kv, 1, D + 4] with block_kv in {{32, 64}} and D = {} (q's head "
                    "dim), got a {}", head_dim, describe(kv_cache));
     DG_CHECK_INPUT(num_kv_blocks >= 1, "kv_cache must hold at least one block, got a {}", describe(kv_cache));
-    DG_CHECK_INPUT(kv_cache.is_contiguous(), "kv_cache must be contiguous, got a {}", describe(kv_cache));
+    // Each block packed (its block_kv x D values, then its block_kv scales); blocks any 16-byte multiple apart
+    const int64_t block_bytes = block_kv * (head_dim + 4);
+    const int64_t block_stride = num_kv_blocks == 1 ? block_bytes : kv_cache.stride(0);
+    DG_CHECK_INPUT(kv_cache.stride(3) == 1 && kv_cache.stride(1) == head_dim + 4 && block_stride >= block_bytes &&
+                       block_stride % 16 == 0,
+                   "kv_cache must have its inner dims packed (stride 3 = 1, stride 1 = D + 4 = {}) and blocks a "
+                   "multiple of 16 bytes apart, at least block_kv * (D + 4) = {} (stride 0), got a {}", head_dim + 4,
+                   block_bytes, describe(kv_cache));
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(kv_cache.data_ptr()) % 16 == 0,
                    "kv_cache: data pointer must be 16-byte aligned for TMA, got a {}", describe(kv_cache));
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0 || q.numel() == 0,
@@ -264,9 +326,18 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
     DG_CHECK_INPUT(context_lens.is_contiguous(), "context_lens must be contiguous, got a {}", describe(context_lens));
     check_defined(block_table, "block_table");
     check_dtype(block_table, at::kInt, "block_table");
-    DG_CHECK_INPUT(block_table.dim() == 2 && block_table.size(0) == batch,
-                   "block_table must be [B, max_blocks] with B = {}, got a {}", batch, describe(block_table));
-    DG_CHECK_INPUT(block_table.is_contiguous(), "block_table must be contiguous, got a {}", describe(block_table));
+    if (indices.has_value()) {
+        check_token_indices(*indices, batch, next_n);
+        DG_CHECK_INPUT(block_table.dim() == 2 && (block_table.size(0) >= 1 || batch == 0),
+                       "block_table must be [R, max_blocks] with R >= 1 requests (rows named by indices), got a {}",
+                       describe(block_table));
+    } else {
+        DG_CHECK_INPUT(block_table.dim() == 2 && block_table.size(0) == batch,
+                       "block_table must be [B, max_blocks] with B = {}, got a {}", batch, describe(block_table));
+    }
+    DG_CHECK_INPUT((block_table.stride(1) == 1 || block_table.size(1) <= 1) && block_table.stride(0) >= 0,
+                   "block_table must be contiguous along max_blocks (stride 1 = 1; rows may be strided, e.g. "
+                   "block_tables[::next_n]), got a {}", describe(block_table));
     check_defined(schedule_meta, "schedule_meta");
     check_dtype(schedule_meta, at::kInt, "schedule_meta");
     DG_CHECK_INPUT(schedule_meta.dim() == 2 && schedule_meta.size(0) >= 2 && schedule_meta.size(0) <= 65537 &&
@@ -276,25 +347,44 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
     DG_CHECK_INPUT(schedule_meta.is_contiguous(), "schedule_meta must be contiguous, got a {}", describe(schedule_meta));
     DG_CHECK_INPUT(max_context_len >= 0 && max_context_len < INT32_MAX,
                    "max_context_len must be in [0, 2^31 - 1), got {}", max_context_len);
-    DG_CHECK_INPUT(batch * next_n < INT32_MAX && num_kv_blocks * block_kv < INT32_MAX && block_table.size(1) < INT32_MAX,
-                   "B * next_n, the cache's keys and max_blocks must each be below 2^31");
+    DG_CHECK_INPUT(batch * next_n < INT32_MAX && num_kv_blocks * block_kv < INT32_MAX &&
+                       block_table.size(0) < INT32_MAX && block_table.size(1) < INT32_MAX,
+                   "B * next_n, the cache's keys and block_table's dims must each be below 2^31");
+    DG_CHECK_INPUT(logits_dtype == at::kFloat || logits_dtype == at::kBFloat16,
+                   "logits_dtype must be torch.float32 or torch.bfloat16, got {}", dtype_name(logits_dtype));
     DG_CHECK_INPUT(context_lens.device() == block_table.device(),
                    "block_table must be on the same device as context_lens ({}), got {}", context_lens.device().str(),
                    block_table.device().str());
-    check_paged_values(context_lens, block_table, block_kv, num_kv_blocks, max_context_len);
+    if (indices.has_value())
+        DG_CHECK_INPUT(indices->device() == context_lens.device(),
+                       "indices must be on the same device as context_lens ({}), got {}", context_lens.device().str(),
+                       indices->device().str());
+    check_paged_values(context_lens, block_table, indices, block_kv, num_kv_blocks, max_context_len);
 
     // Devices last
     check_same_cuda_device(q, "q", {{&kv_cache, "kv_cache"}, {&weights, "weights"}, {&context_lens, "context_lens"},
                                     {&block_table, "block_table"}, {&schedule_meta, "schedule_meta"}});
+    if (indices.has_value())
+        check_same_cuda_device(q, "q", {{&*indices, "indices"}});
     check_sm90(q, "fp8_paged_mqa_logits");
     const jit::DeviceScope device_scope(q.device().index());
 
-    at::Tensor logits = at::empty({batch * next_n, max_context_len}, q.options().dtype(at::kFloat));
+    at::Tensor logits = at::empty({batch * next_n, max_context_len}, q.options().dtype(logits_dtype));
     if (batch == 0 || max_context_len == 0)
         return logits;
     kernels::launch_sm90_fp8_paged_mqa_logits(
-        {q, kv_cache, weights, context_lens, block_table, schedule_meta, logits, clean_logits});
+        {q, kv_cache, weights, context_lens, block_table, indices, schedule_meta, logits, clean_logits});
     return logits;
+}
+
+inline at::Tensor fp8_fp4_paged_mqa_logits(const std::tuple<at::Tensor, std::optional<at::Tensor>>& q_pair,
+                                           const at::Tensor& kv_cache, const at::Tensor& weights,
+                                           const at::Tensor& context_lens, const at::Tensor& block_table,
+                                           const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits,
+                                           at::ScalarType logits_dtype, const std::optional<at::Tensor>& indices) {
+    check_fp8_q_pair(std::get<1>(q_pair), "fp8_fp4_paged_mqa_logits");
+    return fp8_paged_mqa_logits(std::get<0>(q_pair), kv_cache, weights, context_lens, block_table, schedule_meta,
+                                max_context_len, clean_logits, indices, logits_dtype);
 }
 
 }  // namespace dg::apis

@@ -99,6 +99,8 @@ struct PagedMqaLogitsConfig {
     uint32_t next_n = 1, num_heads = 64, head_dim = 128, block_kv = 64, num_stages = 8;
     uint32_t num_math_wgs = 2;  // math warpgroups: 3 when next_n x H <= 128, else 2
     bool is_2d_context_lens = false, clean_logits = false;
+    bool out_bf16 = false;     // BF16 logits (else FP32)
+    bool has_indices = false;  // q rows are tokens, each with its block-table row from `indices` (next_n = 1)
     bool relu_by_abs = false;  // the head reduction's form (mqa::weighted_relu_sums): two FFMAs at next_n = 1
     // The signed head sums from e4m3 pieces on the tensor core (the kernel's kSignedSumByWgmma; with relu_by_abs)
     bool signed_sum_wgmma = false;
@@ -106,8 +108,9 @@ struct PagedMqaLogitsConfig {
 
     std::string describe() const {
         return fmt::format("next_n={} H={} D={} block_kv={} stages={} math_wgs={} 2d_lens={} clean={} relu_by_abs={} "
-                           "signed_sum_wgmma={} smem={}", next_n, num_heads, head_dim, block_kv, num_stages,
-                           num_math_wgs, is_2d_context_lens, clean_logits, relu_by_abs, signed_sum_wgmma, smem_bytes);
+                           "signed_sum_wgmma={} bf16={} indices={} smem={}", next_n, num_heads, head_dim, block_kv,
+                           num_stages, num_math_wgs, is_2d_context_lens, clean_logits, relu_by_abs, signed_sum_wgmma,
+                           out_bf16, has_indices, smem_bytes);
     }
 };
 

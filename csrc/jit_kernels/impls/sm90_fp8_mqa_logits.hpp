@@ -49,8 +49,8 @@ inline MqaLogitsConfig mqa_logits_config_from_params(const KernelParams& params)
     c.split_halves = get("split_halves", 0) != 0;
     DG_CHECK_INPUT(!c.split_halves || mqa_logits_split_halves_fit(c),
                    "split_halves needs num_heads 64, or 32 without signed_sum_wgmma");
-    DG_CHECK_INPUT(!c.signed_sum_wgmma || (c.relu_by_abs && c.num_heads >= 32),
-                   "signed_sum_wgmma needs relu_by_abs=1 and num_heads 32 or 64");
+    DG_CHECK_INPUT(!c.signed_sum_wgmma || (c.relu_by_abs && c.num_heads >= 32 && c.head_dim >= 64),
+                   "signed_sum_wgmma needs relu_by_abs=1, num_heads 32 or 64 and head_dim 64 or 128");
     c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
     return c;
 }

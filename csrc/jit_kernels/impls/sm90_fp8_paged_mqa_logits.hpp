@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <tuple>
 
 #include "../../jit/device_runtime.hpp"
@@ -22,11 +23,11 @@ inline jit::KernelSource render_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsCo
             fmt::format("#include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         c.next_n, c.num_heads, c.head_dim, c.block_kv, c.num_stages, c.num_math_wgs,
                         flag(c.is_2d_context_lens), flag(c.clean_logits), flag(c.relu_by_abs),
-                        flag(c.signed_sum_wgmma))};
+                        flag(c.signed_sum_wgmma), flag(c.out_bf16), flag(c.has_indices))};
 }
 
 // A config from named integer parameters (the compile-only entry point).
@@ -36,9 +37,12 @@ inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const KernelPara
                                                          get("block_kv", 64), get("is_2d_context_lens", 0) != 0,
                                                          get("clean_logits", 0) != 0);
     c.num_math_wgs = get("num_math_wgs", c.num_math_wgs);
+    c.out_bf16 = get("out_bf16", 0) != 0;
+    c.has_indices = get("has_indices", 0) != 0;
     c.relu_by_abs = get("relu_by_abs", c.relu_by_abs) != 0;
     c.signed_sum_wgmma = get("signed_sum_wgmma", c.signed_sum_wgmma) != 0;
     DG_CHECK_INPUT(!c.signed_sum_wgmma || c.relu_by_abs, "signed_sum_wgmma needs relu_by_abs=1");
+    DG_CHECK_INPUT(!c.signed_sum_wgmma || c.head_dim >= 64, "signed_sum_wgmma needs head_dim 64 or 128");
     c.num_stages = get("num_stages", paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs,
                                                              c.signed_sum_wgmma));
     c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
@@ -50,22 +54,26 @@ struct PagedMqaProblemArgs {
     uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
     const int32_t* context_lens;
     const int32_t* block_table;
+    uint64_t ld_block_table;
+    const int32_t* indices;
+    uint32_t num_table_rows;
     const int32_t* schedule;
     const float* weights;
     uint32_t ld_weights;
-    float* logits;
+    void* logits;
     uint64_t ld_logits;
 };
 
 // Arguments of one call, already validated by the API layer.
 struct PagedMqaLogitsArgs {
     const at::Tensor& q;             // [B, T, H, D] e4m3, contiguous
-    const at::Tensor& kv_cache;      // uint8 [num_blocks, BLOCK_KV, 1, D + 4], contiguous
+    const at::Tensor& kv_cache;      // uint8 [num_blocks, BLOCK_KV, 1, D + 4], each block packed, blocks 16 B-aligned
     const at::Tensor& weights;       // [B * T, H] FP32, stride 1 along H
     const at::Tensor& context_lens;  // int32 [B] or [B, T], contiguous
-    const at::Tensor& block_table;   // int32 [B, max_blocks], contiguous
+    const at::Tensor& block_table;   // int32 [R, max_blocks], stride 1 along max_blocks (R = B without indices)
+    const std::optional<at::Tensor>& indices;  // int32 [B] (T = 1): the block-table row of each token, contiguous
     const at::Tensor& schedule;      // int32 [num_ctas + 1, 2], contiguous
-    const at::Tensor& logits;        // FP32 [B * T, W], stride 1 along W
+    const at::Tensor& logits;        // FP32 or BF16 [B * T, W], stride 1 along W
     bool clean_logits;
 };
 
@@ -76,15 +84,17 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
                                                          args.context_lens.dim() == 2, args.clean_logits,
                                                          static_cast<uint32_t>(args.logits.size(1)));
+    c.out_bf16 = args.logits.scalar_type() == at::kBFloat16;
+    c.has_indices = args.indices.has_value();
     apply_paged_mqa_logits_tune(c, tune_settings(TuneFamily::kPagedMqaLogits));
 
     const auto stream = jit::current_stream(device);
     static jit::KernelCache<
-        std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool, bool, bool>>
+        std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool>>
         kernels;
     const jit::Kernel* kernel = &kernels.get(
         {device, next_n, num_heads, head_dim, block_kv, c.num_stages, c.num_math_wgs, c.is_2d_context_lens,
-         c.clean_logits, c.relu_by_abs, c.signed_sum_wgmma},
+         c.clean_logits, c.relu_by_abs, c.signed_sum_wgmma, c.out_bf16, c.has_indices},
         [&]() -> const jit::Kernel& {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
@@ -93,19 +103,20 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
             return jit::get_kernel(render_sm90_fp8_paged_mqa_logits(c), props.arch(), device, stream);
         });
 
-    // q as [B * T * H, D]: one request's T * H rows per box; the cache as rows of D bytes: block i's FP8
-    // values are rows [i * R, +BLOCK_KV), R = BLOCK_KV (D + 4) / D
+    // q as [B * T * H, D]: one request's T * H rows per box; the cache's FP8 values as [num_blocks][BLOCK_KV][D]
+    // (blocks kv_cache.stride(0) bytes apart), one block per box
     const auto swizzle = jit::swizzle_for_bytes(head_dim);
-    const uint64_t rows_per_block = static_cast<uint64_t>(block_kv) * (head_dim + 4) / head_dim;
+    const uint64_t block_stride = static_cast<uint64_t>(args.kv_cache.stride(0));
     const auto tma_q = jit::make_tma_2d(args.q.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim,
                                         static_cast<uint64_t>(batch) * next_n * num_heads, head_dim, head_dim,
                                         next_n * num_heads, swizzle);
-    const auto tma_kv = jit::make_tma_2d(args.kv_cache.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim,
-                                         num_kv_blocks * rows_per_block, head_dim, head_dim, block_kv, swizzle);
-    // The scales: one row of BLOCK_KV FP32 per block, BLOCK_KV (D + 4) bytes apart, after the block's values
+    const auto tma_kv = jit::make_tma_3d(args.kv_cache.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                         {head_dim, block_kv, num_kv_blocks}, {head_dim, block_stride},
+                                         {head_dim, block_kv, 1}, swizzle);
+    // The scales: one row of BLOCK_KV FP32 per block, a block stride apart, after the block's values
     const auto tma_scales = jit::make_tma_2d(static_cast<uint8_t*>(args.kv_cache.data_ptr()) + block_kv * head_dim,
                                              driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, block_kv, num_kv_blocks,
-                                             rows_per_block * head_dim, block_kv, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+                                             block_stride, block_kv, 1, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
 
     jit::LaunchConfig launch;
     launch.grid = {static_cast<unsigned>(args.schedule.size(0) - 1), 1, 1};
@@ -123,10 +134,13 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
                                 static_cast<uint32_t>(args.logits.size(1)),
                                 args.context_lens.data_ptr<int32_t>(),
                                 args.block_table.data_ptr<int32_t>(),
+                                static_cast<uint64_t>(args.block_table.stride(0)),
+                                args.indices.has_value() ? args.indices->data_ptr<int32_t>() : nullptr,
+                                static_cast<uint32_t>(args.block_table.size(0)),
                                 args.schedule.data_ptr<int32_t>(),
                                 args.weights.data_ptr<float>(),
                                 static_cast<uint32_t>(args.weights.stride(0)),
-                                args.logits.data_ptr<float>(),
+                                args.logits.data_ptr(),
                                 static_cast<uint64_t>(args.logits.stride(0))};
     kernel->launch(device, launch, problem, tma_q, tma_kv, tma_scales);
 }

@@ -59,7 +59,7 @@
 //   other's wgmma. Each warpgroup's chain (issue, its wgmmas behind the other's, reduce, issue) is the limit:
 //   halving the reduction moved the time into the wgmma wait (ncu: the tensor pipe 55 -> 62 %). D = 64
 //   halves the tensor work, not the epilogue (CUDA-core bound). Each CTA pays barrier init and pipeline
-//   fill (a few us) once per C keys. Limits: H in {16, 32, 64}, D in {64, 128}.
+//   fill (a few us) once per C keys. Limits: H in {16, 32, 64}, D in {32, 64, 128} (the pieces: D >= 64).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -126,13 +126,14 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 1) * 8 + 16;
 
     static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
-    static_assert(kHeadDim == 64 || kHeadDim == 128, "D must be 64 or 128 (one swizzled TMA row)");
+    static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
+                  "D must be 32, 64 or 128 (one swizzled TMA row)");
     static_assert(kQueriesPerWg % 4 == 0 && BLOCK_Q <= 32, "the quad reduce-scatter needs 4 | queries per warpgroup");
     static_assert(kNumStages >= 2 && kNumStages <= 16, "2 to 16 stages");
     static_assert(SMEM_Q_SIZE_PER_WG % 1024 == 0 && SMEM_KV_SIZE_PER_STAGE % 1024 == 0 &&
                   SMEM_PIECES_SIZE_PER_WG % 1024 == 0, "tiles must keep 1024-byte alignment for the swizzle");
-    static_assert(!kSignedSumByWgmma || (kReluByAbs && kQueriesPerWg <= 8),
-                  "the signed sums by wgmma complete the |x| form, at H = 64 or 32 (registers)");
+    static_assert(!kSignedSumByWgmma || (kReluByAbs && kQueriesPerWg <= 8 && kHeadDim >= 64),
+                  "the signed sums by wgmma complete the |x| form, at H = 64 or 32 (registers), D >= 64");
     static_assert(!kSplitHalves || kQueriesPerWg == 4 || (kQueriesPerWg == 8 && !kSignedSumByWgmma),
                   "the split tile fits at H = 64, and at H = 32 without the pieces (registers)");
 

@@ -4,9 +4,12 @@
 // for the keys j < end(b, t) of request b's query token t (T = next_n): end = context_len[b] - T + t + 1 with
 // context_lens [B], end = context_lens[b, t] with context_lens [B, T]; clamped on the device to [0, W], W =
 // max_context_len. With kCleanLogits the rest of each row is -inf. Key j of request b lives in kv-cache
-// block block_table[b, j / BLOCK_KV], row j % BLOCK_KV. kv_cache is uint8 [num_blocks, BLOCK_KV, 1, D + 4]:
-// per block BLOCK_KV x D FP8 values, then BLOCK_KV FP32 scales. Seen as rows of D bytes, block i's values
-// are rows [i * R, +BLOCK_KV), R = BLOCK_KV (D + 4) / D (an integer for BLOCK_KV in {32, 64}, D in {64, 128}).
+// block block_table[r, j / BLOCK_KV], row j % BLOCK_KV, r = b (kHasIndices: r = indices[b], the request whose
+// block-table row token b uses; then T = 1 and each q row is one token with its own context length). The
+// block table's rows are ld_block_table elements apart. kv_cache is uint8 [num_blocks, BLOCK_KV, 1, D + 4]:
+// per block BLOCK_KV x D FP8 values, then BLOCK_KV FP32 scales; blocks any multiple of 16 bytes apart (the
+// TMA descriptors carry that stride: the values as [num_blocks][BLOCK_KV][D], the scales as [num_blocks]
+// [BLOCK_KV]). Logits FP32, or BF16 with kOutBf16 (rounded from the FP32 sums in the store).
 //
 // GEMM view: M = 64 keys (A = 64 / BLOCK_KV consecutive kv blocks of one request), N = T x H (B = all
 //   queries of the request, q seen as [B * T * H, D]), K = D. Head reduction in registers and a quad
@@ -57,10 +60,12 @@
 // Shared memory: [Q x 2] [pieces x 2] [kv x stages] [scales x stages] [piece scales x 2] [full x stages, empty x
 //   stages, q_full x 2, q_empty x 2, pieces_full x 2] (the pieces' parts only with kSignedSumByWgmma).
 // Invalid device-side values never reach memory: requests and blocks of the schedule are clamped to B and
-//   the request's blocks, block-table columns to max_blocks, block ids to the cache, ends to [0, W].
-// Limits: H in {16, 32, 64}, D in {64, 128}, BLOCK_KV in {32, 64}, T in {1, 2, 4}; FP32 logits.
+//   the request's blocks, block-table columns to max_blocks, kHasIndices request indices to the table's rows,
+//   block ids to the cache, ends to [0, W].
+// Limits: H in {16, 32, 64}, D in {32, 64, 128} (the pieces: D >= 64), BLOCK_KV in {32, 64}, T in {1, 2, 4}.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda/std/type_traits>
 
 #include <deep_gemm/common/mqa_logits.cuh>
@@ -77,17 +82,20 @@ namespace deep_gemm {
 struct PagedMqaProblem {
     uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
     const int32_t* context_lens;  // [B] or [B, T]
-    const int32_t* block_table;   // [B, max_blocks], row stride max_blocks
+    const int32_t* block_table;   // [num_table_rows, max_blocks], row stride ld_block_table
+    uint64_t ld_block_table;
+    const int32_t* indices;       // kHasIndices: [B], the block-table row of each q row (token)
+    uint32_t num_table_rows;
     const int32_t* schedule;      // [gridDim.x + 1, 2]
     const float* weights;         // [B * T, H], row stride ld_weights
     uint32_t ld_weights;
-    float* logits;                // [B * T, W], row stride ld_logits
+    void* logits;                 // [B * T, W] FP32 (BF16 with kOutBf16), row stride ld_logits
     uint64_t ld_logits;
 };
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
           uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs,
-          bool kSignedSumByWgmma>
+          bool kSignedSumByWgmma, bool kOutBf16, bool kHasIndices>
 struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t TILE_KV = 64;  // keys per tile: one wgmma M
     static constexpr uint32_t kBlocksPerTile = TILE_KV / kBlockKv;
@@ -107,8 +115,7 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t kNumGroups = WG_N / 8;
     static constexpr uint32_t kGroupsPerQuery = kNumHeads / 8;
     static constexpr uint32_t kNumKSteps = kHeadDim / 32;
-    static constexpr uint32_t kBlockBytes = kBlockKv * (kHeadDim + 4);
-    static constexpr uint32_t kRowsPerBlock = kBlockBytes / kHeadDim;  // R: block stride in D-byte rows
+    using OutBits = cuda::std::conditional_t<kOutBf16, uint16_t, uint32_t>;
 
     // kSignedSumByWgmma: the e4m3 pieces of u_t = sum_h w[t, h] q[t, h, :] of the request's queries, one B row per
     // piece (mqa::SignedSumPieces::row), in a 16-row tile per Q slot, and their scales [4 queries x 4 pieces]
@@ -134,10 +141,11 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t kIdWindow = 32;  // block ids per producer window (one per lane)
 
     static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
-    static_assert(kHeadDim == 64 || kHeadDim == 128, "D must be 64 or 128 (one swizzled TMA row)");
+    static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
+                  "D must be 32, 64 or 128 (one swizzled TMA row)");
     static_assert(kBlockKv == 32 || kBlockKv == 64, "BLOCK_KV must be 32 or 64");
     static_assert(kNextN == 1 || kNextN == 2 || kNextN == 4, "next_n must be 1, 2 or 4");
-    static_assert(kBlockBytes % kHeadDim == 0, "a kv block must span whole D-byte rows");
+    static_assert(!kHasIndices || kNextN == 1, "with indices every q row is one token (next_n = 1)");
     static_assert(kNumStages >= 2 && kNumStages <= 32, "2 to 32 stages");
     // Tile n sits in stage n % S and goes to warpgroup n % M: with M | S every stage has one consumer, which
     // waited for the stage's previous phase itself, so its parity wait can never match a phase one behind
@@ -147,11 +155,13 @@ struct Sm90Fp8PagedMqaLogits {
                   "2 math warpgroups, or 3 when next_n x H <= 128 (their accumulators fit in 152 registers)");
     static_assert(kNumMathWarpgroups * 128 * kMathRegs + 128 * kProducerRegs <= 65536, "register file");
     static_assert(kIdWindow % kBlocksPerTile == 0, "a tile's blocks lie in one id window");
-    static_assert(SMEM_Q_SIZE % 1024 == 0 && (kBlockKv * kHeadDim) % 1024 == 0,
-                  "tiles must keep 1024-byte alignment for the swizzle");
+    // A swizzled tile starts on its swizzle pattern's period (8 rows of D bytes); the kv stages on 1024 bytes
+    static_assert(SMEM_Q_SIZE % (8 * kHeadDim) == 0 && (kBlockKv * kHeadDim) % 1024 == 0 &&
+                  SMEM_KV_OFFSET % 1024 == 0, "tiles must keep their swizzle alignment");
     static_assert(SMEM_PIECES_SIZE % 1024 == 0, "piece tiles keep the kv stages 1024-byte aligned");
-    static_assert(!kSignedSumByWgmma || (kReluByAbs && kNextN <= 4 && kNumPiecesWarps == 2),
-                  "the pieces complete the |x| form; 4 queries at most (one 16-row piece tile), two pieces warps");
+    static_assert(!kSignedSumByWgmma || (kReluByAbs && kNextN <= 4 && kNumPiecesWarps == 2 && kHeadDim >= 64),
+                  "the pieces complete the |x| form; 4 queries at most (one 16-row piece tile), two pieces warps, "
+                  "D >= 64 (a lane's share of u is 2 or 4 bytes)");
 
     struct SharedStorage {
         uint8_t* base;
@@ -206,10 +216,18 @@ struct Sm90Fp8PagedMqaLogits {
         return static_cast<uint32_t>(min(max(end, 0), static_cast<int32_t>(p.out_width)));
     }
 
+    // The block-table row of q row group b: b, or (kHasIndices) indices[b] clamped to the table's rows
+    __device__ __forceinline__ static const int32_t* table_row(const PagedMqaProblem& p, uint32_t request) {
+        uint32_t row = request;
+        if constexpr (kHasIndices)
+            row = static_cast<uint32_t>(min(max(__ldg(p.indices + request), 0),
+                                            static_cast<int32_t>(p.num_table_rows) - 1));
+        return p.block_table + static_cast<uint64_t>(row) * p.ld_block_table;
+    }
+
     // The cache block of request b's kv block k (clamped: any value stays inside the cache)
     __device__ __forceinline__ static uint32_t block_id(const PagedMqaProblem& p, uint32_t request, uint32_t block) {
-        const int32_t id = __ldg(p.block_table + static_cast<uint64_t>(request) * p.max_blocks +
-                                 min(block, p.max_blocks - 1));
+        const int32_t id = __ldg(table_row(p, request) + min(block, p.max_blocks - 1));
         return static_cast<uint32_t>(min(max(id, 0), static_cast<int32_t>(p.num_kv_blocks) - 1));
     }
 
@@ -227,7 +245,7 @@ struct Sm90Fp8PagedMqaLogits {
             ptx::prefetch_l2(p.weights + static_cast<uint64_t>(row) * p.ld_weights + (lane % kWeightLinesPerRow) * 32);
         } else if (with_block_table && p.max_blocks > 0 && lane < kNextN * kWeightLinesPerRow + 3) {
             const uint32_t column = min(block + min((lane - kNextN * kWeightLinesPerRow) * 32, 63u), p.max_blocks - 1);
-            ptx::prefetch_l2(p.block_table + static_cast<uint64_t>(request) * p.max_blocks + column);
+            ptx::prefetch_l2(table_row(p, request) + column);
         }
     }
 
@@ -363,8 +381,8 @@ struct Sm90Fp8PagedMqaLogits {
                 ptx::mbarrier_arrive_expect_tx(s.full(pipe.stage), kStageBytes);
                 #pragma unroll
                 for (uint32_t i = 0; i < kBlocksPerTile; ++i) {
-                    ptx::tma_load_2d(s.kv(pipe.stage) + i * kBlockKv * kHeadDim, tma_kv, s.full(pipe.stage), 0,
-                                     static_cast<int32_t>(id[i] * kRowsPerBlock));
+                    ptx::tma_load_3d(s.kv(pipe.stage) + i * kBlockKv * kHeadDim, tma_kv, s.full(pipe.stage), 0, 0,
+                                     static_cast<int32_t>(id[i]));
                     ptx::tma_load_2d(s.scales(pipe.stage) + i * kBlockKv, tma_scales, s.full(pipe.stage), 0,
                                      static_cast<int32_t>(id[i]));
                 }
@@ -377,9 +395,12 @@ struct Sm90Fp8PagedMqaLogits {
     __device__ __forceinline__ static void clean(const PagedMqaProblem& p, uint32_t tid) {
         #pragma unroll 1
         for (uint32_t row = blockIdx.x; row < p.batch_size * kNextN; row += gridDim.x) {
-            const uint32_t end = query_end(p, row / kNextN, row % kNextN);
-            mqa::fill_neg_inf<uint32_t, kNumCleanThreads>(reinterpret_cast<uint32_t*>(p.logits + row * p.ld_logits),
-                                                          end, p.out_width, tid);
+            // From the first key the math does not store: past the query's end, or past the blocks the table's
+            // columns hold (a context longer than max_blocks x BLOCK_KV keys)
+            const uint32_t end = min(query_end(p, row / kNextN, row % kNextN),
+                                     num_blocks_of(p, row / kNextN) * kBlockKv);
+            mqa::fill_neg_inf<OutBits, kNumCleanThreads>(static_cast<OutBits*>(p.logits) + row * p.ld_logits, end,
+                                                         p.out_width, tid);
         }
     }
 
@@ -442,6 +463,14 @@ struct Sm90Fp8PagedMqaLogits {
     }
 
     // ---------------------------------------------------------------- math warpgroups
+    // One logit: FP32 bits, or (kOutBf16) rounded to nearest-even BF16
+    __device__ __forceinline__ static void store(OutBits* ptr, float value) {
+        if constexpr (kOutBf16)
+            *ptr = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+        else
+            *ptr = __float_as_uint(value);
+    }
+
     __device__ __forceinline__ static void math(const SharedStorage& s, const PagedMqaProblem& p, uint32_t wg_idx) {
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
@@ -461,7 +490,7 @@ struct Sm90Fp8PagedMqaLogits {
         // the wgmmas); on a bool, not a pointer test, which made ptxas add a divergent-shuffle fallback.
         float pending[kNextN][2];
         float pending_signed[2], pending_scale[2];  // kSignedSumByWgmma: this lane's query's sum x w, the kv scales
-        float* pending_out = p.logits;
+        OutBits* pending_out = static_cast<OutBits*>(p.logits);
         bool pending_stores[2] = {false, false};
         bool has_pending = false;
         const auto flush = [&]() {
@@ -475,7 +504,7 @@ struct Sm90Fp8PagedMqaLogits {
             #pragma unroll
             for (uint32_t h = 0; h < 2; ++h) {
                 if (pending_stores[h])
-                    pending_out[h * 8] = reduced[0][h];
+                    store(pending_out + h * 8, reduced[0][h]);
             }
         };
 
@@ -584,7 +613,7 @@ struct Sm90Fp8PagedMqaLogits {
             }
             const uint32_t key_0 = c.block * kBlockKv + row_0;
             const uint64_t out_row = static_cast<uint64_t>(c.request) * kNextN + Reduce::query(0, lane);
-            pending_out = p.logits + out_row * p.ld_logits + key_0;
+            pending_out = static_cast<OutBits*>(p.logits) + out_row * p.ld_logits + key_0;
             #pragma unroll
             for (uint32_t h = 0; h < 2; ++h)
                 pending_stores[h] = Reduce::stores(lane) && in_range[h] && key_0 + h * 8 < ends[0];
@@ -597,14 +626,15 @@ struct Sm90Fp8PagedMqaLogits {
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
           uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs,
-          bool kSignedSumByWgmma>
+          bool kSignedSumByWgmma, bool kOutBf16, bool kHasIndices>
 __global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
 sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem,
                                  const __grid_constant__ TmaDescriptor tma_q,
                                  const __grid_constant__ TmaDescriptor tma_kv,
                                  const __grid_constant__ TmaDescriptor tma_scales) {
     using Kernel = Sm90Fp8PagedMqaLogits<kNextN, kNumHeads, kHeadDim, kBlockKv, kNumStages, kNumMathWarpgroups,
-                                         kIs2dContextLens, kCleanLogits, kReluByAbs, kSignedSumByWgmma>;
+                                         kIs2dContextLens, kCleanLogits, kReluByAbs, kSignedSumByWgmma, kOutBf16,
+                                         kHasIndices>;
 
     // Shared memory, 1024-byte aligned for the swizzle
     extern __shared__ __align__(1024) uint8_t smem_raw[];
