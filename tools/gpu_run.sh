@@ -4,7 +4,7 @@
 # Offline machines: wheels for what the image lacks in .whl/, fetched beforehand on a machine online:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-#     nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86 [pytest-xdist execnet]
+#     nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86 [pytest-xdist execnet]
 # Env: DG_GPU_RUN_SKIP_TESTS=1, DG_GPU_RUN_SKIP_BENCH=1, DG_GPU_RUN_SKIP_JIT=1, DG_GPU_RUN_PROFILE=1,
 #      DG_BENCH_ARGS="--shapes ...",
 #      DG_GPU_RUN_MULTICAST_SHAPES="4096x7168x2048 ..." (after the main bench, these shapes again with

@@ -9,7 +9,7 @@ the new entries are packed into `--out`. Both GPU scripts unpack `.jit-prebuilt/
 before the first kernel when it is there (name `.jit-prebuilt` in the device call's `carry`), so the tests and
 benches load cubins instead of compiling them.
 
-The cache key covers the headers, the CUTLASS version and the compiler's identity, not the machine: an entry built
+The cache key covers the headers and the compiler's identity, not the machine: an entry built
 here is a hit there only with the same nvcc (`nvcc --version` is in the run's env.txt) and the headers as they are
 now. A source whose key comes out as recorded was built from the same headers; a different key means the headers
 changed since that run, and the entry serves the current code (the source itself is what the run rendered: a
