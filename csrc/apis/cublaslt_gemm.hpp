@@ -42,6 +42,7 @@ inline void cublaslt_gemm(bool a_k_major, bool b_k_major, const at::Tensor& a, c
     DG_CHECK_INPUT(b_k == k, "b must be {} with K = {} (a's K), got a {}", b_k_major ? "[N, K]" : "[K, N]", k, describe(b));
 
     check_dense_output(d, c, m, n);
+    check_output_disjoint(d, "d", {{&a, "a"}, {&b, "b"}});
 
     // Devices last
     check_same_cuda_device(a, "a", {{&b, "b"}, {&d, "d"}});
