@@ -10,7 +10,8 @@ from pathlib import Path
 
 
 def find_nvcc() -> str | None:
-    """The nvcc the JIT would run (DG_JIT_NVCC_COMPILER, $CUDA_HOME, $CUDA_PATH, PATH, /usr/local/cuda), if it exists."""
+    """The nvcc the JIT would run, if it exists: DG_JIT_NVCC_COMPILER, else the toolkit's ($CUDA_HOME, $CUDA_PATH,
+    PATH, /usr/local/cuda)."""
     override = os.environ.get("DG_JIT_NVCC_COMPILER")
     if override:
         return override if os.access(override, os.X_OK) else None

@@ -345,7 +345,7 @@ def test_unknown_family_raises(cache_dir: Path) -> None:
     [
         ("sm90_gemm", {"blok_m": 128}, r"unknown parameter 'blok_m' for kernel family 'sm90_gemm'; it takes shape_m, "),
         ("sm90_gemm", {"block_m": 128, "stages": 4}, r"unknown parameter 'stages' for kernel family 'sm90_gemm'"),
-        ("smxx_transpose_sf", {"aligned": 1}, r"unknown parameter 'aligned' .* 'smxx_transpose_sf'; it takes no parameters"),
+        ("smxx_transpose_sf", {"aligned": 1}, r"unknown parameter 'aligned' .*; it takes no parameters"),
         ("sm90_fp8_mqa_logits", {"heads": 64}, r"unknown parameter 'heads' .* it takes num_heads, head_dim, "),
         ("smxx_transpose_fp8", {"align": 1}, r"unknown parameter 'align' .* it takes aligned$"),
     ],

@@ -25,7 +25,8 @@ def fp8_dense():
 def fp8_contiguous():
     m, n, k, g = 256, 128, 256, 2
     ops = dict(a=torch.zeros(m, k, dtype=FP8), sfa=torch.ones(m, 2), b=torch.zeros(g, n, k, dtype=FP8),
-               sfb=torch.ones(g, 1, 2), d=torch.empty(m, n, dtype=BF16), grouped_layout=torch.zeros(m, dtype=torch.int32))
+               sfb=torch.ones(g, 1, 2), d=torch.empty(m, n, dtype=BF16),
+               grouped_layout=torch.zeros(m, dtype=torch.int32))
     return ops, lambda o: deep_gemm.m_grouped_fp8_gemm_nt_contiguous(
         (o["a"], o["sfa"]), (o["b"], o["sfb"]), o["d"], o["grouped_layout"])
 

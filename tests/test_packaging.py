@@ -31,7 +31,10 @@ def test_import_of_an_incomplete_install_says_to_reinstall(tmp_path: Path) -> No
 
 def test_build_without_torch_says_no_build_isolation() -> None:
     # pip's build isolation hides the installed PyTorch: setup.py cannot import torch
-    code = "import runpy, sys; sys.modules['torch'] = None; sys.argv = ['setup.py', '--version']; runpy.run_path('setup.py')"
+    code = (
+        "import runpy, sys; sys.modules['torch'] = None; sys.argv = ['setup.py', '--version']; "
+        "runpy.run_path('setup.py')"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode != 0
     assert "pip install --no-build-isolation ." in result.stderr and "./install.sh" in result.stderr, result.stderr
