@@ -9,6 +9,8 @@
   cached blocks that the other processes then cannot allocate.
 """
 
+import os
+
 import pytest
 import torch
 from jit_helpers import find_nvcc, find_nvrtc
@@ -32,8 +34,10 @@ def compilers_needed(item: pytest.Item) -> set[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skips = {
         "nvcc": None if find_nvcc() else pytest.mark.skip(
-            reason="needs nvcc: none found (DG_JIT_NVCC_COMPILER, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH, "
-            "/usr/local/cuda/bin); install a CUDA 13 toolkit or set CUDA_HOME"
+            reason=f"needs nvcc: DG_JIT_NVCC_COMPILER={os.environ['DG_JIT_NVCC_COMPILER']} is not executable"
+            if os.environ.get("DG_JIT_NVCC_COMPILER")
+            else "needs nvcc: none found ($CUDA_HOME/bin, $CUDA_PATH/bin, PATH, /usr/local/cuda/bin); install a "
+            "CUDA 13 toolkit or set CUDA_HOME"
         ),
         "nvrtc": None if find_nvrtc() else pytest.mark.skip(
             reason="needs NVRTC: no libnvrtc.so.13 loads (toolkit, nvidia-cuda-nvrtc wheel, loader path)"
