@@ -262,7 +262,7 @@ def test_m_grouped_contiguous_padding_ids_outside_groups_are_not_written(dtype: 
     per_row[padding] = fill.repeat(ceil_div(int(padding.sum()), 4))[: int(padding.sum())]
     assert (per_row == num_groups).sum() > alignment, "the case must have padding rows of id G inside blocks"
     m = per_row.shape[0]
-    a = torch.cat([a, a[:alignment]])
+    a = torch.cat([a.view(torch.uint8), a[:alignment].view(torch.uint8)]).view(torch.float8_e4m3fn)  # (cat of bytes)
     sfa = torch.cat([sfa, sfa[:alignment]])
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     if dtype == "fp8":
