@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Install deep_gemm and what it needs into the current Python environment.
 #   ./install.sh                      online (PyPI)
-#   WHEELHOUSE=dir ./install.sh       offline, from wheels downloaded beforehand with `pip download`
-# PyTorch must already be installed (any build: CPU-only is enough to build and to run the CPU tests).
-# Also installed: the CUTLASS/CuTe headers (nvidia-cutlass, WITHOUT its Python dependencies: deep_gemm
-# only needs its header folder), NVRTC (nvidia-cuda-nvrtc, for DG_JIT_USE_NVRTC=1), and for the tests
-# pytest and cuobjdump/nvdisasm (SASS checks).
+#   WHEELHOUSE=dir ./install.sh       offline, from wheels downloaded beforehand (see below)
+# PyTorch must already be installed (any build: CPU-only is enough to build and to run the CPU tests);
+# the package is built against it, without pip's build isolation (which would hide it).
+# Also installed: NVRTC (nvidia-cuda-nvrtc, for DG_JIT_USE_NVRTC=1), and for the tests pytest and
+# cuobjdump/nvdisasm (SASS checks); setuptools and wheel build the package. No kernel includes
+# CUTLASS/CuTe: it is not installed.
+# Offline: on a machine online with the same Python version and platform as the target, download
+# every wheel this script installs (and their dependencies) into one folder:
+#   python3 -m pip download -d wheelhouse "nvidia-cuda-nvrtc>=13.0,<14" "nvidia-cuda-cuobjdump>=13.0,<14" \
+#       "nvidia-cuda-nvdisasm>=13.0,<14" "pytest>=7" "setuptools>=64" wheel
+# then, on the target: WHEELHOUSE=wheelhouse ./install.sh
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -21,8 +27,6 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     exit 1
 fi
 
-# Header-only dependency: no cuda-python/scipy/networkx/pydot/treelib in the user's environment.
-"${PIP[@]}" --no-deps "nvidia-cutlass>=4.2"
 # NVRTC and test tools: only those matching the installed CUDA 13 toolchain.
 "${PIP[@]}" --no-deps "nvidia-cuda-nvrtc>=13.0,<14" "nvidia-cuda-cuobjdump>=13.0,<14" "nvidia-cuda-nvdisasm>=13.0,<14"
 "${PIP[@]}" "pytest>=7" "setuptools>=64" "wheel"

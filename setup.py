@@ -3,27 +3,36 @@ deep_gemm._C, a plain C++ extension (no CUDA code, no CUDA headers) built agains
 PyTorch. CUDA kernels are compiled at run time by the JIT (see csrc/jit)."""
 
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError:
+    # pip's default build isolation builds in a fresh environment without the installed PyTorch; the
+    # extension must be built against the PyTorch it will run with, so declaring torch as a build
+    # requirement (which would fetch another one) is no fix.
+    sys.exit(
+        "deep_gemm: building needs the installed PyTorch, and this Python cannot import torch.\n"
+        "  - With pip: `pip install --no-build-isolation .` (pip's build isolation hides the installed\n"
+        "    PyTorch), or ./install.sh, which does that and installs the rest.\n"
+        "  - Otherwise install PyTorch first (e.g. `pip install torch`), then build again."
+    )
 
 ROOT = Path(__file__).resolve().parent
-THIRD_PARTY_CUTLASS = ROOT / "third-party" / "cutlass" / "include"
 THIRD_PARTY_FMT = ROOT / "third-party" / "fmt" / "include"
 
 
 class BuildPyWithHeaders(build_py):
-    """Ship the kernel headers (and CUTLASS/CuTe from third-party/cutlass, when populated)."""
+    """Ship the kernel headers the JIT compiles at run time."""
 
     def run(self):
         super().run()
         target = Path(self.build_lib) / "deep_gemm" / "include"
         shutil.copytree(ROOT / "deep_gemm" / "include", target, dirs_exist_ok=True)
-        if (THIRD_PARTY_CUTLASS / "cutlass" / "version.h").exists():
-            for name in ("cutlass", "cute"):
-                shutil.copytree(THIRD_PARTY_CUTLASS / name, target / name, dirs_exist_ok=True)
 
 
 include_dirs = [str(ROOT / "csrc")]

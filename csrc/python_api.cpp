@@ -497,15 +497,20 @@ PYBIND11_MODULE(_C, m) {
           "dtype, rank or size (B, next_n < 2^31), block_kv, num_sms or indices.");
 
     // JIT
+    // (pybind11 keeps the pointer: the text must outlive the module)
+    static const std::string compile_kernel_doc =
+        "Render kernel `family` with integer `params` and compile it for `arch` (no GPU needed), through the\n"
+        "disk cache. source: the family's already rendered .cu (a cache entry's kernel.cu) instead of params,\n"
+        "e.g. to rebuild elsewhere the entries a run needed (tools/prebuild_jit_cache.py).\n"
+        "use_nvrtc: None follows DG_JIT_USE_NVRTC. Returns a dict: cubin_path, entry_dir,\n"
+        "cache_hit, compiler, source, ptxas_report, registers, stack_frame_bytes, spill_store_bytes,\n"
+        "spill_load_bytes. Raises ValueError for an unknown family, a parameter the family does not take,\n"
+        "both params and source, a parameter value out of range, or a configuration that needs more shared\n"
+        "memory than an SM90 block has (the message gives both sizes); RuntimeError with the compiler log on a\n"
+        "failed compile.\n"
+        "params, by family (a parameter left out takes its default):\n" + dg::kernels::kernel_params_doc();
     m.def("compile_kernel", &dg::apis::compile_kernel, "family"_a, "params"_a = py::dict(), "arch"_a = "sm_90a",
-          "use_nvrtc"_a = py::none(), "source"_a = py::none(),
-          "Render kernel `family` with integer `params` and compile it for `arch` (no GPU needed), through the\n"
-          "disk cache. source: the family's already rendered .cu (a cache entry's kernel.cu) instead of params,\n"
-          "e.g. to rebuild elsewhere the entries a run needed (tools/prebuild_jit_cache.py).\n"
-          "use_nvrtc: None follows DG_JIT_USE_NVRTC. Returns a dict: cubin_path, entry_dir,\n"
-          "cache_hit, compiler, source, ptxas_report, registers, stack_frame_bytes, spill_store_bytes,\n"
-          "spill_load_bytes. Raises ValueError for an unknown family or for both params and source,\n"
-          "RuntimeError with the compiler log on a failed compile.");
+          "use_nvrtc"_a = py::none(), "source"_a = py::none(), compile_kernel_doc.c_str());
     m.def("parse_tune",
           [](const std::string& spec) {
               const dg::TuneSpec parsed = dg::parse_tune(spec);

@@ -7,6 +7,10 @@ on disk (`$DG_JIT_CACHE_DIR`, default `~/.deep_gemm`).
 
 import torch  # noqa: F401  (loads libc10/libtorch before the extension)
 
+from deep_gemm._extension_check import require_built_extension
+
+require_built_extension()
+
 from deep_gemm import testing, utils
 from deep_gemm._C import (
     bf16_gemm_nn,

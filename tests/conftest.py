@@ -1,23 +1,57 @@
-"""Shared pytest setup: tests marked ``gpu`` are skipped when no CUDA GPU is visible, and each GPU test hands the
-memory PyTorch's caching allocator kept back to the device when it ends (several test processes share one GPU under
-pytest-xdist: without this, 14-49 tests failed with out-of-memory errors on an 80 GB H100 while another process
-held ~39 GB of cached blocks from a float64 reference of a 129280-column test)."""
+"""Shared pytest setup.
+
+- Tests marked ``gpu`` are skipped when no CUDA GPU is visible.
+- Tests that compile kernels with NVCC (marked ``nvcc``, or parametrized ``use_nvrtc=False``) are skipped when no
+  nvcc is found, and those that compile with NVRTC (marked ``nvrtc``, or ``use_nvrtc=True``) when no NVRTC library
+  loads: the CPU tier then runs everything else and says what was skipped and why.
+- Each GPU test hands the memory PyTorch's caching allocator kept back to the device when it ends: several test
+  processes may share one GPU (pytest-xdist), and a float64 reference of a 129280-column test leaves ~39 GB of
+  cached blocks that the other processes then cannot allocate.
+"""
+
+import os
 
 import pytest
 import torch
+from jit_helpers import find_nvcc, find_nvrtc
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
+    config.addinivalue_line("markers", "nvcc: compiles kernels with NVCC (skipped when no nvcc is found)")
+    config.addinivalue_line("markers", "nvrtc: compiles kernels with NVRTC (skipped when no NVRTC library loads)")
+
+
+def compilers_needed(item: pytest.Item) -> set[str]:
+    """The JIT compilers a test needs: its nvcc/nvrtc markers and its `use_nvrtc` parameter."""
+    needed = {name for name in ("nvcc", "nvrtc") if item.get_closest_marker(name)}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "use_nvrtc" in callspec.params:
+        needed.add("nvrtc" if callspec.params["use_nvrtc"] else "nvcc")
+    return needed
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    skips = {
+        "nvcc": None if find_nvcc() else pytest.mark.skip(
+            reason=f"needs nvcc: DG_JIT_NVCC_COMPILER={os.environ['DG_JIT_NVCC_COMPILER']} is not executable"
+            if os.environ.get("DG_JIT_NVCC_COMPILER")
+            else "needs nvcc: none found ($CUDA_HOME/bin, $CUDA_PATH/bin, PATH, /usr/local/cuda/bin); install a "
+            "CUDA 13 toolkit or set CUDA_HOME"
+        ),
+        "nvrtc": None if find_nvrtc() else pytest.mark.skip(
+            reason="needs NVRTC: no libnvrtc.so.13 loads (toolkit, nvidia-cuda-nvrtc wheel, loader path)"
+        ),
+        "gpu": None if torch.cuda.is_available() else pytest.mark.skip(
+            reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
+        ),
+    }
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
+        needed = compilers_needed(item) | ({"gpu"} if "gpu" in item.keywords else set())
+        for name in sorted(needed):
+            if skips[name] is not None:
+                item.add_marker(skips[name])
+                break
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,49 @@
 """Helpers for the JIT tests: isolated cache directories, subprocess compiles, SASS dumps."""
 
+import ctypes
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+
+def find_nvcc() -> str | None:
+    """The nvcc the JIT would run, if it exists: DG_JIT_NVCC_COMPILER, else the toolkit's ($CUDA_HOME, $CUDA_PATH,
+    PATH, /usr/local/cuda)."""
+    override = os.environ.get("DG_JIT_NVCC_COMPILER")
+    if override:
+        return override if os.access(override, os.X_OK) else None
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    on_path = shutil.which("nvcc")
+    if on_path:
+        homes.append(str(Path(on_path).resolve().parent.parent))
+    homes.append("/usr/local/cuda")
+    for home in filter(None, homes):
+        nvcc = Path(home) / "bin" / "nvcc"
+        if (Path(home) / "include" / "cuda.h").exists() and os.access(nvcc, os.X_OK):
+            return str(nvcc)
+    return None
+
+
+def find_nvrtc() -> str | None:
+    """A loadable NVRTC 13 library where the JIT looks for one (the toolkit, the nvidia-cuda-nvrtc wheel, the
+    loader's path), if any."""
+    candidates = []
+    for home in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]):
+        candidates += [str(Path(home) / lib / "libnvrtc.so.13") for lib in ("lib64", "lib")]
+    candidates += [str(Path(entry) / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13") for entry in sys.path if entry]
+    candidates.append("libnvrtc.so.13")
+    for candidate in candidates:
+        if "/" in candidate and not Path(candidate).exists():
+            continue
+        try:
+            ctypes.CDLL(candidate)
+        except OSError:
+            continue
+        return candidate
+    return None
 
 
 def find_tool(name: str) -> str | None:

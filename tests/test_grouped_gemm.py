@@ -250,6 +250,40 @@ def test_m_grouped_contiguous_bad_ids_are_padding() -> None:
     assert d[s:e].isnan().all()
 
 
+@gpu
+@pytest.mark.parametrize("dtype", ["fp8", "bf16"])
+def test_m_grouped_contiguous_padding_ids_outside_groups_are_not_written(dtype: str) -> None:
+    # Every group's padding rows (up to the next aligned start) hold ids outside [0, G): G, -1, G + 5 and
+    # INT32_MIN mixed, and one whole block of id G after the last group. Those rows stay poisoned; every group's
+    # rows match float64 (the FP8 rows as in check_grouped, the BF16 rows as a BF16 product).
+    num_groups, n, k = 4, 1024, 512
+    a, sfa, b, sfb, per_row, _, segments = make_grouped_inputs(num_groups, 200, n, k, seed=11)
+    alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    per_row = torch.cat([per_row, torch.full((alignment,), num_groups, device="cuda", dtype=torch.int32)])
+    fill = torch.tensor([num_groups, -1, num_groups + 5, -(2**31)], device="cuda", dtype=torch.int32)
+    padding = per_row < 0
+    per_row[padding] = fill.repeat(ceil_div(int(padding.sum()), 4))[: int(padding.sum())]
+    assert (per_row == num_groups).sum() > alignment, "the case must have padding rows of id G inside blocks"
+    m = per_row.shape[0]
+    a = torch.cat([a.view(torch.uint8), a[:alignment].view(torch.uint8)]).view(torch.float8_e4m3fn)  # (cat of bytes)
+    sfa = torch.cat([sfa, sfa[:alignment]])
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    if dtype == "fp8":
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, per_row)
+        check_grouped(d, a, sfa, b, sfb, segments, "padding ids outside [0, G)")
+        return
+    a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_bf16_gemm_nt_contiguous(a_bf16, b_bf16, d, per_row)
+    written = torch.zeros(m, dtype=torch.bool, device="cuda")
+    for g, (s, e) in enumerate(segments):
+        if s < e:
+            ref = a_bf16[s:e].double() @ b_bf16[g].double().t()
+            assert calc_diff(d[s:e], ref) < 1e-5, f"group {g}"
+            written[s:e] = True
+    assert d[~written].isnan().all(), "padding rows of d were written"
+
+
 def make_masked_inputs(num_groups: int, max_m: int, n: int, k: int):
     a_bf16 = torch.randn(num_groups, max_m, k, device="cuda", dtype=torch.bfloat16)
     b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)

@@ -210,6 +210,8 @@ def test_bf16_gemm_compiles_with_hgmma(cache_dir: Path, cfg: dict, use_nvrtc: bo
     assert any("UTMAREDG" in line for line in lines) == bool(fp32 and not direct)
 
 
+@pytest.mark.nvcc
+@pytest.mark.nvrtc
 def test_nvcc_and_nvrtc_keep_separate_entries(cache_dir: Path) -> None:
     a = deep_gemm.compile_kernel("smxx_transpose_sf", {}, use_nvrtc=False)
     b = deep_gemm.compile_kernel("smxx_transpose_sf", {}, use_nvrtc=True)
@@ -217,6 +219,7 @@ def test_nvcc_and_nvrtc_keep_separate_entries(cache_dir: Path) -> None:
     assert a["source"] == b["source"]
 
 
+@pytest.mark.nvcc
 def test_second_compile_in_new_process_is_a_cache_hit(cache_dir: Path) -> None:
     first = finish(compile_in_subprocess(cache_dir, "smxx_transpose_sf", {}))
     second = finish(compile_in_subprocess(cache_dir, "smxx_transpose_sf", {}))
@@ -225,6 +228,7 @@ def test_second_compile_in_new_process_is_a_cache_hit(cache_dir: Path) -> None:
     assert first["entry_dir"] == second["entry_dir"]
 
 
+@pytest.mark.nvcc
 def test_compile_from_recorded_source_and_prebuilt_cache(tmp_path: Path) -> None:
     # A run's cache -> its sources (tools/jit_cache_io.sh) -> rebuilt elsewhere (tools/prebuild_jit_cache.py) ->
     # unpacked into a third cache, where the kernel is a hit under the same entry name.
@@ -236,13 +240,17 @@ def test_compile_from_recorded_source_and_prebuilt_cache(tmp_path: Path) -> None
     subprocess.run(
         ["bash", "-c", f"source tools/jit_cache_io.sh && jit_cache_sources {sources}"], cwd=repo, env=env, check=True
     )
+    tool_tmp = tmp_path / "tool-tmp"  # (the tool's scratch cache must not outlive it)
+    tool_tmp.mkdir()
     tool = subprocess.run(
         [sys.executable, "tools/prebuild_jit_cache.py", str(sources), "--out", str(tarball), "--jobs", "1"],
         cwd=repo,
         capture_output=True,
         text=True,
+        env=dict(os.environ, TMPDIR=str(tool_tmp)),
     )
     assert tool.returncode == 0, tool.stdout + tool.stderr
+    assert not any(tool_tmp.iterdir()), list(tool_tmp.iterdir())
     assert "1 entries (1 of the 1 recorded sources with the recorded key)" in tool.stdout, tool.stdout
     (target / "kernels").mkdir(parents=True)
     with tarfile.open(tarball) as tar:
@@ -255,6 +263,7 @@ def test_compile_from_recorded_source_and_prebuilt_cache(tmp_path: Path) -> None
         deep_gemm.compile_kernel("smxx_transpose_sf", {"aligned": 1}, source="// nothing")
 
 
+@pytest.mark.nvcc
 def test_cache_key_has_no_absolute_path(tmp_path: Path) -> None:
     # The same kernel in two cache roots gets the same entry name: nothing of the location is hashed.
     names = []
@@ -277,6 +286,7 @@ def test_concurrent_compiles_leave_one_entry(cache_dir: Path, use_nvrtc: bool) -
     assert sorted(p.name for p in entries[0].iterdir()) == ["kernel.cu", "kernel.cubin", "manifest", "ptxas.log"]
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("damage", ["truncate", "garble", "drop_manifest", "drop_cubin"])
 def test_corrupt_entry_is_rebuilt(cache_dir: Path, damage: str) -> None:
     first = deep_gemm.compile_kernel("smxx_pack_ue8m0", {})
@@ -332,6 +342,50 @@ def test_unknown_family_raises(cache_dir: Path) -> None:
     assert set(LAYOUT_FAMILIES + ["sm90_gemm"]) <= set(deep_gemm.kernel_families())
 
 
+@pytest.mark.parametrize(
+    ("family", "params", "pattern"),
+    [
+        ("sm90_gemm", {"blok_m": 128}, r"unknown parameter 'blok_m' for kernel family 'sm90_gemm'; it takes shape_m, "),
+        ("sm90_gemm", {"block_m": 128, "stages": 4}, r"unknown parameter 'stages' for kernel family 'sm90_gemm'"),
+        ("smxx_transpose_sf", {"aligned": 1}, r"unknown parameter 'aligned' .*; it takes no parameters"),
+        ("sm90_fp8_mqa_logits", {"heads": 64}, r"unknown parameter 'heads' .* it takes num_heads, head_dim, "),
+        ("smxx_transpose_fp8", {"align": 1}, r"unknown parameter 'align' .* it takes aligned$"),
+    ],
+)
+def test_unknown_parameter_raises_naming_it(cache_dir: Path, family: str, params: dict, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        deep_gemm.compile_kernel(family, params, use_nvrtc=False)
+    assert not (cache_dir / "kernels").exists()
+
+
+@pytest.mark.parametrize(
+    ("family", "params"),
+    [
+        ("sm90_gemm", dict(block_m=256, block_n=256, num_stages=8)),  # 64 KiB of A and B per stage
+        ("sm90_gemm", dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=9)),
+        ("sm90_gemm", dict(bf16=1, block_m=128, block_n=256, num_stages=5)),
+        ("sm90_fp8_mqa_logits", dict(num_heads=64, head_dim=128, num_stages=40)),
+        ("sm90_fp8_paged_mqa_logits", dict(next_n=2, num_heads=64, head_dim=128, num_stages=40)),
+    ],
+)
+def test_config_beyond_shared_memory_raises_before_compiling(cache_dir: Path, family: str, params: dict) -> None:
+    with pytest.raises(ValueError, match=rf"{family}: this configuration needs (\d+) bytes of shared memory, an SM90 "
+                       r"block can have at most 232448") as error:
+        deep_gemm.compile_kernel(family, params, use_nvrtc=False)
+    needed = int(str(error.value).split(" needs ")[1].split(" ")[0])
+    assert needed > 232448
+    assert not (cache_dir / "kernels").exists()
+
+
+def test_compile_kernel_documents_every_parameter() -> None:
+    doc = deep_gemm.compile_kernel.__doc__
+    for family in deep_gemm.kernel_families():
+        assert f"  {family}:" in doc, family
+    for name in ("block_m", "num_stages", "num_multicast", "stream_k", "gemm_type", "next_n", "block_kv", "aligned"):
+        assert f"    {name}: " in doc, name
+    assert "more shared\nmemory than an SM90 block has" in doc
+
+
 def test_bad_arch_raises(cache_dir: Path) -> None:
     with pytest.raises(ValueError, match="arch must look like"):
         deep_gemm.compile_kernel("smxx_transpose_sf", {}, arch="hopper")
@@ -346,6 +400,7 @@ def test_missing_nvcc_raises_clearly(cache_dir: Path) -> None:
     assert "NVCC not found" in result.stderr and "/nonexistent/nvcc" in result.stderr
 
 
+@pytest.mark.nvcc
 def test_ptxas_verbose_and_check_flags(cache_dir: Path) -> None:
     env = dict(
         DG_JIT_CACHE_DIR=str(cache_dir),
@@ -360,6 +415,7 @@ def test_ptxas_verbose_and_check_flags(cache_dir: Path) -> None:
     assert "nvcc" in result.stderr and "-gencode=arch=compute_90a,code=sm_90a" in result.stderr
 
 
+@pytest.mark.nvcc
 def test_dump_ptx_and_sass(cache_dir: Path) -> None:
     env = dict(DG_JIT_CACHE_DIR=str(cache_dir), DG_JIT_DUMP_PTX="1", DG_JIT_DUMP_SASS="1")
     code = (
@@ -374,6 +430,8 @@ def test_dump_ptx_and_sass(cache_dir: Path) -> None:
     assert "QGMMA" in sass and "SASS of" in result.stderr
 
 
+@pytest.mark.nvcc
+@pytest.mark.nvrtc
 @pytest.mark.gpu
 def test_nvcc_and_nvrtc_kernels_give_the_same_results(tmp_path: Path) -> None:
     # The same FP8 GEMM compiled both ways, run on the same inputs in two processes: bitwise equal

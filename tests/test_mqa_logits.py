@@ -363,6 +363,7 @@ def test_kernel_family_is_registered() -> None:
     assert "sm90_fp8_mqa_logits" in deep_gemm.kernel_families()
 
 
+@pytest.mark.nvcc
 def test_bad_static_config_fails_to_compile(cache_dir) -> None:
     with pytest.raises(RuntimeError, match="H must be 16, 32 or 64"):
         deep_gemm.compile_kernel("sm90_fp8_mqa_logits", dict(num_heads=8, head_dim=128))
@@ -1153,6 +1154,7 @@ def test_paged_schedule_kernel_compiles_without_local_memory(cache_dir, use_nvrt
     assert sum("MUFU.RCP" in line for line in lines) <= 8, [x for x in lines if "MUFU" in x]
 
 
+@pytest.mark.nvcc
 def test_paged_bad_static_config_fails_to_compile(cache_dir) -> None:
     with pytest.raises(RuntimeError, match="next_n must be 1, 2 or 4"):
         deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", dict(next_n=3))

@@ -103,24 +103,26 @@ def main() -> int:
         todo += [(f"sm90_gemm-nvcc-pick{i}", params) for i, params in enumerate(bench_picks())]
     print(f"{num_recorded} recorded sources, {len(todo) - num_recorded} bench picks", flush=True)
 
-    cache = Path(tempfile.mkdtemp(prefix="dg_prebuild_"))
-    os.environ["DG_JIT_CACHE_DIR"] = str(cache)  # (read at each compile; the workers inherit it)
-    same_key = failed = 0
-    with ProcessPoolExecutor(args.jobs) as pool:
-        for done, (name, entry, error) in enumerate(pool.map(compile_one, todo), 1):
-            if error:
-                failed += 1
-                print(f"FAILED {name}: {error}", flush=True)
-            same_key += entry == name
-            if done % 25 == 0 or done == len(todo):
-                print(f"{done}/{len(todo)} compiled ({failed} failed)", flush=True)
+    # The fresh cache lives only as long as this function: its entries end up in the tarball.
+    with tempfile.TemporaryDirectory(prefix="dg_prebuild_") as cache_name:
+        cache = Path(cache_name)
+        os.environ["DG_JIT_CACHE_DIR"] = str(cache)  # (read at each compile; the workers inherit it)
+        same_key = failed = 0
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for done, (name, entry, error) in enumerate(pool.map(compile_one, todo), 1):
+                if error:
+                    failed += 1
+                    print(f"FAILED {name}: {error}", flush=True)
+                same_key += entry == name
+                if done % 25 == 0 or done == len(todo):
+                    print(f"{done}/{len(todo)} compiled ({failed} failed)", flush=True)
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    entries = sorted(p for p in (cache / "kernels").iterdir() if (p / "manifest").is_file())
-    with tarfile.open(out, "w:gz") as tar:
-        for entry in entries:
-            tar.add(entry, arcname=entry.name)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        entries = sorted(p for p in (cache / "kernels").iterdir() if (p / "manifest").is_file())
+        with tarfile.open(out, "w:gz") as tar:
+            for entry in entries:
+                tar.add(entry, arcname=entry.name)
     size_mb = out.stat().st_size / 2**20
     print(
         f"{len(entries)} entries ({same_key} of the {num_recorded} recorded sources with the recorded key) -> {out} "

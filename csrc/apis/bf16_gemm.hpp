@@ -85,6 +85,7 @@ inline void bf16_gemm(const char* fn, bool a_transposed, bool b_transposed, cons
     DG_CHECK_INPUT(b_nk.size(1) == k, "b must be {} with K = {} (a's K), got a {}", b_transposed ? "[K, N]" : "[N, K]",
                    k, describe(b));
     check_dense_output(d, c, m, n);
+    check_output_disjoint(d, "d", {{&a, "a"}, {&b, "b"}});
     DG_CHECK_INPUT(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "M, N and K must each be below 2^31");
     const auto cdims = parse_compiled_dims(compiled_dims);
 
@@ -141,6 +142,7 @@ inline void m_grouped_bf16_gemm_contiguous(const char* fn, bool b_transposed, co
         detail::check_contiguous_operands(a, "a", "a", b_storage, b_nk, "b", b_shape, d);
     const auto cdims = parse_compiled_dims(compiled_dims);
     const int64_t alignment = detail::check_contiguous_layout(grouped_layout, m, num_groups, use_psum_layout);
+    check_output_disjoint(d, "d", {{&a, "a"}, {&b, "b"}, {&grouped_layout, "grouped_layout"}});
 
     // Devices last
     check_same_cuda_device(a, "a", {{&b, "b"}, {&d, "d"}, {&grouped_layout, "grouped_layout"}});
@@ -177,6 +179,7 @@ inline void m_grouped_bf16_gemm_nt_masked(const at::Tensor& a, const at::Tensor&
     detail::check_bf16_operand(b, "b", 3, "[G, N, K]");
     const auto [num_groups, max_m, k, n] = detail::check_masked_operands(a, "a", b, "b");
     detail::check_masked(masked_m, d, num_groups, max_m, n, expected_m);
+    check_output_disjoint(d, "d", {{&a, "a"}, {&b, "b"}, {&masked_m, "masked_m"}});
     const auto cdims = parse_compiled_dims(compiled_dims);
 
     // Devices last
@@ -207,6 +210,7 @@ inline void k_grouped_bf16_gemm_tn_contiguous(const at::Tensor& a, const at::Ten
                    "(d's), got a {}", total_k, m, describe(a));
     DG_CHECK_INPUT(b.size(0) >= total_k && b.size(1) == n, "b must be [sum(K), N] with at least {} rows and N = {} "
                    "(d's), got a {}", total_k, n, describe(b));
+    check_output_disjoint(d, "d", {{&a, "a"}, {&b, "b"}, {&grouped_layout, "grouped_layout"}});
 
     // Devices last
     check_same_cuda_device(a, "a", {{&b, "b"}, {&d, "d"}, {&grouped_layout, "grouped_layout"}});

@@ -74,6 +74,7 @@ inline void cublaslt_gemm(bool a_transposed, bool b_transposed, const at::Tensor
                        "FP8 operands need row strides that are multiples of 16 elements (cuBLASLt), got a {} and a {}",
                        describe(a), describe(b));
     }
+    check_output_disjoint(d, "d", {{&a, "a"}, {&b, "b"}});
 
     // Devices last
     check_same_cuda_device(a, "a", {{&b, "b"}, {&d, "d"}});

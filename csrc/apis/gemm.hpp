@@ -119,6 +119,24 @@ inline void check_accumuland(const at::Tensor& c, const at::Tensor& d, const cha
                    describe(c), describe(d));
 }
 
+// An output must share no byte with an input: the kernel's CTAs read the inputs while others write the output, so
+// an alias gives a silently wrong result. A host check of the byte ranges the tensors span (a few integer
+// operations per tensor, no device access); views that interleave without sharing an element are rejected too.
+inline void check_output_disjoint(const at::Tensor& out, const char* out_name,
+                                  std::initializer_list<std::pair<const at::Tensor*, const char*>> inputs) {
+    if (!out.defined() || out.numel() == 0)
+        return;
+    const auto [out_first, out_last] = byte_span(out);
+    for (const auto& [t, name]: inputs) {
+        if (!t->defined() || t->numel() == 0)
+            continue;
+        const auto [first, last] = byte_span(*t);
+        DG_CHECK_INPUT(out_last < first || last < out_first,
+                       "{} must not overlap {} (an output may not alias an input), got {} = {} and {} = {}", out_name,
+                       name, out_name, describe(out), name, describe(*t));
+    }
+}
+
 // D [M, N] of a dense GEMM with BF16 operands: BF16 or FP32, row-major (any row stride); C None or of D's dtype
 // and shape, row-major, D itself or not overlapping it.
 inline void check_dense_output(const at::Tensor& d, const std::optional<at::Tensor>& c, int64_t m, int64_t n) {
@@ -195,6 +213,7 @@ inline Fp8GemmNtProblem check_fp8_gemm_nt_host(const at::Tensor& a, const at::Te
     check_scales(sfa, "a[1] (sfa)", {m, sf_k}, "[M, ceil(K/128)]");
     check_scales(sfb, "b[1] (sfb)", {sfb_rows, sf_k}, per_row_sfb ? "[N, ceil(K/128)]" : "[ceil(N/128), ceil(K/128)]",
                  std::array<int64_t, 3>{gran_m, gran_n, gran_k});
+    check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa, "a[1] (sfa)"}, {&sfb, "b[1] (sfb)"}});
     return {m, n, k, per_row_sfb, cdims};
 }
 

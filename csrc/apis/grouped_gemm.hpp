@@ -169,6 +169,8 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     check_scales(sfb_in, "b[1] (sfb)", {num_groups, sf_n, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
 
     const int64_t alignment = detail::check_contiguous_layout(grouped_layout, m, num_groups, use_psum_layout);
+    check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
+                                   {&sfb_in, "b[1] (sfb)"}, {&grouped_layout, "grouped_layout"}});
 
     // Devices last
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
@@ -178,8 +180,10 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
 
     if (m == 0 || n == 0)
         return;
-    const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in);
-    const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
+    // (the scales as given when they are in the kernel's layout: references, no handle copies or kernels)
+    at::Tensor sfa_storage, sfb_storage;
+    const at::Tensor& sfa = mn_major_tma_aligned(sfa_in, sfa_storage);
+    const at::Tensor& sfb = sfb_in.is_contiguous() ? sfb_in : (sfb_storage = sfb_in.contiguous());
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_operands(false), cdims.m, cdims.n, cdims.k},
                            grouped_layout, use_psum_layout, alignment);
     if (ensure_zero_padding)
@@ -207,6 +211,8 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     const int64_t sf_k = (k + 127) / 128, sf_n = (n + 127) / 128;
     check_scales(sfa_in, "a[1] (sfa)", {num_groups, max_m, sf_k}, "[G, max_m, ceil(K/128)]");
     check_scales(sfb_in, "b[1] (sfb)", {num_groups, sf_n, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
+    check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
+                                   {&sfb_in, "b[1] (sfb)"}, {&masked_m, "masked_m"}});
 
     // Devices last
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},

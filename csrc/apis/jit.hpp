@@ -25,7 +25,9 @@ inline pybind11::dict compile_kernel(const std::string& family, const kernels::K
     }
     if (source_code.has_value() && !params.empty())
         throw InputError("compile_kernel: pass either params or source, not both");
-    const auto source = source_code.has_value() ? jit::KernelSource{family, *source_code} : it->second(params);
+    kernels::check_known_params(family, it->second, params);
+    (void)jit::arch_number(arch);  // (the arch's spelling, checked before any compiler is looked for)
+    const auto source = source_code.has_value() ? jit::KernelSource{family, *source_code} : it->second.render(params);
     const auto built = jit::build_kernel(source, arch, use_nvrtc);
     jit::check_ptxas_report(source.family, built.ptxas_report);
     const auto usage = jit::parse_ptxas_report(built.ptxas_report);

@@ -128,6 +128,8 @@ inline void k_grouped_fp8_gemm_contiguous(const char* fn, bool k_major, const Te
                    "a[0] (A) and b[0] (B) must start 16-byte aligned (TMA)");
     const at::Tensor sfa_mn = detail::k_grouped_scales(sfa_in, m, sf_rows, "a[1] (sfa)");
     const at::Tensor sfb_mn = detail::k_grouped_scales(sfb_in, n, sf_rows, "b[1] (sfb)");
+    check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
+                                   {&sfb_in, "b[1] (sfb)"}, {&grouped_layout, "grouped_layout"}});
 
     // Devices last
     check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},

@@ -2,9 +2,9 @@
 //
 // Entry: `<cache>/kernels/<family>-<key>/` with kernel.cu, kernel.cubin, ptxas.log and, written last,
 // `manifest` (cubin size and SHA-256). The key is the SHA-256 of: the rendered source, the path and
-// contents of every project header it includes (transitively), the CUTLASS version, the compiler's
-// identity and version, the code-generating flags and the arch. No absolute path enters the key,
-// so a cache directory is portable between installs.
+// contents of every project header it includes (transitively), the compiler's identity and version,
+// the code-generating flags and the arch. No absolute path enters the key, so a cache directory is
+// portable between installs.
 //
 // Writes are atomic and process-safe: an entry is built in `<cache>/tmp/<unique>/` and renamed into
 // place; rename(2) of a directory onto an existing non-empty one fails, so when several processes
@@ -143,7 +143,6 @@ inline std::string cache_key(const KernelSource& source, const std::string& arch
     h.update_field("deep_gemm-jit-v1");
     h.update_field(source.family).update_field(source.code);
     h.update_field(detail::header_digest(source.code));
-    h.update_field("cutlass " + toolchain().cutlass_version);
     h.update_field(compiler.signature());
     for (const auto& flag: codegen_flags())
         h.update_field(flag);

@@ -58,11 +58,7 @@ public:
 
 protected:
     static std::vector<std::string> include_flags() {
-        const auto& tc = toolchain();
-        std::vector<std::string> flags = {"-I" + tc.package_include.string()};
-        if (tc.cutlass_include && *tc.cutlass_include != tc.package_include)
-            flags.push_back("-I" + tc.cutlass_include->string());
-        return flags;
+        return {"-I" + toolchain().package_include.string()};
     }
 };
 

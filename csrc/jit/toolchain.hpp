@@ -5,10 +5,8 @@
 //   - CUDA headers for NVRTC: `<cuda_home>/include` plus `include/cccl` (CUDA 13 moved CCCL there),
 //     or the `nvidia/cu13/include` folder of the CUDA wheels when there is no toolkit;
 //   - NVRTC: the toolkit's libnvrtc, else the `nvidia-cuda-nvrtc` wheel's, else the loader's;
-//   - cuobjdump/nvdisasm (DG_JIT_DUMP_SASS): the toolkit's, else the nvidia-cuda-* wheels';
-//   - CUTLASS/CuTe (optional for our kernels, always on the include path when found):
-//     $DG_CUTLASS_INCLUDE, else headers shipped in the package (copied from third-party/cutlass at
-//     build time), else the `nvidia-cutlass` wheel's `cutlass_library/source/include`.
+//   - cuobjdump/nvdisasm (DG_JIT_DUMP_SASS): the toolkit's, else the nvidia-cuda-* wheels'.
+// No kernel includes CUTLASS/CuTe, so it is neither searched for nor on the include path.
 // Python's sys.path is read (the GIL is held: we are called from Python) to find the wheels.
 #pragma once
 
@@ -33,8 +31,6 @@ struct Toolchain {
     std::string nvcc;                   // path of nvcc (may not exist)
     std::vector<fs::path> cuda_includes;
     std::vector<std::string> nvrtc_candidates;
-    std::optional<fs::path> cutlass_include;
-    std::string cutlass_version;        // "4.2.0", or "none"
     std::string cuobjdump;              // for DG_JIT_DUMP_SASS: the toolkit's, the wheel's, or from PATH
     std::string nvdisasm_dir;           // folder of nvdisasm (cuobjdump runs it), empty: PATH
 };
@@ -79,32 +75,6 @@ inline std::optional<fs::path> find_cuda_home() {
     if (fs::exists("/usr/local/cuda/include/cuda.h"))
         return fs::path("/usr/local/cuda");
     return std::nullopt;
-}
-
-// "MAJOR.MINOR.PATCH" from cutlass/version.h (`#define CUTLASS_MAJOR 4` ...).
-inline std::string read_cutlass_version(const fs::path& include) {
-    const auto text = read_file(include / "cutlass" / "version.h");
-    if (!text)
-        return "unknown";
-    std::string version;
-    for (const char* part: {"MAJOR", "MINOR", "PATCH"}) {
-        const std::string key = std::string("#define CUTLASS_") + part;
-        std::string value = "?";
-        size_t pos = 0;
-        while ((pos = text->find(key, pos)) != std::string::npos) {
-            pos += key.size();
-            const size_t start = text->find_first_not_of(" \t", pos);
-            if (pos < text->size() && (*text)[pos] != ' ' && (*text)[pos] != '\t')
-                continue;  // CUTLASS_MAJOR_SOMETHING
-            const size_t end = text->find_first_not_of("0123456789", start);
-            if (start != std::string::npos && end != start) {
-                value = text->substr(start, end - start);
-                break;
-            }
-        }
-        version += (version.empty() ? "" : ".") + value;
-    }
-    return version;
 }
 
 inline Toolchain discover() {
@@ -154,25 +124,6 @@ inline Toolchain discover() {
             tc.nvrtc_candidates.push_back(p.string());
     }
     tc.nvrtc_candidates.push_back("libnvrtc.so.13");
-
-    // CUTLASS
-    const std::string cutlass_env = get_env("DG_CUTLASS_INCLUDE");
-    if (!cutlass_env.empty()) {
-        DG_CHECK(fs::exists(fs::path(cutlass_env) / "cutlass" / "version.h"),
-                 "DG_CUTLASS_INCLUDE={} has no cutlass/version.h", cutlass_env);
-        tc.cutlass_include = fs::path(cutlass_env);
-    } else if (fs::exists(tc.package_include / "cutlass" / "version.h")) {
-        tc.cutlass_include = tc.package_include;
-    } else {
-        for (const auto& dir: sys_path) {
-            const fs::path inc = dir / "cutlass_library" / "source" / "include";
-            if (fs::exists(inc / "cutlass" / "version.h")) {
-                tc.cutlass_include = inc;
-                break;
-            }
-        }
-    }
-    tc.cutlass_version = tc.cutlass_include ? read_cutlass_version(*tc.cutlass_include) : "none";
 
     // Disassembler (DG_JIT_DUMP_SASS): toolkit first, then the nvidia-cuda-cuobjdump/nvdisasm wheels
     std::vector<fs::path> bin_dirs;

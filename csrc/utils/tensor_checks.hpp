@@ -3,25 +3,35 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cctype>
 #include <string>
 
 #include "exception.hpp"
 
 namespace dg {
 
-// The name users write in Python: "torch.float8_e4m3fn", "torch.bfloat16", ...
+// The name users write in Python ("torch.int8", "torch.float8_e5m2", ...), never the C++ enumerator ("Char",
+// "Float8_e5m2"). PyTorch's Python name is the enumerator in lower case except for the types below; the rest
+// (bfloat16, bool, float8_*, float4_e2m1fn_x2, uint16..64, int1..7, qint8, bits8, ...) follow that rule.
 inline std::string dtype_name(at::ScalarType dtype) {
     switch (dtype) {
-        case at::kFloat8_e4m3fn: return "torch.float8_e4m3fn";
-        case at::kBFloat16: return "torch.bfloat16";
+        case at::kByte: return "torch.uint8";
+        case at::kChar: return "torch.int8";
+        case at::kShort: return "torch.int16";
+        case at::kInt: return "torch.int32";
+        case at::kLong: return "torch.int64";
         case at::kHalf: return "torch.float16";
         case at::kFloat: return "torch.float32";
         case at::kDouble: return "torch.float64";
-        case at::kInt: return "torch.int32";
-        case at::kLong: return "torch.int64";
-        case at::kByte: return "torch.uint8";
-        default: return c10::toString(dtype);
+        case at::kComplexHalf: return "torch.complex32";
+        case at::kComplexFloat: return "torch.complex64";
+        case at::kComplexDouble: return "torch.complex128";
+        default: break;
     }
+    std::string name = c10::toString(dtype);
+    for (auto& ch: name)
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return "torch." + name;
 }
 
 inline std::string describe(const at::Tensor& t) {

@@ -4,10 +4,12 @@
 //
 // type: 0 normal, 1 contiguous, 2 psum, 3 masked, 4 normal with 3-way split-K, 5 normal with 2-CTA pairs along M,
 //       6 k-grouped (layout: each group's K block count), 7 normal with stream-K (max_m: the stream-K tiles),
-//       8 normal with 2-CTA pairs along N (multicast on A)
+//       8 normal with 2-CTA pairs along N (multicast on A),
+//       9 contiguous, the rows the row-by-row epilogue writes
 // stdin:  type block_m block_n shape_m shape_n num_k_blocks grid num_groups alignment max_m layout_len layout...
 // stdout: one line per tile: cta m_block n_block group row_end k_begin k_end
 //         (type 7: then stream_k_tile num_contributors is_contribution)
+//         type 9: one line per written row of each tile with n_block 0: row group
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -53,6 +55,28 @@ static void walk(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint
     }
 }
 
+// The rows of each tile (of the first column block) that the epilogue's row-by-row store writes: below row_end,
+// and of the tile's group (contiguous_row_in_group).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+static void walk_written_rows(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint32_t grid,
+                              GroupedLayout layout) {
+    gridDim.x = grid;
+    for (uint32_t cta = 0; cta < grid; ++cta) {
+        blockIdx.x = cta;
+        GemmScheduler<BLOCK_M, BLOCK_N, 8, 1, false, 1, GemmType::kMGroupedContiguous, false> scheduler(
+            shape_m, shape_n, num_k_blocks, 0, layout, 0);
+        GemmTile tile;
+        while (scheduler.next(tile)) {
+            if (tile.n_block != 0)
+                continue;
+            const uint32_t first = tile.m_block * BLOCK_M, end = std::min(first + BLOCK_M, tile.row_end);
+            for (uint32_t row = first; row < end; ++row)
+                if (contiguous_row_in_group(layout.data, row, tile.group))
+                    std::printf("%u %u\n", row, tile.group);
+        }
+    }
+}
+
 template <GemmType kType, uint32_t kNumSplits = 1, uint32_t kNumMulticast = 1, bool kStreamK = false,
           bool kIsMulticastOnA = false>
 static bool dispatch_blocks(uint32_t bm, uint32_t bn, uint32_t m, uint32_t n, uint32_t kb, uint32_t grid,
@@ -88,6 +112,11 @@ int main() {
         case 6: ok = dispatch_blocks<GemmType::kKGroupedContiguous>(bm, bn, m, n, kb, grid, layout); break;
         case 7: ok = dispatch_blocks<GemmType::kNormal, 1, 1, true>(bm, bn, m, n, kb, grid, layout); break;
         case 8: ok = dispatch_blocks<GemmType::kNormal, 1, 2, false, true>(bm, bn, m, n, kb, grid, layout); break;
+        case 9:
+            ok = bm == 128 && bn == 128;
+            if (ok)
+                walk_written_rows<128, 128>(m, n, kb, grid, layout);
+            break;
     }
     return ok ? 0 : 3;
 }

@@ -611,7 +611,7 @@ struct Sm90Gemm {
                 // The cluster's partial sums of the pairs this CTA owns, then their direct store (C read first)
                 SplitK::reduce(s.split_slots(), s.split_full(), s.split_free(), accum, tile.split, tile_count);
                 Fragment::template store_direct<kNumSplits>(accum, m0, n0, shape_m, shape_n, static_cast<Out*>(d), ldd,
-                                                            c, ldc, warp_in_wg, lane, nullptr, tile.split);
+                                                            c, ldc, warp_in_wg, lane, nullptr, 0, tile.split);
             } else if constexpr (kFp32Out) {
                 // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
                 const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
@@ -652,11 +652,12 @@ struct Sm90Gemm {
 
     // Whether every row of the tile inside M may be written (then the TMA store, which clips only at M, is
     // used): always for normal GEMMs; for grouped ones, when the group's rows cover the block (per-row
-    // layout: the padding rows of a segment come last, so the block's last row decides).
+    // layout: a segment's padding rows come after its rows, so the block's last row decides: any id there other
+    // than the tile's group, -1, G or another, sends the tile to the row-by-row store).
     __device__ __forceinline__ static bool tile_fully_valid(const GemmTile& tile, uint32_t shape_m, GroupedLayout layout) {
         const uint32_t last_row = min(tile.m_block * BLOCK_M + BLOCK_M, shape_m) - 1;
         if constexpr (kGemmType == GemmType::kMGroupedContiguous)
-            return __ldg(layout.data + last_row) == static_cast<int32_t>(tile.group);
+            return contiguous_row_in_group(layout.data, last_row, tile.group);
         else if constexpr (kGemmType == GemmType::kMGroupedContiguousPsum || kGemmType == GemmType::kMGroupedMasked)
             return last_row < tile.row_end;
         else
@@ -677,7 +678,8 @@ struct Sm90Gemm {
             }
         }
         Fragment::store_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, static_cast<const __nv_bfloat16*>(nullptr),
-                               0, warp_in_wg, lane, kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr);
+                               0, warp_in_wg, lane, kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr,
+                               tile.group);
     }
 };
 

@@ -17,7 +17,7 @@
 // row (GemmType::kMGroupedContiguous: int32 group id per row, -1 for padding) or as cumulative end rows
 // (kMGroupedContiguousPsum: group g spans [align(end[g-1], alignment), end[g])). Padding blocks are
 // skipped by every role alike; `tile.row_end` bounds the rows the epilogue may write (the per-row
-// layout's padding rows are checked row by row).
+// layout's rows are checked row by row: contiguous_row_in_group).
 // M-grouped masked GEMMs (kMGroupedMasked, MoE decode): A and D are [groups, max_m, ...] viewed as
 // [groups * max_m, ...] (max_m a multiple of BLOCK_M), and only the first masked_m[g] rows of group g
 // count (read on the device, clamped to max_m): the units are walked group after group, each group
@@ -66,6 +66,15 @@ struct GroupedLayout {
     const uint32_t* k_blocks;  // k-grouped: K blocks per group (a generic pointer into the kernel's
                                // parameters, set by the kernel: read with plain loads)
 };
+
+// The per-row contiguous layout (kMGroupedContiguous): whether the epilogue of a tile of group `group` writes row
+// `row` of its block. Only a row whose id is that group: ids outside [0, num_groups) are padding wherever they
+// are (a block's padding rows may hold -1, num_groups or any other id), and a row of another group inside the
+// block, which no valid layout has, was computed with this group's B. Used by the epilogues' row-by-row stores
+// (AccumFragment) and by the host tests of the scheduler.
+__device__ __forceinline__ bool contiguous_row_in_group(const int32_t* row_groups, uint32_t row, uint32_t group) {
+    return __ldg(row_groups + row) == static_cast<int32_t>(group);
+}
 
 // K-grouped GEMMs: each group's A [M, K_g] and B [N, K_g] have their own row stride, so the host encodes
 // one TMA map per group and operand, and passes them by value (kernel parameters may take up to 32764
