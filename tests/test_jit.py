@@ -431,6 +431,42 @@ def test_dump_ptx_and_sass(cache_dir: Path) -> None:
 
 
 @pytest.mark.nvcc
+def test_dump_asm_dumps_ptx_and_sass(cache_dir: Path) -> None:
+    # DG_JIT_DUMP_ASM (the reference's name) is DG_JIT_DUMP_PTX and DG_JIT_DUMP_SASS together
+    env = dict(DG_JIT_CACHE_DIR=str(cache_dir), DG_JIT_DUMP_ASM="1")
+    code = (
+        "import deep_gemm; r = deep_gemm.compile_kernel('smxx_transpose_fp8', {}, use_nvrtc=False); "
+        "print(r['entry_dir'])"
+    )
+    result = run_python(code, env, cache_dir.parent)
+    assert result.returncode == 0, result.stderr
+    entry = Path(result.stdout.strip().splitlines()[-1])
+    assert ".target sm_90a" in (entry / "kernel.ptx").read_text()
+    assert (entry / "kernel.sass").read_text().strip() and "SASS of" in result.stderr
+
+
+@pytest.mark.gpu
+def test_print_load_time(cache_dir: Path) -> None:
+    # DG_JIT_PRINT_LOAD_TIME: one line per kernel made ready, saying whether it was compiled or read from the cache
+    code = """
+import torch, deep_gemm
+from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
+a = per_token_cast_to_fp8(torch.randn(64, 512, device="cuda", dtype=torch.bfloat16), use_ue8m0=False)
+b = per_block_cast_to_fp8(torch.randn(256, 512, device="cuda", dtype=torch.bfloat16), use_ue8m0=False)
+d = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
+deep_gemm.fp8_gemm_nt(a, b, d)
+torch.cuda.synchronize()
+"""
+    env = dict(DG_JIT_CACHE_DIR=str(cache_dir), DG_JIT_PRINT_LOAD_TIME="1")
+    first = run_python(code, env, cache_dir.parent)
+    assert first.returncode == 0, first.stderr
+    assert re.search(r"\[deep_gemm JIT\] sm90_gemm ready in [0-9.]+ ms \(compiled\)", first.stderr), first.stderr
+    second = run_python(code, env, cache_dir.parent)
+    assert second.returncode == 0, second.stderr
+    assert re.search(r"sm90_gemm ready in [0-9.]+ ms \(disk cache hit\)", second.stderr), second.stderr
+
+
+@pytest.mark.nvcc
 @pytest.mark.nvrtc
 @pytest.mark.gpu
 def test_nvcc_and_nvrtc_kernels_give_the_same_results(tmp_path: Path) -> None:

@@ -150,7 +150,7 @@ inline std::string cache_key(const KernelSource& source, const std::string& arch
     return h.hex_digest().substr(0, 32);
 }
 
-// DG_JIT_DUMP_SASS: disassemble the entry's cubin to stderr and to `kernel.sass` next to it.
+// DG_JIT_DUMP_SASS (or DG_JIT_DUMP_ASM, which also dumps the PTX): disassemble the entry's cubin to stderr and to `kernel.sass` next to it.
 inline void dump_sass(const BuildResult& built) {
     const auto& tc = toolchain();
     std::string command = shell_quote(tc.cuobjdump) + " --dump-sass " + shell_quote(built.cubin_path.string());
@@ -190,7 +190,7 @@ inline BuildResult find_or_compile(const KernelSource& source, const std::string
     const fs::path build_dir = make_unique_dir(root / "tmp", source.family + "-");
     try {
         auto output = compiler.compile(source.code, arch, build_dir);
-        if (get_env_flag("DG_JIT_DUMP_PTX"))
+        if (get_env_flag("DG_JIT_DUMP_PTX") || get_env_flag("DG_JIT_DUMP_ASM"))
             compiler.dump_ptx(source.code, arch, build_dir);
         write_file(build_dir / "kernel.cubin", output.cubin);
         write_file(build_dir / "ptxas.log", output.ptxas_report);
@@ -218,7 +218,7 @@ inline BuildResult find_or_compile(const KernelSource& source, const std::string
 inline BuildResult build_kernel(const KernelSource& source, const std::string& arch,
                                 std::optional<bool> use_nvrtc = std::nullopt) {
     auto built = find_or_compile(source, arch, use_nvrtc);
-    if (get_env_flag("DG_JIT_DUMP_SASS"))
+    if (get_env_flag("DG_JIT_DUMP_SASS") || get_env_flag("DG_JIT_DUMP_ASM"))
         dump_sass(built);
     return built;
 }

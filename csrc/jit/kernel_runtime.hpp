@@ -13,6 +13,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -207,9 +208,17 @@ inline const Kernel& get_kernel(const KernelSource& source, const std::string& a
         return *it->second;
     check_not_capturing(stream, source.family);
     ensure_context(device_index);
+    const auto start = std::chrono::steady_clock::now();
     const auto built = build_kernel(source, arch);
     check_ptxas_report(source.family, built.ptxas_report);
     auto kernel = std::make_unique<Kernel>(source.family, built.cubin);
+    // DG_JIT_PRINT_LOAD_TIME: how long this kernel took to become launchable (disk-cache read or compile, then the
+    // driver's load), so that a slow first call can be told apart from a slow kernel
+    if (get_env_flag("DG_JIT_PRINT_LOAD_TIME")) {
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        fmt::print(stderr, "[deep_gemm JIT] {} ready in {:.1f} ms ({})\n", source.family, ms,
+                   built.cache_hit ? "disk cache hit" : "compiled");
+    }
     return *loaded.emplace(id, std::move(kernel)).first->second;
 }
 
