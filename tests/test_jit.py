@@ -38,7 +38,7 @@ GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=160, num_stages=5, num_multicast=2),
     dict(shape_n=4096, shape_k=7168, block_m=128, block_n=144, num_stages=5, num_multicast=2, is_multicast_on_a=1),
     dict(shape_n=7168, shape_k=16384, block_m=64, block_n=64, num_stages=8, num_multicast=2, is_multicast_on_a=1),
-    dict(shape_n=7168, shape_k=16384, block_m=192, block_n=128, num_stages=5, num_multicast=2),  # three math WGs
+    dict(shape_n=7168, shape_k=16384, block_m=192, block_n=128, num_stages=4, num_multicast=2),  # three math WGs
     # split-K (one cluster per tile: the partial sums exchanged in shared memory, D stored directly)
     dict(shape_n=2112, shape_k=7168, block_m=64, block_n=112, num_stages=8, num_splits=3),
     dict(shape_n=2112, shape_k=7168, block_m=128, block_n=48, num_stages=8, num_splits=2),
@@ -54,13 +54,13 @@ GEMM_CONFIGS = [
     dict(shape_n=7168, shape_k=7168, block_m=192, block_n=128, num_stages=4),  # three math warpgroups
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=192, num_stages=4),  # 96 + 96 accumulators (forced only)
     # stream-K: partial sums through a global workspace, a flag per tile
-    dict(shape_n=7168, shape_k=16384, block_m=192, block_n=128, num_stages=5, stream_k=1),
+    dict(shape_n=7168, shape_k=16384, block_m=192, block_n=128, num_stages=4, stream_k=1),
     dict(shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, overlap_promotion=1, stream_k=1),
     dict(shape_n=7168, shape_k=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1, stream_k=1),
     # k-grouped (weight gradients): per-group TMA maps in the parameters, recipe (1, 1, 128)
     dict(shape_m=4096, shape_n=7168, block_m=128, block_n=128, num_stages=5, per_row_sfb=1, gemm_type=4),
-    dict(shape_m=4096, shape_n=7168, block_m=192, block_n=128, num_stages=5, per_row_sfb=1, gemm_type=4),
-    dict(shape_n=7168, shape_k=7168, block_m=192, block_n=128, num_stages=5, per_row_sfb=1),
+    dict(shape_m=4096, shape_n=7168, block_m=192, block_n=128, num_stages=4, per_row_sfb=1, gemm_type=4),
+    dict(shape_n=7168, shape_k=7168, block_m=192, block_n=128, num_stages=4, per_row_sfb=1),
     dict(
         shape_m=7168, shape_n=2048, block_m=128, block_n=112, num_stages=5, per_row_sfb=1, gemm_type=4, max_k_groups=120
     ),
@@ -75,7 +75,7 @@ GEMM_CONFIGS = [
         shape_n=7168,
         block_m=256,
         block_n=64,
-        num_stages=5,
+        num_stages=3,
         per_row_sfb=1,
         gemm_type=4,
         overlap_promotion=1,
@@ -90,11 +90,11 @@ BF16_GEMM_CONFIGS = [
     dict(bf16=1, fp32_out=1, has_c=1, shape_n=129280, shape_k=7168, block_m=128, block_n=256, num_stages=4),
     dict(bf16=1, has_c=1, shape_n=2112, shape_k=7168, block_m=128, block_n=112, num_stages=6),  # BF16 D + C
     dict(bf16=1, shape_n=2112, shape_k=7168, block_m=64, block_n=64, num_stages=8, num_splits=4),  # split-K
-    dict(bf16=1, fp32_out=1, has_c=1, shape_n=2112, shape_k=7168, block_m=128, block_n=64, num_stages=8, num_splits=3),
+    dict(bf16=1, fp32_out=1, has_c=1, shape_n=2112, shape_k=7168, block_m=128, block_n=64, num_stages=7, num_splits=3),
     dict(bf16=1, shape_n=4096, shape_k=7168, block_m=128, block_n=128, num_stages=5, num_multicast=2),
     dict(bf16=1, fp32_out=1, has_c=1, shape_n=7168, shape_k=7168, block_m=128, block_n=256, num_stages=4, stream_k=1),
     dict(bf16=1, mn_major_b=1, shape_n=4096, shape_k=7168, block_m=128, block_n=192, num_stages=4, gemm_type=1),
-    dict(bf16=1, shape_n=7168, shape_k=2048, block_m=64, block_n=256, num_stages=6, gemm_type=3),  # masked
+    dict(bf16=1, shape_n=7168, shape_k=2048, block_m=64, block_n=256, num_stages=4, gemm_type=3),  # masked
     dict(
         bf16=1,
         mn_major_a=1,

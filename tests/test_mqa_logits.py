@@ -370,7 +370,7 @@ def test_bad_static_config_fails_to_compile(cache_dir) -> None:
     # The signed sums' pieces complete the |x| form, at H = 32 or 64 only; the split tile fits at H = 64, and at
     # H = 32 without the pieces (raised before compiling)
     for cfg in (dict(signed_sum_wgmma=1), dict(num_heads=16, relu_by_abs=1, signed_sum_wgmma=1)):
-        with pytest.raises(ValueError, match="signed_sum_wgmma needs relu_by_abs=1 and num_heads 32 or 64"):
+        with pytest.raises(ValueError, match="signed_sum_wgmma needs relu_by_abs=1, num_heads 32 or 64"):
             deep_gemm.compile_kernel("sm90_fp8_mqa_logits", cfg)
     for cfg in (
         dict(num_heads=16, split_halves=1),
