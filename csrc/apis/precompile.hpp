@@ -113,8 +113,8 @@ inline pybind11::list render_gemm_kernels(const std::vector<int64_t>& m_values, 
 
     detail::SourceSet sources;
     for (const int64_t value: m_values) {
-        DG_CHECK_INPUT(value > 0 && value <= INT32_MAX, "m_values must be in [1, 2^31) (M = 0 launches nothing), got {}",
-                       value);
+        DG_CHECK_INPUT(value > 0 && value <= INT32_MAX,
+                       "m_values must be in [1, 2^31) (M = 0 launches nothing), got {}", value);
         DG_CHECK_INPUT(type != GemmType::kMGroupedContiguous || value % alignment == 0,
                        "m_values: M = {} of the contiguous layout must be a multiple of "
                        "get_mk_alignment_for_contiguous_layout() = {}", value, alignment);
@@ -212,8 +212,8 @@ inline void bind_precompile(pybind11::module_& m) {
           "The SM90 GEMM kernels that calls with these problems render and look up (no GPU needed), planned by the\n"
           "launcher's own function: one call per value of m_values (dense and contiguous: M, A's rows; masked:\n"
           "expected_m, with max_m the rows per group; k-grouped: each group's M), D contiguous. Operands as for\n"
-          "get_gemm_config (per_row_sfb: FP8 recipe (1, 1, 128), FP32 D; bf16 with mn_major_a / mn_major_b / fp32_out;\n"
-          "has_c). gemm_type: 0 normal, 1 m-grouped contiguous, 2 its psum layout, 3 masked, 4 k-grouped.\n"
+          "get_gemm_config (per_row_sfb: FP8 recipe (1, 1, 128), FP32 D; bf16 with mn_major_a / mn_major_b /\n"
+          "fp32_out; has_c). gemm_type: 0 normal, 1 m-grouped contiguous, 2 its psum layout, 3 masked, 4 k-grouped.\n"
           "num_sms: the SMs the GEMMs get; cluster_ctas: the CTAs whole clusters of 1 .. 8 CTAs fill on the device\n"
           "(8 values, as DG_PRINT_CONFIGS=1 prints them; empty: not known). The first GEMM a process plans is chosen\n"
           "before that capacity is measured, with whole clusters of num_sms: that kernel is listed too\n"

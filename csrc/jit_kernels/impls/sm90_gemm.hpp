@@ -372,7 +372,9 @@ private:
         const GemmProblem problem{sig.m, sig.n, sig.k, static_cast<uint32_t>(sig.num_sms), sig.use_tma_store,
                                   sig.operands, sig.compile_m, sig.compile_n, sig.compile_k, sig.gemm_type,
                                   sig.num_groups, sig.grouped_alignment, sig.config_m};
-        const auto choose = [&](const ClusterCapacity* capacity) { return plan_gemm_config(problem, capacity, forced); };
+        const auto choose = [&](const ClusterCapacity* capacity) {
+            return plan_gemm_config(problem, capacity, forced);
+        };
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
         const auto arch = props.arch();
