@@ -16,7 +16,7 @@ from deep_gemm.precompile.shapes import Shape, parse_shape_text
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m deep_gemm.precompile", description=PRECOMPILE_DOC.split("\n\n")[0],
+        prog="python -m deep_gemm.precompile", description=PRECOMPILE_DOC,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Shapes: API:field=value,... with the fields of deep_gemm.precompile.GemmShape (n, k, num_groups, "
                "max_m, out_dtype, has_c, compiled_dims, use_psum_layout, ensure_zero_padding, m_values as 1/64/128, "
