@@ -401,11 +401,28 @@ def masked(g, max_m, expected_m, n, k):
     d = torch.empty(g, max_m, n, device="cuda", dtype=torch.bfloat16)
     masked_m = torch.full((g,), expected_m, device="cuda", dtype=torch.int32)
     deep_gemm.m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m)
+def contiguous(g, rows, n, k):
+    a = per_token_cast_to_fp8(torch.randn(g * rows, k, device="cuda"), use_ue8m0=False)
+    b = per_block_cast_to_fp8(torch.randn(g * n, k, device="cuda"), use_ue8m0=False)
+    b = (b[0].view(g, n, k), b[1].view(g, -1, b[1].size(-1)))
+    layout = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(rows)
+    d = torch.empty(g * rows, n, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+def mqa_logits(s, s_kv, heads, dim):
+    q = torch.randn(s, heads, dim, device="cuda").to(torch.float8_e4m3fn)
+    kv = torch.randn(s_kv, dim, device="cuda").to(torch.float8_e4m3fn)
+    scales = torch.rand(s_kv, device="cuda")
+    weights = torch.randn(s, heads, device="cuda")
+    ks = torch.zeros(s, device="cuda", dtype=torch.int32)
+    ke = torch.full((s,), s_kv, device="cuda", dtype=torch.int32)
+    deep_gemm.fp8_mqa_logits(q, (kv, scales), weights, ks, ke)
 for m in (1, 64, 200, 4096):
     fp8_gemm(m, 2112, 7168)
     fp8_gemm(m, 7168, 2048)
 for expected_m in (8, 100):
     masked(4, 128, expected_m, 4096, 7168)
+contiguous(4, 128, 4096, 7168)
+mqa_logits(300, 1000, 64, 128)
 torch.cuda.synchronize()
 """
 
@@ -426,7 +443,9 @@ def test_gpu_precompiled_cache_gives_zero_compiles(tmp_path: Path) -> None:
 
     cache = tmp_path / "cache"
     shapes = [GemmShape("fp8_gemm_nt", 2112, 7168), GemmShape("fp8_gemm_nt", 7168, 2048),
-              GemmShape("m_grouped_fp8_gemm_nt_masked", 4096, 7168, num_groups=4, max_m=128)]
+              GemmShape("m_grouped_fp8_gemm_nt_masked", 4096, 7168, num_groups=4, max_m=128),
+              GemmShape("m_grouped_fp8_gemm_nt_contiguous", 4096, 7168, num_groups=4, m_values=(512,)),
+              MqaLogitsShape(64, 128)]
     result = deep_gemm.precompile(shapes, max_tokens=4096, num_sms=num_sms, cluster_ctas=cluster_ctas,
                                   cache_dir=str(cache), stream=io.StringIO())
     assert result.ok, result.summary
