@@ -14,6 +14,7 @@
 #include "apis/jit.hpp"
 #include "apis/k_grouped_gemm.hpp"
 #include "apis/layout.hpp"
+#include "apis/precompile.hpp"
 #include "apis/runtime.hpp"
 #include "utils/tune.hpp"
 
@@ -530,6 +531,7 @@ PYBIND11_MODULE(_C, m) {
           "'family:key=value[,key=value...][;family:...]', families fp8_gemm, bf16_gemm, mqa_logits,\n"
           "paged_mqa_logits. Returns {family: {key: value}} for the families it sets. Raises ValueError naming\n"
           "the unknown family or key, or the value out of its range.");
+    dg::apis::bind_precompile(m);  // (the ahead-of-time builds' renderers and cache lookup)
     m.def("kernel_families", [] {
               std::vector<std::string> names;
               for (const auto& [name, _]: dg::kernels::kernel_registry())

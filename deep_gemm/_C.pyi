@@ -320,3 +320,43 @@ def compile_kernel(
 ) -> dict[str, Any]: ...
 def parse_tune(spec: str) -> dict[str, dict[str, int]]: ...
 def kernel_families() -> list[str]: ...
+def render_gemm_kernels(
+    m_values: list[int],
+    n: int,
+    k: int,
+    num_sms: int = 132,
+    cluster_ctas: list[int] = ...,
+    per_row_sfb: bool = False,
+    bf16: bool = False,
+    mn_major_a: bool = False,
+    mn_major_b: bool = False,
+    fp32_out: bool = False,
+    has_c: bool = False,
+    gemm_type: int = 0,
+    num_groups: int = 1,
+    max_m: int = 0,
+    compiled_dims: str = "nk",
+) -> list[dict[str, Any]]: ...
+def render_mqa_logits_kernels(
+    num_heads: int,
+    head_dim: int,
+    is_compressed: bool = False,
+    clean_logits: bool = True,
+    out_bf16: bool = False,
+) -> list[dict[str, Any]]: ...
+def render_paged_mqa_logits_kernels(
+    next_n: int,
+    num_heads: int,
+    head_dim: int,
+    block_kv: int = 64,
+    is_2d_context_lens: bool = False,
+    clean_logits: bool = False,
+    max_context_lens: list[int] = ...,
+    out_bf16: bool = False,
+    has_indices: bool = False,
+    max_batch: int = 1,
+) -> list[dict[str, Any]]: ...
+def render_kernel(family: str, params: dict[str, int] = ...) -> str: ...
+def kernel_cache_entry(
+    family: str, source: str, arch: str = "sm_90a", use_nvrtc: bool | None = None
+) -> dict[str, Any]: ...

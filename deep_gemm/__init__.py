@@ -67,6 +67,10 @@ from deep_gemm._C import (
 # shares with the extension (get_mn_major_tma_aligned_tensor, get_tma_aligned_size, ...) are the same objects.
 from deep_gemm.utils import *  # noqa: F403
 
+# Ahead-of-time builds: deep_gemm.precompile(shapes, jobs=...) (the function; `python -m deep_gemm.precompile` runs
+# the module's command line, and `from deep_gemm.precompile import GemmShape` reaches the module)
+from deep_gemm.precompile import precompile  # noqa: E402
+
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
 m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
@@ -118,6 +122,7 @@ __all__ = [
     "m_grouped_fp8_fp4_gemm_nt_contiguous",
     "m_grouped_fp8_gemm_nt_contiguous",
     "m_grouped_fp8_gemm_nt_masked",
+    "precompile",
     "m_grouped_fp8_fp4_gemm_nt_masked",
     "fp8_m_grouped_gemm_nt_masked",
     "set_mk_alignment_for_contiguous_layout",

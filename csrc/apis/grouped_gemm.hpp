@@ -135,9 +135,9 @@ inline void run_masked(kernels::GemmArgs args, const at::Tensor& masked_m, int64
     args.gemm_type = kernels::GemmType::kMGroupedMasked;
     args.grouped_layout = &masked_m;
     args.num_groups = static_cast<uint32_t>(num_groups);
-    args.grouped_alignment = max_m % 128 == 0 ? 128 : 64;  // BLOCK_M must divide max_m
+    args.grouped_alignment = kernels::masked_block_alignment(max_m);  // BLOCK_M must divide max_m
     args.max_m = static_cast<uint32_t>(max_m);
-    args.config_m = static_cast<uint32_t>(std::min<int64_t>(num_groups * std::min(expected_m, max_m), INT32_MAX));
+    args.config_m = kernels::masked_config_m(num_groups, expected_m, max_m);
     kernels::Sm90GemmRunner::run(args);
 }
 

@@ -150,7 +150,14 @@ inline std::string cache_key(const KernelSource& source, const std::string& arch
     return h.hex_digest().substr(0, 32);
 }
 
-// DG_JIT_DUMP_SASS (or DG_JIT_DUMP_ASM, which also dumps the PTX): disassemble the entry's cubin to stderr and to `kernel.sass` next to it.
+// Where the cache entry of `source` for `arch` with `compiler` lives (whether or not it exists yet).
+inline fs::path cache_entry_dir(const KernelSource& source, const std::string& arch, const Compiler& compiler) {
+    return cache_root() / "kernels" / fmt::format("{}-{}-{}", source.family, compiler.name(),
+                                                  cache_key(source, arch, compiler));
+}
+
+// DG_JIT_DUMP_SASS (or DG_JIT_DUMP_ASM, which also dumps the PTX): disassemble the entry's cubin to stderr and to
+// `kernel.sass` next to it.
 inline void dump_sass(const BuildResult& built) {
     const auto& tc = toolchain();
     std::string command = shell_quote(tc.cuobjdump) + " --dump-sass " + shell_quote(built.cubin_path.string());
@@ -166,8 +173,7 @@ inline void dump_sass(const BuildResult& built) {
 inline BuildResult find_or_compile(const KernelSource& source, const std::string& arch, std::optional<bool> use_nvrtc) {
     const Compiler& compiler = get_compiler(use_nvrtc);
     const fs::path root = cache_root();
-    const std::string key = cache_key(source, arch, compiler);
-    const fs::path entry = root / "kernels" / fmt::format("{}-{}-{}", source.family, compiler.name(), key);
+    const fs::path entry = cache_entry_dir(source, arch, compiler);
 
     BuildResult result;
     result.entry_dir = entry;

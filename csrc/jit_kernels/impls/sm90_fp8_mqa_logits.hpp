@@ -55,6 +55,17 @@ inline MqaLogitsConfig mqa_logits_config_from_params(const KernelParams& params)
     return c;
 }
 
+// The config a launch plans for these logits: the heuristic's, then DG_TUNE's mqa_logits section (shared with the
+// ahead-of-time builds, _C.render_mqa_logits_kernels, so that they render what a launch renders).
+inline MqaLogitsConfig plan_mqa_logits_config(uint32_t num_heads, uint32_t head_dim, uint64_t seq_len,
+                                              uint64_t seq_len_kv, uint64_t width, bool is_compressed,
+                                              bool clean_logits, bool out_bf16, uint32_t num_sms) {
+    MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, is_compressed,
+                                              clean_logits, out_bf16, num_sms);
+    apply_mqa_logits_tune(c, tune_settings(TuneFamily::kMqaLogits));
+    return c;
+}
+
 // Arguments of one call, already validated by the API layer.
 struct MqaLogitsArgs {
     const at::Tensor& q;          // [S, H, D] e4m3, D contiguous, heads stacked (stride 0 = H * stride 1)
@@ -73,9 +84,8 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     const uint32_t seq_len_kv = args.kv.size(0), width = args.logits.size(1);
     const bool out_bf16 = args.logits.scalar_type() == at::kBFloat16;
     const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
-    MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, args.is_compressed,
-                                              args.clean_logits, out_bf16, num_sms);
-    apply_mqa_logits_tune(c, tune_settings(TuneFamily::kMqaLogits));
+    const MqaLogitsConfig c = plan_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width,
+                                                     args.is_compressed, args.clean_logits, out_bf16, num_sms);
 
     const auto stream = jit::current_stream(device);
     static jit::KernelCache<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool>> kernels;

@@ -49,6 +49,20 @@ inline PagedMqaLogitsConfig paged_mqa_logits_config_from_params(const KernelPara
     return c;
 }
 
+// The config a launch plans for these logits: the heuristic's, D's type, the indices' form, then DG_TUNE's
+// paged_mqa_logits section (shared with the ahead-of-time builds, _C.render_paged_mqa_logits_kernels).
+inline PagedMqaLogitsConfig plan_paged_mqa_logits_config(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
+                                                         uint32_t block_kv, bool is_2d_context_lens,
+                                                         bool clean_logits, uint32_t max_context_len, bool out_bf16,
+                                                         bool has_indices) {
+    PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv, is_2d_context_lens,
+                                                         clean_logits, max_context_len);
+    c.out_bf16 = out_bf16;
+    c.has_indices = has_indices;
+    apply_paged_mqa_logits_tune(c, tune_settings(TuneFamily::kPagedMqaLogits));
+    return c;
+}
+
 // Mirrors deep_gemm::PagedMqaProblem (passed by value as one kernel parameter).
 struct PagedMqaProblemArgs {
     uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
@@ -81,12 +95,10 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
     const int device = args.q.device().index();
     const uint32_t batch = args.q.size(0), next_n = args.q.size(1), num_heads = args.q.size(2), head_dim = args.q.size(3);
     const uint32_t block_kv = args.kv_cache.size(1), num_kv_blocks = args.kv_cache.size(0);
-    PagedMqaLogitsConfig c = get_paged_mqa_logits_config(next_n, num_heads, head_dim, block_kv,
-                                                         args.context_lens.dim() == 2, args.clean_logits,
-                                                         static_cast<uint32_t>(args.logits.size(1)));
-    c.out_bf16 = args.logits.scalar_type() == at::kBFloat16;
-    c.has_indices = args.indices.has_value();
-    apply_paged_mqa_logits_tune(c, tune_settings(TuneFamily::kPagedMqaLogits));
+    const PagedMqaLogitsConfig c = plan_paged_mqa_logits_config(
+        next_n, num_heads, head_dim, block_kv, args.context_lens.dim() == 2, args.clean_logits,
+        static_cast<uint32_t>(args.logits.size(1)), args.logits.scalar_type() == at::kBFloat16,
+        args.indices.has_value());
 
     const auto stream = jit::current_stream(device);
     static jit::KernelCache<

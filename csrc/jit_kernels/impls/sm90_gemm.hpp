@@ -21,6 +21,7 @@
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_gemm.hpp"
+#include "../heuristics/sm90_gemm_plan.hpp"
 #include "sm90_gemm_source.hpp"
 #include "sm90_gemm_tma_maps.hpp"
 
@@ -116,10 +117,8 @@ public:
         const int64_t ldc = args.c != nullptr ? args.c->stride(0) : 0;
         const bool c_by_tma = args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), ldc);
         const bool enable_pdl = jit::DeviceRuntime::instance().pdl();
-        // (TMA stores whole 16-byte units: a row length that ends inside one would spill past N)
-        const bool use_tma_store = !operands.direct_store() && ldd_bytes % 16 == 0 &&
-                                   (int64_t(n) * args.d.element_size()) % 16 == 0 &&
-                                   reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
+        const bool use_tma_store = dense_tma_store_fits(operands, n, args.d.element_size(), ldd_bytes,
+                                                        reinterpret_cast<uintptr_t>(args.d.data_ptr()));
         const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
 
         // With one K block the stride of an MN-major scale tensor's K dimension is meaningless: use the
@@ -197,7 +196,7 @@ public:
         operands.has_c = args.c != nullptr;
         const bool fp8 = operands.is_fp8();
         const int64_t sfa_stride = fp8 ? args.sfa->stride(0) : 0, sfb_stride = fp8 ? args.sfb->stride(0) : 0;
-        const bool use_tma_store = n % 4 == 0 && reinterpret_cast<uintptr_t>(args.d.data_ptr()) % 16 == 0;
+        const bool use_tma_store = k_grouped_tma_store_fits(n, reinterpret_cast<uintptr_t>(args.d.data_ptr()));
         const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.c != nullptr ? n : 0, sfa_stride, sfb_stride, num_sms,
                             use_tma_store, args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), n), operands,
                             args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
@@ -357,13 +356,6 @@ private:
         }
         return capacity;
     }
-    // (set_num_sms may give the GEMMs fewer SMs than the device has)
-    static ClusterCapacity capacity_for(const ClusterCapacity& device_capacity, uint32_t num_sms) {
-        ClusterCapacity capacity = device_capacity;
-        for (uint32_t size = 1; size <= kMaxSplits; ++size)
-            capacity.ctas[size] = std::min(capacity.ctas[size], num_sms / size * size);
-        return capacity;
-    }
 
     static Plan& get_plan(const Signature& sig, const GemmArgs* args) {
         static std::unordered_map<Signature, std::unique_ptr<Plan>, SignatureHash> plans;
@@ -374,21 +366,14 @@ private:
 
         auto plan = std::make_unique<Plan>();
         auto& c = plan->config;
-        // (k-grouped: planned for a typical K per group, as K changes from call to call)
         const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
-        constexpr uint32_t kKGroupedPlanK = 4096;
         // (DG_TUNE's section of this GEMM's family: fp8_gemm or bf16_gemm)
         const GemmOverrides forced = gemm_overrides_for(sig.operands);
+        const GemmProblem problem{sig.m, sig.n, sig.k, static_cast<uint32_t>(sig.num_sms), sig.use_tma_store,
+                                  sig.operands, sig.compile_m, sig.compile_n, sig.compile_k, sig.gemm_type,
+                                  sig.num_groups, sig.grouped_alignment, sig.config_m};
         const auto choose = [&](const ClusterCapacity* capacity) {
-            GemmConfig config = get_gemm_config(sig.config_m ? sig.config_m : sig.m, sig.n,
-                                                k_grouped ? kKGroupedPlanK : sig.k, sig.num_sms, sig.use_tma_store,
-                                                sig.compile_m, sig.compile_n, sig.compile_k, forced.allow_multicast(),
-                                                forced, sig.operands, sig.gemm_type, sig.grouped_alignment,
-                                                capacity, sig.gemm_type == GemmType::kMGroupedMasked ? sig.num_groups : 1);
-            config.shape_m = sig.compile_m ? sig.m : 0;  // (the real row count, also when config_m planned the config)
-            if (k_grouped)
-                config.max_k_groups = k_grouped_capacity(sig.num_groups);
-            return config;
+            return plan_gemm_config(problem, capacity, forced);
         };
         const auto stream = jit::current_stream(sig.device);
         const auto& props = jit::DeviceRuntime::instance().properties(sig.device);
