@@ -699,7 +699,9 @@ def test_m_grouped_contiguous(num_groups: int, expected_m: int, n: int, k: int, 
     a, b_nk, per_row, ends, segments = make_m_grouped_inputs(num_groups, expected_m, n, k, seed=num_groups + k)
     b = b_nk if layout == "nt" else b_nk.transpose(1, 2).contiguous()  # [G, N, K] or [G, K, N]
     fn = getattr(deep_gemm, f"m_grouped_bf16_gemm_{layout}_contiguous")
-    kwargs = {"use_psum_layout": True, "expected_m_for_psum_layout": expected_m} if psum else {}
+    kwargs = {"use_psum_layout": True} if psum else {}
+    if psum and layout == "nt":  # (the nn form has no expected_m_for_psum_layout, as in the reference)
+        kwargs["expected_m_for_psum_layout"] = expected_m
     grouped_layout = ends if psum else per_row
     case = f"m_grouped_{layout}-G{num_groups}-m{expected_m}-n{n}-k{k}-{'psum' if psum else 'per_row'}"
     # (padding rows left untouched: tests/test_compat_gemm.py checks ensure_zero_padding=True, the default)

@@ -267,21 +267,36 @@ def test_m_grouped_contiguous_padding_ids_outside_groups_are_not_written(dtype: 
     m = per_row.shape[0]
     a = torch.cat([a.view(torch.uint8), a[:alignment].view(torch.uint8)]).view(torch.float8_e4m3fn)  # (cat of bytes)
     sfa = torch.cat([sfa, sfa[:alignment]])
-    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    if dtype == "fp8":
-        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, per_row)
-        check_grouped(d, a, sfa, b, sfb, segments, "padding ids outside [0, G)")
-        return
+    written = torch.zeros(m, dtype=torch.bool, device="cuda")
+    for s, e in segments:
+        written[s:e] = True
     a_bf16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)
-    deep_gemm.m_grouped_bf16_gemm_nt_contiguous(a_bf16, b_bf16, d, per_row)
-    written = torch.zeros(m, dtype=torch.bool, device="cuda")
-    for g, (s, e) in enumerate(segments):
-        if s < e:
-            ref = a_bf16[s:e].double() @ b_bf16[g].double().t()
-            assert calc_diff(d[s:e], ref) < 1e-5, f"group {g}"
-            written[s:e] = True
+
+    def run(ensure_zero_padding: bool) -> torch.Tensor:
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        if dtype == "fp8":
+            deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, per_row,
+                                                       ensure_zero_padding=ensure_zero_padding)  # fmt: skip
+        else:
+            deep_gemm.m_grouped_bf16_gemm_nt_contiguous(a_bf16, b_bf16, d, per_row,
+                                                        ensure_zero_padding=ensure_zero_padding)  # fmt: skip
+        return d
+
+    # The kernel alone: padding rows stay poisoned
+    d = run(ensure_zero_padding=False)
+    if dtype == "fp8":
+        check_grouped(d, a, sfa, b, sfb, segments, "padding ids outside [0, G)")
+    else:
+        for g, (s, e) in enumerate(segments):
+            if s < e:
+                ref = a_bf16[s:e].double() @ b_bf16[g].double().t()
+                assert calc_diff(d[s:e], ref) < 1e-5, f"group {g}"
     assert d[~written].isnan().all(), "padding rows of d were written"
+    # ensure_zero_padding=True (the default): the same group rows, bit for bit, and every padding row exactly 0
+    d_zeroed = run(ensure_zero_padding=True)
+    assert torch.equal(d_zeroed[written].view(torch.int16), d[written].view(torch.int16)), "group rows differ"
+    assert (d_zeroed[~written] == 0).all(), "ensure_zero_padding: padding rows not zero"
 
 
 def make_masked_inputs(num_groups: int, max_m: int, n: int, k: int):

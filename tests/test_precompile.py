@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import types
 from pathlib import Path
@@ -27,6 +28,9 @@ from deep_gemm.precompile.shapes import parse_shape_text, plan_kernels
 from deep_gemm.testing import H200_CLUSTER_CTAS
 
 ROOT = Path(__file__).resolve().parents[1]
+# Child interpreters run outside the repository: from its root, Python would import the source folder (whose
+# extension is built only by ./develop.sh) instead of the installed package the tests run against
+OUTSIDE = Path(tempfile.gettempdir())
 # The registry parameters of a get_gemm_config result (the names the two share)
 CONFIG_PARAMS = ["block_m", "block_n", "num_stages", "num_math_warpgroups", "num_group_n", "num_multicast",
                  "is_multicast_on_a", "num_splits", "stream_k", "overlap_promotion", "per_row_sfb", "bf16",
@@ -251,7 +255,7 @@ def test_shape_text_errors() -> None:
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deep_gemm.precompile", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "deep_gemm.precompile", *args], cwd=OUTSIDE, capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=600)
 
 
@@ -327,7 +331,7 @@ def test_fresh_process_finds_every_kernel_cached(precompiled) -> None:
             out.append([entry["key"], entry["cached"], built["cache_hit"]])
         print(json.dumps(out))
     """)
-    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600,
+    run = subprocess.run([sys.executable, "-c", script], cwd=OUTSIDE, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "DG_JIT_CACHE_DIR": str(cache)})
     assert run.returncode == 0, run.stderr
     looked_up = json.loads(run.stdout)
@@ -433,7 +437,7 @@ def test_gpu_precompiled_cache_gives_zero_compiles(tmp_path: Path) -> None:
         pytest.skip("needs a CUDA GPU")
     # The device's cluster capacity, as the launcher measures and prints it at its first GEMM (in a throwaway cache)
     probe = subprocess.run([sys.executable, "-c", GPU_CALLS.split("for m in")[0] + "fp8_gemm(128, 256, 256)"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600,
+                           cwd=OUTSIDE, capture_output=True, text=True, timeout=600,
                            env={**os.environ, "DG_PRINT_CONFIGS": "1", "DG_JIT_CACHE_DIR": str(tmp_path / "probe")})
     assert probe.returncode == 0, probe.stderr
     line = next(x for x in probe.stderr.splitlines() if "whole clusters of each size fill" in x)
@@ -450,7 +454,7 @@ def test_gpu_precompiled_cache_gives_zero_compiles(tmp_path: Path) -> None:
                                   cache_dir=str(cache), stream=io.StringIO())
     assert result.ok, result.summary
     before = sorted(p.name for p in (cache / "kernels").iterdir())
-    run = subprocess.run([sys.executable, "-c", GPU_CALLS], cwd=ROOT, capture_output=True, text=True, timeout=600,
+    run = subprocess.run([sys.executable, "-c", GPU_CALLS], cwd=OUTSIDE, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "DG_JIT_CACHE_DIR": str(cache)})
     assert run.returncode == 0, run.stderr
     after = sorted(p.name for p in (cache / "kernels").iterdir())
