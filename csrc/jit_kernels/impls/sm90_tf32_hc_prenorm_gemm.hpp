@@ -1,0 +1,96 @@
+// Host side of deep_gemm/include/deep_gemm/impls/sm90_tf32_hc_prenorm_gemm.cuh: config, render, load (once per
+// device, N and stage count), launch on the current stream.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+
+#include "../../jit/device_runtime.hpp"
+#include "../../jit/kernel_runtime.hpp"
+#include "../../utils/exception.hpp"
+#include "../heuristics/sm90_gemm_resources.hpp"
+
+namespace dg::kernels {
+
+// Mirrors deep_gemm::hc_prenorm (the kernel checks the shared memory it was rendered for with a static_assert)
+constexpr uint32_t kHcPrenormBlockM = 128, kHcPrenormBlockK = 64, kHcPrenormThreads = 256, kHcPrenormKSlices = 4;
+constexpr uint32_t kHcPrenormDefaultStages = 8;  // 7 K blocks of 16 KB of A in flight per SM
+
+struct HcPrenormConfig {
+    uint32_t n;           // columns of D: a multiple of 8 in [8, 32]
+    uint32_t num_stages;  // ring stages
+    uint32_t smem_bytes;
+};
+
+inline uint32_t hc_prenorm_smem_bytes(uint32_t n, uint32_t num_stages) {
+    const uint32_t per_stage = kHcPrenormBlockM * kHcPrenormBlockK * 2 + n * kHcPrenormBlockK * 4;
+    const uint32_t reduce = kHcPrenormKSlices * kHcPrenormBlockM * (n + 4) * 4 + kHcPrenormKSlices * kHcPrenormBlockM * 4;
+    return std::max(num_stages * per_stage, reduce);
+}
+
+inline HcPrenormConfig hc_prenorm_config(uint32_t n, uint32_t num_stages = kHcPrenormDefaultStages) {
+    DG_CHECK_INPUT(n % 8 == 0 && n >= 8 && n <= 32, "sm90_tf32_hc_prenorm_gemm: N must be a multiple of 8 in [8, 32], "
+                   "got {}", n);
+    DG_CHECK_INPUT(num_stages >= 2 && num_stages <= 16, "sm90_tf32_hc_prenorm_gemm: num_stages must be in [2, 16], "
+                   "got {}", num_stages);
+    return {n, num_stages, hc_prenorm_smem_bytes(n, num_stages)};
+}
+
+inline jit::KernelSource render_sm90_tf32_hc_prenorm_gemm(const HcPrenormConfig& config) {
+    return {"sm90_tf32_hc_prenorm_gemm",
+            fmt::format("#include <deep_gemm/impls/sm90_tf32_hc_prenorm_gemm.cuh>\n\n"
+                        "using namespace deep_gemm;\n\n"
+                        "static_assert(hc_prenorm::HcPrenormSmem<{0}>::bytes({1}) == {2}, \"host and kernel disagree on "
+                        "the shared memory\");\n\n"
+                        "static void __instantiate_kernel() {{\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_tf32_hc_prenorm_gemm_kernel<{0}, {1}>);\n"
+                        "}}\n",
+                        config.n, config.num_stages, config.smem_bytes)};
+}
+
+// The K blocks (of 64) split s of `num_splits` covers: [s * KB / S, (s + 1) * KB / S), as the kernel computes it
+inline std::pair<int64_t, int64_t> hc_prenorm_split_k_blocks(int64_t num_k_blocks, int64_t num_splits, int64_t s) {
+    return {s * num_k_blocks / num_splits, (s + 1) * num_k_blocks / num_splits};
+}
+
+// The split count used when the caller gives none: enough CTAs (row blocks x splits) to give every SM one, at least
+// two K blocks (128 of K) per split, 1 when the row blocks alone fill half the SMs or more.
+inline uint32_t hc_prenorm_auto_splits(int64_t m, int64_t k, int num_sms) {
+    const int64_t m_blocks = (m + kHcPrenormBlockM - 1) / kHcPrenormBlockM, k_blocks = k / kHcPrenormBlockK;
+    if (m_blocks <= 0 || m_blocks * 2 >= num_sms)
+        return 1;
+    const int64_t by_sms = num_sms / m_blocks, by_k = std::max<int64_t>(1, k_blocks / 2);
+    return static_cast<uint32_t>(std::max<int64_t>(1, std::min(by_sms, by_k)));
+}
+
+// a BF16 [m, K] (row stride lda elements), b FP32 [n, K] (row stride ldb); d FP32 [num_splits, m, n] and sqr_sum
+// [num_splits, m], contiguous. m >= 1, K a positive multiple of 64, 1 <= num_splits <= K / 64 (checked by the API).
+inline void launch_sm90_tf32_hc_prenorm_gemm(int device_index, const void* a, int64_t lda, const float* b, int64_t ldb,
+                                             float* d, float* sqr_sum, int64_t m, int64_t n, int64_t k,
+                                             int64_t num_splits) {
+    DG_CHECK(m >= 1 && m <= INT32_MAX && k % kHcPrenormBlockK == 0 && k > 0 && num_splits >= 1 &&
+             num_splits <= k / kHcPrenormBlockK, "tf32_hc_prenorm_gemm: m = {}, k = {}, num_splits = {}", m, k,
+             num_splits);
+    const int64_t m_blocks = (m + kHcPrenormBlockM - 1) / kHcPrenormBlockM;
+    DG_CHECK_INPUT(m_blocks <= INT32_MAX && num_splits <= 65535,
+                   "tf32_hc_prenorm_gemm: num_splits must be at most 65535, got {}", num_splits);
+    const auto config = hc_prenorm_config(static_cast<uint32_t>(n));
+    static jit::KernelCache<std::tuple<int, uint32_t, uint32_t>> kernels;
+    const auto stream = jit::current_stream(device_index);
+    const jit::Kernel& kernel = kernels.get({device_index, config.n, config.num_stages}, [&]() -> const jit::Kernel& {
+        const auto arch = jit::DeviceRuntime::instance().properties(device_index).arch();
+        return jit::get_kernel(render_sm90_tf32_hc_prenorm_gemm(config), arch, device_index, stream);
+    });
+    jit::LaunchConfig launch;
+    launch.grid = {static_cast<unsigned int>(m_blocks), static_cast<unsigned int>(num_splits), 1};
+    launch.num_threads = kHcPrenormThreads;
+    launch.smem_bytes = config.smem_bytes;
+    launch.stream = stream;
+    const auto* a_ptr = static_cast<const uint8_t*>(a);
+    uint64_t lda_arg = static_cast<uint64_t>(lda), ldb_arg = static_cast<uint64_t>(ldb);
+    auto m_arg = static_cast<uint32_t>(m), k_blocks_arg = static_cast<uint32_t>(k / kHcPrenormBlockK);
+    kernel.launch(device_index, launch, a_ptr, lda_arg, b, ldb_arg, d, sqr_sum, m_arg, k_blocks_arg);
+}
+
+}  // namespace dg::kernels
