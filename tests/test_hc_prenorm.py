@@ -229,7 +229,8 @@ def split_ranges(k: int, num_splits: int) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("n", NS, ids=lambda n: f"n{n}")
 @pytest.mark.parametrize("m", [1, 7, 129, 1024, 8192], ids=lambda m: f"m{m}")
 def test_results_without_splits(m: int, n: int, k: int) -> None:
-    """num_splits=None: small M takes the automatic split and its summing pass, large M one launch; both [M, N]."""
+    """num_splits=None: small M splits K over a cluster that adds the partials in shared memory, large M one CTA per
+    row block; both write [M, N] and [M]."""
     a, b = operands(m, n, k, seed=m * 7 + n + k)
     d, sqr_sum = poisoned(m, n), poisoned(m)
     deep_gemm.tf32_hc_prenorm_gemm(a, b, d, sqr_sum)
@@ -288,6 +289,27 @@ def test_b_is_rounded_to_nearest_ties_away(sign: float) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("num_sms", [4, 10, 14, 30], ids=lambda s: f"sms{s}")
+def test_automatic_cluster_split_sizes(num_sms: int) -> None:
+    """M = 129 (two row blocks) with set_num_sms giving automatic splits of 1, 5, 7 and 8 (clusters of 5 and 7 CTAs
+    share the 128 rows unevenly among their ranks)."""
+    m, n, k = 129, 32, 7680
+    a, b = operands(m, n, k, seed=num_sms)
+    previous = deep_gemm.get_num_sms()
+    deep_gemm.set_num_sms(num_sms)
+    try:
+        d, sqr_sum = poisoned(m, n), poisoned(m)
+        deep_gemm.tf32_hc_prenorm_gemm(a, b, d, sqr_sum)
+        d2, sqr_sum2 = poisoned(m, n), poisoned(m)
+        deep_gemm.tf32_hc_prenorm_gemm(a, b, d2, sqr_sum2)
+    finally:
+        deep_gemm.set_num_sms(previous)
+    check(d, sqr_sum, reference(a, b), k, f"num_sms {num_sms}")
+    assert torch.equal(d.view(torch.int32), d2.view(torch.int32)), "not bitwise repeatable"
+    assert torch.equal(sqr_sum.view(torch.int32), sqr_sum2.view(torch.int32)), "not bitwise repeatable"
+
+
+@gpu
 def test_strided_operands() -> None:
     """Row strides wider than K (16-byte multiples) for a and b."""
     m, n, k = 300, 32, 7680
@@ -309,7 +331,7 @@ def test_empty_m_is_a_no_op() -> None:
 @pytest.mark.parametrize("num_splits", [None, 4], ids=["auto", "s4"])
 @pytest.mark.parametrize("m", [7, 4096], ids=lambda m: f"m{m}")
 def test_graph_capture(m: int, num_splits: int | None) -> None:
-    """Captured once (the automatic split's workspace from the graph's pool), replayed on new inputs."""
+    """Captured once (m7 without num_splits: the cluster-reduced split), replayed on new inputs."""
     n, k = 24, 7168
     a, b = operands(m, n, k, seed=11)
     shape = (m, n) if num_splits is None else (num_splits, m, n)

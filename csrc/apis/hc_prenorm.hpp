@@ -30,8 +30,9 @@ inline void check_hc_output(const at::Tensor& t, const char* name, at::IntArrayR
 // num_splits None: d FP32 [M, N], sqr_sum FP32 [M] get the results; num_splits S in [1, K / 64]: d [S, M, N] and
 // sqr_sum [S, M] get the partials of split s's K blocks (of 64) [s * KB / S, (s + 1) * KB / S), KB = K / 64, for the
 // caller to sum. Without num_splits, when the row blocks of 128 leave SMs idle (M small) the kernel splits K by
-// hc_prenorm_auto_splits and the partials are summed into d and sqr_sum by a second pass (at::sum over the split
-// dimension: deterministic, no atomics).
+// hc_prenorm_auto_splits (at most 8) and each row block's splits, one thread-block cluster, add their partials
+// through distributed shared memory in split order before writing d and sqr_sum: one launch, deterministic, no
+// atomics and no workspace.
 inline void tf32_hc_prenorm_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& d,
                                  const at::Tensor& sqr_sum, std::optional<int64_t> num_splits) {
     constexpr const char* fn = "tf32_hc_prenorm_gemm";
@@ -78,28 +79,13 @@ inline void tf32_hc_prenorm_gemm(const at::Tensor& a, const at::Tensor& b, const
 
     const jit::DeviceScope device_scope(a.device().index());
     const int device_index = a.device().index();
-    const auto launch = [&](float* d_ptr, float* sq_ptr, int64_t splits) {
-        kernels::launch_sm90_tf32_hc_prenorm_gemm(device_index, a.data_ptr(), a.stride(0), b.data_ptr<float>(),
-                                                  b.stride(0), d_ptr, sq_ptr, m, n, k, splits);
-    };
-    if (num_splits.has_value()) {
-        launch(d.data_ptr<float>(), sqr_sum.data_ptr<float>(), *num_splits);
-        return;
-    }
-    const int64_t auto_splits =
-        kernels::hc_prenorm_auto_splits(m, k, jit::DeviceRuntime::instance().num_sms(device_index));
-    if (auto_splits == 1) {
-        launch(d.data_ptr<float>(), sqr_sum.data_ptr<float>(), 1);
-        return;
-    }
-    // Partials in a workspace (PyTorch's caching allocator: graph-capture safe), summed in split order by PyTorch's
-    // reduction (deterministic)
-    const at::Tensor d_parts = at::empty({auto_splits, m, n}, d.options());
-    const at::Tensor sq_parts = at::empty({auto_splits, m}, sqr_sum.options());
-    launch(d_parts.data_ptr<float>(), sq_parts.data_ptr<float>(), auto_splits);
-    at::Tensor d_out = d, sq_out = sqr_sum;
-    at::sum_out(d_out, d_parts, {0});
-    at::sum_out(sq_out, sq_parts, {0});
+    const bool auto_split = !num_splits.has_value();
+    const int64_t splits = auto_split ? kernels::hc_prenorm_auto_splits(
+                                            m, k, jit::DeviceRuntime::instance().num_sms(device_index))
+                                      : *num_splits;
+    kernels::launch_sm90_tf32_hc_prenorm_gemm(device_index, a.data_ptr(), a.stride(0), b.data_ptr<float>(), b.stride(0),
+                                              d.data_ptr<float>(), sqr_sum.data_ptr<float>(), m, n, k, splits,
+                                              auto_split && splits > 1);
 }
 
 }  // namespace dg::apis

@@ -1,9 +1,10 @@
 // HyperConnection pre-norm GEMM (SM90): D = A @ B.T on TF32 tensor cores and sqr_sum[m] = sum_k A[m, k]^2 in FP32,
 // both from one pass over A. A BF16 [M, K] K-major (row stride lda elements), B FP32 [kN, K] K-major (row stride
-// ldb), kN in {8, 16, 24, 32}, K a multiple of BLOCK_K = 64. Grid (ceil(M / 128), num_splits): CTA (x, s) owns rows
-// [128 x, 128 x + 128) and the K blocks [s * KB / S, (s + 1) * KB / S) of KB = K / 64, and writes the FP32 partials
-// D[s] [M, kN] and sqr_sum[s] [M] (contiguous; s = 0 is the whole result without splits). An empty K range writes
-// zeros. Deterministic: no atomics, every sum in a fixed order.
+// ldb), kN in {8, 16, 24, 32}, K a multiple of BLOCK_K = 64. Grid (S, ceil(M / 128)): CTA (s, y) owns rows
+// [128 y, 128 y + 128) and the K blocks [s * KB / S, (s + 1) * KB / S) of KB = K / 64. Without a cluster it writes
+// the FP32 partials D[s] [M, kN] and sqr_sum[s] [M] (contiguous; S = 1 is the whole result); launched with clusters
+// of S CTAs along x (S <= 8), the cluster adds its partials through distributed shared memory and writes D [M, kN]
+// and sqr_sum [M] once. Deterministic either way: no atomics, every sum in a fixed order (slices, then splits 0..S-1).
 //
 // Math: BF16 is exactly TF32 (its 8-bit mantissa fits TF32's 10 bits), so A goes to mma as its FP32 bits (a shift);
 // B is rounded to TF32 by cvt.rna (nearest, ties away from zero) on its way from shared memory to the fragments.
@@ -30,11 +31,15 @@
 //           its four m16 tiles, over its k).
 //   epilogue: after the ring drains, its shared memory holds per k_slice warp the [128][kN + 4] FP32 partial D and the
 //           [128] row sums (each lane quad's sums reduced by two xor shuffles first); the 256 threads add the four
-//           k slices in order and write D (coalesced rows of kN floats) and sqr_sum, rows < M only.
-// Limits: kN % 8 == 0 and kN <= 32, K % 64 == 0, A and B rows 16-byte aligned; M up to 2^31 - 1.
+//           k slices in order. Without a cluster they write D (coalesced rows of kN floats) and sqr_sum, rows < M.
+//           In a cluster each CTA stores its sums in shared memory, the cluster syncs, CTA r adds rows
+//           [r * 128 / S, (r + 1) * 128 / S) of all S CTAs (ld.shared::cluster, ranks in order) and writes them, and a
+//           last cluster sync keeps every CTA's shared memory alive until its peers have read it.
+// Limits: kN % 8 == 0 and kN <= 32, K % 64 == 0, A and B rows 16-byte aligned; ceil(M / 128) <= 65535.
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
+#include <deep_gemm/ptx/cluster.cuh>
 
 namespace deep_gemm {
 
@@ -54,7 +59,10 @@ struct HcPrenormSmem {
     static constexpr uint32_t SMEM_PER_STAGE = SMEM_A_PER_STAGE + SMEM_B_PER_STAGE;
     static constexpr uint32_t D_PITCH = kN + 4;  // floats per row of the epilogue's partial D
     static constexpr uint32_t SMEM_REDUCE_D = kNumKSlices * BLOCK_M * D_PITCH * 4;
-    static constexpr uint32_t SMEM_REDUCE = SMEM_REDUCE_D + kNumKSlices * BLOCK_M * 4;
+    static constexpr uint32_t SMEM_REDUCE_SQ = kNumKSlices * BLOCK_M * 4;
+    static constexpr uint32_t SMEM_CLUSTER_D = BLOCK_M * kN * 4;  // the CTA's sums, read by its cluster peers
+    static constexpr uint32_t SMEM_CLUSTER_SQ = BLOCK_M * 4;
+    static constexpr uint32_t SMEM_REDUCE = SMEM_REDUCE_D + SMEM_REDUCE_SQ + SMEM_CLUSTER_D + SMEM_CLUSTER_SQ;
 
     static constexpr uint32_t bytes(uint32_t num_stages) {
         return num_stages * SMEM_PER_STAGE > SMEM_REDUCE ? num_stages * SMEM_PER_STAGE : SMEM_REDUCE;
@@ -81,6 +89,20 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <uint32_t kPending>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// CTAs in this CTA's cluster (1 when launched without clusters)
+__device__ __forceinline__ uint32_t cluster_num_ctas() {
+    uint32_t n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+
+// A float at a cluster shared-memory address (ptx::map_to_cta: this CTA's or a peer's)
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
 }
 
 __device__ __forceinline__ uint32_t to_tf32_rna(float x) {
@@ -179,7 +201,7 @@ sm90_tf32_hc_prenorm_gemm_kernel(const uint8_t* __restrict__ a, uint64_t lda, co
 
     const uint32_t warp_idx = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint32_t k_slice = warp_idx % kNumKSlices, m_half = warp_idx / kNumKSlices;
-    const uint32_t m_begin = blockIdx.x * BLOCK_M, split = blockIdx.y, num_splits = gridDim.y;
+    const uint32_t m_begin = blockIdx.y * BLOCK_M, split = blockIdx.x, num_splits = gridDim.x;
     const uint32_t kb_begin = static_cast<uint32_t>(static_cast<uint64_t>(split) * num_k_blocks / num_splits);
     const uint32_t kb_end = static_cast<uint32_t>(static_cast<uint64_t>(split + 1) * num_k_blocks / num_splits);
     const uint32_t num_local = kb_end - kb_begin;
@@ -245,26 +267,67 @@ sm90_tf32_hc_prenorm_gemm_kernel(const uint8_t* __restrict__ a, uint64_t lda, co
     }
     __syncthreads();
 
-    // Epilogue, step 2: the k slices added in order, rows < M written (D rows of kN floats, contiguous)
-    float* d_out = d + static_cast<uint64_t>(split) * m * kN;
-    float* sq_out = sqr_sum + static_cast<uint64_t>(split) * m;
-    for (uint32_t idx = threadIdx.x; idx < BLOCK_M * kN; idx += kNumThreads) {
-        const uint32_t row = idx / kN, col = idx % kN;
-        if (m_begin + row >= m)
-            break;  // (idx grows with row)
+    // Epilogue, step 2: the k slices added in order
+    const auto slice_sum_d = [&](uint32_t idx) {  // idx = row * kN + col
         float sum = 0.0f;
         #pragma unroll
         for (uint32_t s = 0; s < kNumKSlices; ++s)
-            sum += red_d[(s * BLOCK_M + row) * Smem::D_PITCH + col];
-        d_out[static_cast<uint64_t>(m_begin + row) * kN + col] = sum;
-    }
-    if (threadIdx.x < BLOCK_M && m_begin + threadIdx.x < m) {
+            sum += red_d[(s * BLOCK_M + idx / kN) * Smem::D_PITCH + idx % kN];
+        return sum;
+    };
+    const auto slice_sum_sq = [&](uint32_t row) {
         float sum = 0.0f;
         #pragma unroll
         for (uint32_t s = 0; s < kNumKSlices; ++s)
-            sum += red_sq[s * BLOCK_M + threadIdx.x];
-        sq_out[m_begin + threadIdx.x] = sum;
+            sum += red_sq[s * BLOCK_M + row];
+        return sum;
+    };
+    const uint32_t cluster_size = cluster_num_ctas();
+    if (cluster_size == 1) {
+        // This split's partial (rows < M; D rows of kN floats, contiguous)
+        float* d_out = d + static_cast<uint64_t>(split) * m * kN;
+        float* sq_out = sqr_sum + static_cast<uint64_t>(split) * m;
+        for (uint32_t idx = threadIdx.x; idx < BLOCK_M * kN; idx += kNumThreads) {
+            if (m_begin + idx / kN >= m)
+                break;  // (idx grows with the row)
+            d_out[static_cast<uint64_t>(m_begin) * kN + idx] = slice_sum_d(idx);
+        }
+        if (threadIdx.x < BLOCK_M && m_begin + threadIdx.x < m)
+            sq_out[m_begin + threadIdx.x] = slice_sum_sq(threadIdx.x);
+        return;
     }
+
+    // Epilogue, step 3 (cluster of the S splits of these rows): the CTA's sums into shared memory for its peers
+    float* part_d = reinterpret_cast<float*>(smem + Smem::SMEM_REDUCE_D + Smem::SMEM_REDUCE_SQ);  // [BLOCK_M][kN]
+    float* part_sq = part_d + BLOCK_M * kN;                                                         // [BLOCK_M]
+    for (uint32_t idx = threadIdx.x; idx < BLOCK_M * kN; idx += kNumThreads)
+        part_d[idx] = slice_sum_d(idx);
+    if (threadIdx.x < BLOCK_M)
+        part_sq[threadIdx.x] = slice_sum_sq(threadIdx.x);
+    ptx::cluster_sync();
+
+    // Epilogue, step 4: CTA r adds its share of the rows over the cluster's CTAs 0..S-1 (a fixed order) and writes it
+    const uint32_t rank = ptx::cluster_cta_rank();
+    const uint32_t row_begin = rank * BLOCK_M / cluster_size, row_end = (rank + 1) * BLOCK_M / cluster_size;
+    const uint32_t part_d_addr = static_cast<uint32_t>(__cvta_generic_to_shared(part_d));
+    const uint32_t part_sq_addr = static_cast<uint32_t>(__cvta_generic_to_shared(part_sq));
+    for (uint32_t idx = row_begin * kN + threadIdx.x; idx < row_end * kN; idx += kNumThreads) {
+        if (m_begin + idx / kN >= m)
+            break;
+        float sum = 0.0f;
+        for (uint32_t q = 0; q < cluster_size; ++q)
+            sum += ld_cluster_f32(ptx::map_to_cta(part_d_addr + idx * 4, q));
+        d[static_cast<uint64_t>(m_begin) * kN + idx] = sum;
+    }
+    const uint32_t row = row_begin + threadIdx.x;
+    if (row < row_end && m_begin + row < m) {
+        float sum = 0.0f;
+        for (uint32_t q = 0; q < cluster_size; ++q)
+            sum += ld_cluster_f32(ptx::map_to_cta(part_sq_addr + row * 4, q));
+        sqr_sum[m_begin + row] = sum;
+    }
+    // (peers may still be reading this CTA's sums)
+    ptx::cluster_sync();
 }
 
 }  // namespace deep_gemm
