@@ -72,9 +72,11 @@ def cpu_args(case: str):
     elif case == "n_not_multiple_of_8":
         b, d, pattern = torch.zeros(12, K), torch.empty(M, 12), r"b: N .* multiple of 8 .* N = 12"
     elif case == "k_not_multiple_of_64":
-        a, b, pattern = torch.zeros(M, 96, dtype=torch.bfloat16), torch.zeros(N, 96), r"a: K must be a positive multiple of 64, got K = 96"
+        a, b = torch.zeros(M, 96, dtype=torch.bfloat16), torch.zeros(N, 96)
+        pattern = r"a: K must be a positive multiple of 64, got K = 96"
     elif case == "k_zero":
-        a, b, pattern = torch.zeros(M, 0, dtype=torch.bfloat16), torch.zeros(N, 0), r"a: K must be a positive multiple of 64"
+        a, b = torch.zeros(M, 0, dtype=torch.bfloat16), torch.zeros(N, 0)
+        pattern = r"a: K must be a positive multiple of 64"
     elif case == "a_mn_major":
         a, pattern = torch.zeros(K, M, dtype=torch.bfloat16).T, r"a must be K-major"
     elif case == "b_mn_major":
@@ -164,6 +166,16 @@ def test_bad_compile_params_raise() -> None:
         deep_gemm.compile_kernel("sm90_tf32_hc_prenorm_gemm", {"n": 32, "num_stages": 12})
     with pytest.raises(ValueError, match=r"unknown parameter 'block_m'"):
         deep_gemm.compile_kernel("sm90_tf32_hc_prenorm_gemm", {"block_m": 64})
+
+
+def test_bench_suite_is_registered() -> None:
+    from deep_gemm.bench import get_suite, hc
+
+    suite = get_suite("hc")
+    assert suite.parse_shape("4096x24x28672") == (4096, 24, 28672)
+    with pytest.raises(ValueError, match=r"expected a shape MxNxK"):
+        suite.parse_shape("4096x24")
+    assert {k for _, _, k in hc.HC_SHAPES} == set(KS) and {n for _, n, _ in hc.HC_SHAPES} == set(NS)
 
 
 # ----------------------------------------------------------------------------- GPU tier: helpers

@@ -28,8 +28,8 @@ struct HcPrenormConfig {
 inline uint32_t hc_prenorm_smem_bytes(uint32_t n, uint32_t num_stages) {
     const uint32_t per_stage = kHcPrenormBlockM * kHcPrenormBlockK * 2 + n * kHcPrenormBlockK * 4;
     // (the epilogue's per-slice partials and row sums, then the CTA's sums for its cluster peers)
-    const uint32_t reduce = kHcPrenormKSlices * kHcPrenormBlockM * (n + 4) * 4 + kHcPrenormKSlices * kHcPrenormBlockM * 4 +
-                            kHcPrenormBlockM * n * 4 + kHcPrenormBlockM * 4;
+    const uint32_t reduce = kHcPrenormKSlices * kHcPrenormBlockM * (n + 4) * 4 +
+                            kHcPrenormKSlices * kHcPrenormBlockM * 4 + kHcPrenormBlockM * n * 4 + kHcPrenormBlockM * 4;
     return std::max(num_stages * per_stage, reduce);
 }
 
@@ -45,8 +45,8 @@ inline jit::KernelSource render_sm90_tf32_hc_prenorm_gemm(const HcPrenormConfig&
     return {"sm90_tf32_hc_prenorm_gemm",
             fmt::format("#include <deep_gemm/impls/sm90_tf32_hc_prenorm_gemm.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
-                        "static_assert(hc_prenorm::HcPrenormSmem<{0}>::bytes({1}) == {2}, \"host and kernel disagree on "
-                        "the shared memory\");\n\n"
+                        "static_assert(hc_prenorm::HcPrenormSmem<{0}>::bytes({1}) == {2},\n"
+                        "              \"host and kernel disagree on the shared memory\");\n\n"
                         "static void __instantiate_kernel() {{\n"
                         "    auto ptr = reinterpret_cast<void*>(&sm90_tf32_hc_prenorm_gemm_kernel<{0}, {1}>);\n"
                         "}}\n",
@@ -60,9 +60,9 @@ inline std::pair<int64_t, int64_t> hc_prenorm_split_k_blocks(int64_t num_k_block
 
 constexpr uint32_t kHcPrenormMaxClusterSplits = 8;  // the portable cluster size
 
-// The split count used when the caller gives none, reduced in a cluster: enough CTAs (row blocks x splits) to give every
-// SM one, at most 8 (a portable cluster), at least two K blocks (128 of K) per split; 1 when the row blocks alone fill
-// half the SMs or more.
+// The split count used when the caller gives none, reduced in a cluster: enough CTAs (row blocks x splits) to give
+// every SM one, at most 8 (a portable cluster), at least two K blocks (128 of K) per split; 1 when the row blocks
+// alone fill half the SMs or more.
 inline uint32_t hc_prenorm_auto_splits(int64_t m, int64_t k, int num_sms) {
     const int64_t m_blocks = (m + kHcPrenormBlockM - 1) / kHcPrenormBlockM, k_blocks = k / kHcPrenormBlockK;
     if (m_blocks <= 0 || m_blocks * 2 >= num_sms)

@@ -24,9 +24,9 @@
 //           k t to physical 4t + 2i and logical t + 4 to 4t + 2i + 1. So a lane reads A with one 8-byte load per row
 //           (rows g and g + 8 of each m16 tile: fragments a0..a3 of m16n8k8 .tf32) and B with one 16-byte load per
 //           n8 tile (row 8j + g: b0, b1), instead of scalar loads.
-//   smem:   A rows of 128 B, 16-byte chunk c stored at c ^ ((row & 3) << 1): the 8-byte fragment loads of rows g and
-//           g + 1..3 (one phase of 16 lanes) hit 16 distinct bank pairs. B rows of 256 B, chunk c at c ^ ((n & 1) << 2):
-//           the 16-byte loads of rows 8j + {0, 1} (one phase of 8 lanes) hit 8 distinct bank quads.
+//   smem:   A rows of 128 B, 16-byte chunk c stored at c ^ ((row & 3) << 1): the 8-byte fragment loads of rows
+//           g .. g + 3 (one phase of 16 lanes) hit 16 distinct bank pairs. B rows of 256 B, chunk c at
+//           c ^ ((n & 1) << 2): the 16-byte loads of rows 8j + {0, 1} (one phase of 8 lanes) hit 8 distinct bank quads.
 //   regs:   per thread 4 x (kN / 8) x 4 FP32 accumulators (64 at kN = 32) and 8 row sums of squares (rows g, g + 8 of
 //           its four m16 tiles, over its k).
 //   epilogue: after the ring drains, its shared memory holds per k_slice warp the [128][kN + 4] FP32 partial D and the
