@@ -52,6 +52,7 @@ constexpr uint32_t WARP_M = BLOCK_M / kNumMHalves;           // 64 rows per warp
 constexpr uint32_t kNumMTiles = WARP_M / 16;                 // m16 tiles per warp
 constexpr uint32_t SLICE_K = BLOCK_K / kNumKSlices;          // 16: two k8 steps per warp and stage
 constexpr uint32_t SMEM_A_PER_STAGE = BLOCK_M * BLOCK_K * 2;  // 16 KB of BF16
+constexpr uint32_t kMaxClusterSplits = 8;                     // the portable cluster size
 
 template <uint32_t kN>
 struct HcPrenormSmem {
@@ -102,6 +103,16 @@ __device__ __forceinline__ uint32_t cluster_num_ctas() {
 __device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
     float v;
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+// Four floats at a 16-byte aligned cluster shared-memory address
+__device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
     return v;
 }
 
@@ -311,19 +322,41 @@ sm90_tf32_hc_prenorm_gemm_kernel(const uint8_t* __restrict__ a, uint64_t lda, co
     const uint32_t row_begin = rank * BLOCK_M / cluster_size, row_end = (rank + 1) * BLOCK_M / cluster_size;
     const uint32_t part_d_addr = static_cast<uint32_t>(__cvta_generic_to_shared(part_d));
     const uint32_t part_sq_addr = static_cast<uint32_t>(__cvta_generic_to_shared(part_sq));
-    for (uint32_t idx = row_begin * kN + threadIdx.x; idx < row_end * kN; idx += kNumThreads) {
+    // NOTES: four columns per thread (kN % 8 == 0: one row) and every peer's load issued before the adds, so that a
+    // thread waits for the distributed shared memory's latency once per group of four, not once per peer and column
+    for (uint32_t idx = row_begin * kN + threadIdx.x * 4; idx < row_end * kN; idx += kNumThreads * 4) {
         if (m_begin + idx / kN >= m)
             break;
-        float sum = 0.0f;
-        for (uint32_t q = 0; q < cluster_size; ++q)
-            sum += ld_cluster_f32(ptx::map_to_cta(part_d_addr + idx * 4, q));
-        d[static_cast<uint64_t>(m_begin) * kN + idx] = sum;
+        float4 parts[kMaxClusterSplits];
+        #pragma unroll
+        for (uint32_t q = 0; q < kMaxClusterSplits; ++q) {
+            if (q < cluster_size)
+                parts[q] = ld_cluster_f32x4(ptx::map_to_cta(part_d_addr + idx * 4, q));
+        }
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        #pragma unroll
+        for (uint32_t q = 0; q < kMaxClusterSplits; ++q) {
+            if (q < cluster_size)
+                sum.x += parts[q].x, sum.y += parts[q].y, sum.z += parts[q].z, sum.w += parts[q].w;
+        }
+        // (four scalar stores: d need only be 4-byte aligned)
+        float* out = d + static_cast<uint64_t>(m_begin) * kN + idx;
+        out[0] = sum.x, out[1] = sum.y, out[2] = sum.z, out[3] = sum.w;
     }
     const uint32_t row = row_begin + threadIdx.x;
     if (row < row_end && m_begin + row < m) {
+        float parts[kMaxClusterSplits];
+        #pragma unroll
+        for (uint32_t q = 0; q < kMaxClusterSplits; ++q) {
+            if (q < cluster_size)
+                parts[q] = ld_cluster_f32(ptx::map_to_cta(part_sq_addr + row * 4, q));
+        }
         float sum = 0.0f;
-        for (uint32_t q = 0; q < cluster_size; ++q)
-            sum += ld_cluster_f32(ptx::map_to_cta(part_sq_addr + row * 4, q));
+        #pragma unroll
+        for (uint32_t q = 0; q < kMaxClusterSplits; ++q) {
+            if (q < cluster_size)
+                sum += parts[q];
+        }
         sqr_sum[m_begin + row] = sum;
     }
     // (peers may still be reading this CTA's sums)
