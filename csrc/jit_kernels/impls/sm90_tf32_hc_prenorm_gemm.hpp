@@ -53,11 +53,6 @@ inline jit::KernelSource render_sm90_tf32_hc_prenorm_gemm(const HcPrenormConfig&
                         config.n, config.num_stages, config.smem_bytes)};
 }
 
-// The K blocks (of 64) split s of `num_splits` covers: [s * KB / S, (s + 1) * KB / S), as the kernel computes it
-inline std::pair<int64_t, int64_t> hc_prenorm_split_k_blocks(int64_t num_k_blocks, int64_t num_splits, int64_t s) {
-    return {s * num_k_blocks / num_splits, (s + 1) * num_k_blocks / num_splits};
-}
-
 constexpr uint32_t kHcPrenormMaxClusterSplits = 8;  // the portable cluster size
 
 // The split count used when the caller gives none, reduced in a cluster: enough CTAs (row blocks x splits) to give
@@ -75,8 +70,8 @@ inline uint32_t hc_prenorm_auto_splits(int64_t m, int64_t k, int num_sms) {
 // 1 <= num_splits <= K / 64 (checked by the API). reduce_in_cluster = false: d FP32 [num_splits, m, n] and sqr_sum
 // [num_splits, m] get the partials. reduce_in_cluster = true (num_splits <= 8): d [m, n] and sqr_sum [m] get their
 // sums (each row block's splits form one cluster); when fewer clusters of that size fit on the device at once than
-// there are row blocks, the split count is lowered (halved) until they do, so that no cluster waits for a second
-// wave. Both contiguous.
+// there are row blocks, the split count is lowered one at a time until they do, so that no cluster waits for a
+// second wave. Both contiguous.
 inline void launch_sm90_tf32_hc_prenorm_gemm(int device_index, const void* a, int64_t lda, const float* b, int64_t ldb,
                                              float* d, float* sqr_sum, int64_t m, int64_t n, int64_t k,
                                              int64_t num_splits, bool reduce_in_cluster) {
@@ -112,7 +107,7 @@ inline void launch_sm90_tf32_hc_prenorm_gemm(int device_index, const void* a, in
                 it = max_clusters.emplace(key, kernel.max_active_clusters(device_index, launch)).first;
             if (it->second >= m_blocks)
                 break;
-            num_splits /= 2;
+            --num_splits;
         }
         launch.cluster_dim = static_cast<unsigned int>(num_splits);
     }
