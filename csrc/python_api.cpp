@@ -11,6 +11,7 @@
 #include "apis/fp8_gemm_nt_binding.hpp"
 #include "apis/gemm.hpp"
 #include "apis/grouped_gemm.hpp"
+#include "apis/hc_prenorm.hpp"
 #include "apis/jit.hpp"
 #include "apis/k_grouped_gemm.hpp"
 #include "apis/layout.hpp"
@@ -496,6 +497,27 @@ PYBIND11_MODULE(_C, m) {
           "kernel launch (one CTA); on the CPU: a few tensor ops. No host synchronization (CUDA-graph capturable;\n"
           "the first CUDA call compiles or loads the kernel, so make one before capture). Raises ValueError on a bad\n"
           "dtype, rank or size (B, next_n < 2^31), block_kv, num_sms or indices.");
+
+    // HyperConnection
+    m.def("tf32_hc_prenorm_gemm", &dg::apis::tf32_hc_prenorm_gemm, "a"_a, "b"_a, "d"_a, "sqr_sum"_a,
+          "num_splits"_a = py::none(),
+          "The HyperConnection pre-norm in one pass over a (SM90): d = a @ b.T on TF32 tensor cores and\n"
+          "sqr_sum[m] = sum_k a[m, k]^2 in FP32.\n\n"
+          "a: BF16 [M, K], K-major (row stride a multiple of 8 elements, 16-byte aligned); K a positive multiple\n"
+          "    of 64. BF16 is exactly TF32, so a enters the tensor cores unchanged.\n"
+          "b: FP32 [N, K], K-major (row stride a multiple of 4 elements, 16-byte aligned), N a multiple of 8 in\n"
+          "    [8, 32]. Rounded to TF32 (to nearest, ties away from zero) on its way to the tensor cores; products\n"
+          "    are exact and accumulate in FP32.\n"
+          "d, sqr_sum: FP32, contiguous. num_splits=None: d [M, N], sqr_sum [M] get the results. When the\n"
+          "    blocks of 128 rows would leave SMs idle (ceil(M / 128) < SMs / 2), K is split automatically into\n"
+          "    S = min(8, SMs // ceil(M / 128), K // 128) parts (lowered while that many clusters of S CTAs do not\n"
+          "    fit on the device at once), and each block's S CTAs, one thread-block cluster, add their partials\n"
+          "    in split order through distributed shared memory: one launch, deterministic, no workspace.\n"
+          "num_splits=S in [1, K / 64]: d [S, M, N], sqr_sum [S, M] get partials for the caller to sum: split\n"
+          "    s covers the K blocks of 64 [s * KB // S, (s + 1) * KB // S), KB = K // 64 (no reduction kernel).\n"
+          "M = 0 is a no-op. Deterministic (no atomics); no host synchronization (CUDA-graph capturable after\n"
+          "a first call has compiled the kernel). Raises ValueError naming the argument on a bad dtype, shape,\n"
+          "N, K, num_splits, stride, alignment, overlap or device; NotImplementedError off SM90.");
 
     // JIT
     // (pybind11 keeps the pointer: the text must outlive the module)

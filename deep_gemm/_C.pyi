@@ -311,6 +311,9 @@ def fp8_fp4_paged_mqa_logits(
 def get_paged_mqa_logits_metadata(
     context_lens: torch.Tensor, block_kv: int, num_sms: int, indices: torch.Tensor | None = None
 ) -> torch.Tensor: ...
+def tf32_hc_prenorm_gemm(
+    a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_sum: torch.Tensor, num_splits: int | None = None
+) -> None: ...
 def compile_kernel(
     family: str,
     params: dict[str, int] = ...,

@@ -60,6 +60,7 @@ from deep_gemm._C import (
     set_num_sms,
     set_pdl,
     set_tc_util,
+    tf32_hc_prenorm_gemm,
     transform_sf_into_required_layout,
 )
 
@@ -130,6 +131,7 @@ __all__ = [
     "set_pdl",
     "set_tc_util",
     "testing",
+    "tf32_hc_prenorm_gemm",
     "transform_sf_into_required_layout",
     "utils",
     "fp8_fp4_gemm_nn",

@@ -16,6 +16,7 @@
 #include "impls/sm90_gemm_source.hpp"
 #include "impls/sm90_fp8_mqa_logits.hpp"
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
+#include "impls/sm90_tf32_hc_prenorm_gemm.hpp"
 #include "impls/smxx_layout.hpp"
 #include "impls/smxx_mqa_logits_pieces.hpp"
 #include "impls/smxx_paged_mqa_schedule.hpp"
@@ -113,6 +114,16 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
               const auto c = paged_mqa_logits_config_from_params(p);
               check_fits_sm90_smem("sm90_fp8_paged_mqa_logits", c.smem_bytes);
               return render_sm90_fp8_paged_mqa_logits(c);
+          }}},
+        {"sm90_tf32_hc_prenorm_gemm",
+         {{
+              {"n", "columns of D (rows of B), a multiple of 8 in [8, 32] (default 32)"},
+              {"num_stages", "cp.async ring stages (default 8)"},
+          },
+          [](const KernelParams& p) {
+              const auto c = hc_prenorm_config(param_or(p, "n", 32), param_or(p, "num_stages", kHcPrenormDefaultStages));
+              check_fits_sm90_smem("sm90_tf32_hc_prenorm_gemm", c.smem_bytes);
+              return render_sm90_tf32_hc_prenorm_gemm(c);
           }}},
         {"smxx_paged_mqa_schedule",
          {{{"batch", "batch size B, picks the CTA shape (default 4096)"}},
