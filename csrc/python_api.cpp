@@ -509,8 +509,9 @@ PYBIND11_MODULE(_C, m) {
           "'bhd,hdr->bhr': per head h, D[:, h, :] = A[:, h, :] @ B[h]. a BF16 [b, h, d], b BF16 [h, d, r],\n"
           "    d BF16 [b, h, r].\n"
           "For the per-head expressions every tensor needs only its last dimension contiguous (the others' strides\n"
-          "multiples of 16 bytes, 16-byte aligned start; d: any strides), and c must be None. They run one GEMM\n"
-          "launch per head on strided views (no copy); 'bmk,bnk->mn' one launch per batch entry.\n"
+          "multiples of 16 bytes, 16-byte aligned start; d: any strides), and c must be None. They run one\n"
+          "m-grouped masked GEMM over the heads, A copied heads-first into scratch ([h, b rounded up to 64, .]) and\n"
+          "the result copied into d; 'bmk,bnk->mn' runs one GEMM launch per batch entry (FP32 D in place).\n"
           "use_cublaslt=True: the per-head expressions through PyTorch's batched matmul (cuBLAS), written into d;\n"
           "with 'bmk,bnk->mn' it raises ValueError.\n"
           "Raises ValueError naming the argument on another expr, a bad dtype, shape, stride, alignment or device,\n"
@@ -524,7 +525,8 @@ PYBIND11_MODULE(_C, m) {
           "b = (B, sfb): B float8_e4m3fn [h, d, r], same rule; sfb FP32 [h, ceil(d / 128), ceil(r / 128)]\n"
           "    (per 128 x 128 block of each head).\n"
           "d: BF16 [b, h, d], last dimension contiguous. c: must be None. recipe: (1, 128, 128) only.\n"
-          "One GEMM launch per head on strided views, after one copy of sfa into the kernel's scale layout.\n"
+          "Runs as the BF16 per-head expressions do: one m-grouped masked FP8 GEMM over the heads, A and sfa\n"
+          "copied heads-first into scratch, the result copied into d.\n"
           "'bhd,hdr->bhr' and 'bhd,bhr->hdr' raise NotImplementedError (SM100 only, as in the reference); any\n"
           "other expr, a bad dtype, shape, stride or device raises ValueError naming the argument.");
     m.def("fp8_gemm_nt_skip_head_mid", &dg::apis::fp8_gemm_nt_skip_head_mid, "a"_a, "b"_a, "d"_a, "head_splits"_a,

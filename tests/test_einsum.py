@@ -222,20 +222,31 @@ def test_fp8_einsum_bad_inputs(case: str, error: type, pattern: str) -> None:
         deep_gemm.fp8_einsum(expr, (a, sfa), (b, sfb), d, **kwargs)
 
 
-# The GEMMs the calls run at the issue's shapes (b tokens, h = 128, r = 512, d = 128): per head, M = b; per batch
-# entry of 'bmk,bnk->mn', M = N = 4096, K = 4096 (FP32 accumulation into D in place, and the first launch without C).
-# On the H100 / H200 (132 SMs).
+# The GEMMs the calls run at the issue's shapes (b tokens, h = 128, r = 512, d = 128): the per-head expressions one
+# m-grouped masked GEMM over the h heads (M planned as h * b, rows per group b rounded up to 64: BLOCK_M divides
+# 128 or only 64); 'bmk,bnk->mn' per batch entry M = N = K = 4096, FP32 D (the first launch without C, then in
+# place). On the H100 / H200 (132 SMs). The BF16 per-head GEMMs take N at run time (0 below): compiled in, N = 512
+# with the 64 x 256 masked tile spills.
+def masked(batch: int, n: int, k: int, **kwargs) -> dict:
+    max_m = ceil_div(batch, 64) * 64
+    return dict(m=128 * batch, n=n, k=k, gemm_type=3, num_groups=128, grouped_alignment=128 if max_m % 128 == 0 else 64,
+                **kwargs)
+
+
 COMPILED = [
     # (name, get_gemm_config arguments, N, K, extra compile parameters)
-    ("bhr_hdr_bhd", dict(m=4096, n=128, k=512, bf16=True), 128, 512, {}),
-    ("bhr_hdr_bhd_decode", dict(m=64, n=128, k=512, bf16=True), 128, 512, {}),
-    ("bhd_hdr_bhr", dict(m=4096, n=512, k=128, bf16=True, mn_major_b=True), 512, 128, dict(mn_major_b=1)),
-    ("bhd_hdr_bhr_decode", dict(m=64, n=512, k=128, bf16=True, mn_major_b=True), 512, 128, dict(mn_major_b=1)),
+    ("bhr_hdr_bhd_prefill", masked(4096, 128, 512, bf16=True), 0, 512, {}),
+    ("bhr_hdr_bhd_decode", masked(64, 128, 512, bf16=True), 0, 512, {}),
+    ("bhr_hdr_bhd_512", masked(512, 128, 512, bf16=True), 0, 512, {}),
+    ("bhd_hdr_bhr_prefill", masked(4096, 512, 128, bf16=True, mn_major_b=True), 0, 128, dict(mn_major_b=1)),
+    ("bhd_hdr_bhr_decode", masked(64, 512, 128, bf16=True, mn_major_b=True), 0, 128, dict(mn_major_b=1)),
+    ("bhd_hdr_bhr_512", masked(512, 512, 128, bf16=True, mn_major_b=True), 0, 128, dict(mn_major_b=1)),
     ("bmk_bnk_mn_first", dict(m=4096, n=4096, k=4096, bf16=True, fp32_out=True), 4096, 4096, dict(fp32_out=1)),
     ("bmk_bnk_mn_accumulate", dict(m=4096, n=4096, k=4096, bf16=True, fp32_out=True, has_c=True), 4096, 4096,
      dict(fp32_out=1, has_c=1)),
-    ("fp8_bhr_hdr_bhd", dict(m=4096, n=128, k=512), 128, 512, {}),
-    ("fp8_bhr_hdr_bhd_decode", dict(m=64, n=128, k=512), 128, 512, {}),
+    ("fp8_bhr_hdr_bhd_prefill", masked(4096, 128, 512), 128, 512, {}),
+    ("fp8_bhr_hdr_bhd_decode", masked(64, 128, 512), 128, 512, {}),
+    ("fp8_bhr_hdr_bhd_512", masked(512, 128, 512), 128, 512, {}),
 ]  # fmt: skip
 
 
@@ -298,6 +309,8 @@ def test_per_head_matches_reference(expr, batch, heads, dim_d, dim_r, use_cublas
     a_last = dim_r if bhr else dim_d
     a = randn(batch, heads, a_last + 8, seed=seed)[:, :, :a_last]
     b = randn(heads, dim_d, dim_r, seed=seed + 1)
+    if heads < 128:  # (B's heads not stacked densely either: the GEMM needs them so, and gets a copy)
+        b = randn(heads, dim_d + 8, dim_r, seed=seed + 1)[:, :dim_d]
     d = nan_like((batch, heads, dim_d if bhr else dim_r), pad=16)
     deep_gemm.einsum(expr, a, b, d, use_cublaslt=use_cublaslt)
     ref = torch.einsum(expr, a.double(), b.double())
@@ -327,8 +340,9 @@ def test_bmk_bnk_mn_matches_reference(mode, s, m, n, k) -> None:
         ref = ref + c0.double()
     else:
         deep_gemm.einsum("bmk,bnk->mn", a, b, d)
-    # FP32 sums of exact BF16 products: only FP32 rounding, far below BF16's
-    check_close(d, ref, f"FP32 d ({mode}) s={s} m={m} n={n} k={k}", rtol=1e-5, atol=1e-5, max_diff=1e-9)
+    # FP32 sums of exact BF16 products: only FP32 rounding (sum over s * k = 32768 products: about 1e-5 of rms),
+    # far below BF16's; a result rounded through BF16 or a missed batch entry fails
+    check_close(d, ref, f"FP32 d ({mode}) s={s} m={m} n={n} k={k}", rtol=1e-4, atol=1e-4, max_diff=1e-8)
 
 
 def fp8_inputs(batch: int, heads: int, dim_d: int, dim_r: int, seed: int):
@@ -393,6 +407,6 @@ def test_graph_replay() -> None:
     graph.replay()
     torch.cuda.synchronize()
     check_close(d, torch.einsum("bhr,hdr->bhd", a.double(), b.double()), "graph bhr,hdr->bhd")
-    check_close(acc, torch.einsum("bmk,bnk->mn", x.double(), y.double()), "graph bmk,bnk->mn", rtol=1e-5, atol=1e-5,
-                max_diff=1e-9)
+    check_close(acc, torch.einsum("bmk,bnk->mn", x.double(), y.double()), "graph bmk,bnk->mn", rtol=1e-4, atol=1e-4,
+                max_diff=1e-8)
     check_close(fd, fp8_reference(fa, fsfa, fb, fsfb), "graph fp8_einsum")

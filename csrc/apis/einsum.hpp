@@ -5,12 +5,15 @@
 // fp8_einsum: bhr,hdr->bhd with FP8 operands, activations scaled per 1 x 128 and weights per 128 x 128 of each
 // head, BF16 D.
 //
-// How they run (a composition of launches of the one kernel, no copy of the operands):
-// - the per-head expressions launch the plain GEMM once per head on strided views: A[:, h, :] is an [b, r] (or
-//   [b, d]) matrix with row stride A.stride(0), D[:, h, :] likewise, which the kernel's TMA maps take as given.
-//   Every head has the same shape and strides, so all launches share one plan; only the base addresses move.
-//   (A batched mode inside the kernel, one launch over all heads with 3-D maps for A and D, would save the
-//   launches: not done yet.)
+// How they run (compositions on the one kernel; no kernel code of their own):
+// - the per-head expressions run the m-grouped masked GEMM with the heads as its groups, every group full: A is
+//   copied heads-first into [h, max_m, .] (max_m = b rounded up to whole 64-row blocks), the GEMM writes
+//   [h, max_m, .], and that is copied into D's [b, h, .] layout. One GEMM launch over all heads (a launch per
+//   head leaves most SMs idle: h = 128 GEMMs of a few tiles each), at the cost of the two copies (A and D once
+//   more through memory, and scratch of their size). (A batched mode inside the kernel, 3-D TMA maps over A and
+//   D with their own strides, would drop the copies: not done yet.) B is read in place: [h, d, r] is the masked
+//   GEMM's [G, N, K] (bhr) or, as its transpose, an MN-major [G, K, N] (bhd), which BF16 wgmma reads from shared
+//   memory as it is.
 // - bmk,bnk->mn launches the plain GEMM once per batch entry, accumulating in FP32 in place (C = D, which the
 //   kernel adds with TMA reduce-adds). Not the k-grouped mode: it writes one D per group rather than their sum,
 //   and its BF16 form reads MN-major operands, while A[b] / B[b] here are K-major. Not a single GEMM over the
@@ -29,6 +32,7 @@
 #include "../jit_kernels/impls/sm90_gemm.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
+#include "grouped_gemm.hpp"
 #include "layout.hpp"
 
 namespace dg::apis {
@@ -69,6 +73,40 @@ inline void run_bf16_slice(const at::Tensor& a, const at::Tensor& b_nk, bool mn_
     const kernels::GemmOperands operands{kernels::OperandKind::kBf16, false, mn_major_b, d.scalar_type() == at::kFloat};
     // (N and K are a model's fixed dimensions, the rows the tokens: compiled as the GEMMs' 'nk' default)
     kernels::Sm90GemmRunner::run({a, b_nk, d, c, nullptr, nullptr, operands, false, true, true});
+}
+
+// A [groups, rows, cols] scratch tensor, groups stacked densely, its rows padded to 16 bytes (TMA strides).
+inline at::Tensor stacked_scratch(int64_t groups, int64_t rows, int64_t cols, const at::TensorOptions& options) {
+    const int64_t align = 16 / static_cast<int64_t>(options.dtype().itemsize());
+    const int64_t ld = (cols + align - 1) / align * align;
+    return at::empty({groups * rows, ld}, options).narrow(1, 0, cols).view({groups, rows, cols});
+}
+
+// `t` [G, rows, cols] as the masked GEMM reads a B: itself when its groups are stacked densely, else a copy.
+inline at::Tensor stacked_groups(const at::Tensor& t) {
+    if (t.stride(0) == t.size(1) * t.stride(1) || t.size(0) == 1)
+        return t;
+    at::Tensor copy = stacked_scratch(t.size(0), t.size(1), t.size(2), t.options());
+    copy.copy_(t);
+    return copy;
+}
+
+// The heads-first scratch of the per-head expressions: A [h, max_m, k] holding A[:, h, :] in its first `batch`
+// rows (the rows past them are never written by the GEMM: masked_m = batch), D [h, max_m, n], and masked_m.
+struct HeadsFirst {
+    int64_t max_m;
+    at::Tensor a, d, masked_m;
+};
+
+inline HeadsFirst heads_first(const at::Tensor& a, int64_t n, const at::TensorOptions& d_options) {
+    const int64_t batch = a.size(0), heads = a.size(1), k = a.size(2);
+    HeadsFirst s;
+    s.max_m = (batch + 63) / 64 * 64;
+    s.a = stacked_scratch(heads, s.max_m, k, a.options());
+    s.a.narrow(1, 0, batch).copy_(a.transpose(0, 1));
+    s.d = stacked_scratch(heads, s.max_m, n, d_options);
+    s.masked_m = at::full({heads}, batch, a.options().dtype(at::kInt));
+    return s;
 }
 
 // D = sum_b A[b] @ B[b]^T (+ D itself when c is d): FP32 accumulation over the batch.
@@ -114,7 +152,7 @@ inline void einsum_bmk_bnk_mn(const at::Tensor& a, const at::Tensor& b, const at
         d.copy_(acc);
 }
 
-// The per-head expressions: `a_last` and `d_last` name the last dimensions of A and D ("r"/"d").
+// The per-head expressions (A's last dimension is r for bhr,hdr->bhd, d for bhd,hdr->bhr).
 inline void einsum_per_head(EinsumExpr expr, const at::Tensor& a, const at::Tensor& b, const at::Tensor& d,
                             bool use_cublaslt) {
     const bool bhr = expr == EinsumExpr::kBhrHdrBhd;
@@ -144,16 +182,21 @@ inline void einsum_per_head(EinsumExpr expr, const at::Tensor& a, const at::Tens
         return void(d.zero_());
     if (use_cublaslt) {
         // [h, b, .] x [h, ., .] batched over heads, then written into D's [b, h, .] layout
-        const at::Tensor heads_first = at::bmm(a.transpose(0, 1), bhr ? b.transpose(1, 2) : b);
-        d.copy_(heads_first.transpose(0, 1));
+        const at::Tensor by_head = at::bmm(a.transpose(0, 1), bhr ? b.transpose(1, 2) : b);
+        d.copy_(by_head.transpose(0, 1));
         return;
     }
-    for (int64_t h = 0; h < heads; ++h) {
-        const at::Tensor a_h = a.select(1, h), d_h = d.select(1, h), b_h = b.select(0, h);
-        // bhr: B[h] [d, r] is [N, K] K-major; bhd: B[h] [d, r] is [K, N], read as its MN-major [N, K] transpose
-        const at::Tensor b_nk = bhr ? b_h : b_h.t();
-        run_bf16_slice(a_h, b_nk, !bhr, d_h, nullptr);
-    }
+    const int64_t n = bhr ? dim_d : dim_r, k = a_last;
+    const HeadsFirst s = heads_first(a, n, d.options());
+    // bhr: B [h, d, r] is [G, N, K] K-major; bhd: B [h, d, r] is [G, K, N], read as its MN-major [G, N, K] transpose
+    const at::Tensor b_stacked = stacked_groups(b);
+    const at::Tensor b_nk = bhr ? b_stacked : b_stacked.transpose(1, 2);
+    const kernels::GemmOperands operands{kernels::OperandKind::kBf16, false, !bhr, false};
+    // K compiled in, N a runtime value: the masked BF16 kernel with N = 512 compiled in and the 64 x 256 tile the
+    // heuristic picks for it spills (ptxas: 228 bytes; with N at run time, none)
+    run_masked({s.a.view({heads * s.max_m, k}), b_nk, s.d.view({heads * s.max_m, n}), nullptr, nullptr, nullptr,
+                operands, false, false, true}, s.masked_m, s.max_m, batch);
+    d.copy_(s.d.narrow(1, 0, batch).transpose(0, 1));
 }
 
 }  // namespace detail
@@ -209,19 +252,18 @@ inline void fp8_einsum(const std::string& expr, const TensorPair& a, const Tenso
         return;
     if (r == 0)
         return void(d.zero_());
-    // The kernel reads A's scales MN-major per K block, [ceil(r/128)][align(b, 4)] for each head: one copy of the
-    // (small) scale tensor into that layout; B's scales per head are sfb[h], [ceil(d/128), ceil(r/128)] row-major.
-    const int64_t aligned_b = get_tma_aligned_size(batch, 4);
-    const at::Tensor sfa_heads = at::empty({heads, sf_r, aligned_b}, sfa.options());
-    sfa_heads.narrow(2, 0, batch).copy_(sfa.permute({1, 2, 0}));
+    // Heads first as for the BF16 expressions; A's scales straight into the layout the kernel reads, MN-major per
+    // K block over all heads' rows: [ceil(r/128)][h * max_m] (one copy of the small scale tensor)
+    const detail::HeadsFirst s = detail::heads_first(a_data, dim_d, d.options());
+    const at::Tensor sfa_rows = at::empty({sf_r, heads * s.max_m}, sfa.options());
+    sfa_rows.view({sf_r, heads, s.max_m}).narrow(2, 0, batch).copy_(sfa.permute({2, 1, 0}));
+    const at::Tensor sfa_mn_major = sfa_rows.t();  // [h * max_m, ceil(r/128)]
+    const at::Tensor b_stacked = detail::stacked_groups(b_data);
     const at::Tensor sfb_rows = sfb.contiguous();
-    for (int64_t h = 0; h < heads; ++h) {
-        const at::Tensor a_h = a_data.select(1, h), b_h = b_data.select(0, h), d_h = d.select(1, h);
-        const at::Tensor sfa_h = sfa_heads.select(0, h).narrow(1, 0, batch).t();  // [b, sf_r], MN-major
-        const at::Tensor sfb_h = sfb_rows.select(0, h);
-        kernels::Sm90GemmRunner::run({a_h, b_h, d_h, nullptr, &sfa_h, &sfb_h, kernels::fp8_operands(false), false,
-                                      true, true});
-    }
+    detail::run_masked({s.a.view({heads * s.max_m, r}), b_stacked, s.d.view({heads * s.max_m, dim_d}), nullptr,
+                        &sfa_mn_major, &sfb_rows, kernels::fp8_operands(false), false, true, true},
+                       s.masked_m, s.max_m, batch);
+    d.copy_(s.d.narrow(1, 0, batch).transpose(0, 1));
 }
 
 }  // namespace dg::apis
