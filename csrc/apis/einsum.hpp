@@ -171,7 +171,8 @@ inline void einsum_per_head(EinsumExpr expr, const at::Tensor& a, const at::Tens
     DG_CHECK_INPUT(d.stride(2) == 1 || d.size(2) <= 1, "d must be contiguous in its last dimension, got a {}",
                    describe(d));
     check_output_disjoint(d, "d", {{&a, "a"}, {&b, "b"}});
-    DG_CHECK_INPUT(batch <= INT32_MAX && dim_d <= INT32_MAX && dim_r <= INT32_MAX, "b, d and r must be below 2^31");
+    DG_CHECK_INPUT(heads * ((batch + 63) / 64 * 64) <= INT32_MAX && dim_d <= INT32_MAX && dim_r <= INT32_MAX,
+                   "h * b (b rounded up to 64), d and r must each be below 2^31");
     check_same_cuda_device(a, "a", {{&b, "b"}, {&d, "d"}});
     check_sm90(a, "einsum");
     const jit::DeviceScope device_scope(a.device().index());
@@ -242,7 +243,8 @@ inline void fp8_einsum(const std::string& expr, const TensorPair& a, const Tenso
     DG_CHECK_INPUT(d.stride(2) == 1 || dim_d <= 1, "d must be contiguous in its last dimension, got a {}", describe(d));
     check_output_disjoint(d, "d", {{&a_data, "a[0] (A)"}, {&b_data, "b[0] (B)"}, {&sfa, "a[1] (sfa)"},
                                    {&sfb, "b[1] (sfb)"}});
-    DG_CHECK_INPUT(batch <= INT32_MAX && dim_d <= INT32_MAX && r <= INT32_MAX, "b, d and r must be below 2^31");
+    DG_CHECK_INPUT(heads * ((batch + 63) / 64 * 64) <= INT32_MAX && dim_d <= INT32_MAX && r <= INT32_MAX,
+                   "h * b (b rounded up to 64), d and r must each be below 2^31");
     check_same_cuda_device(a_data, "a[0] (A)", {{&b_data, "b[0] (B)"}, {&d, "d"}, {&sfa, "a[1] (sfa)"},
                                                 {&sfb, "b[1] (sfb)"}});
     check_sm90(a_data, "fp8_einsum");
