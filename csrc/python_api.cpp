@@ -8,6 +8,7 @@
 #include "apis/attention.hpp"
 #include "apis/bf16_gemm.hpp"
 #include "apis/cublaslt_gemm.hpp"
+#include "apis/einsum.hpp"
 #include "apis/fp8_gemm_nt_binding.hpp"
 #include "apis/gemm.hpp"
 #include "apis/grouped_gemm.hpp"
@@ -17,6 +18,7 @@
 #include "apis/layout.hpp"
 #include "apis/precompile.hpp"
 #include "apis/runtime.hpp"
+#include "apis/skip_head_mid.hpp"
 #include "utils/tune.hpp"
 
 namespace py = pybind11;
@@ -518,6 +520,48 @@ PYBIND11_MODULE(_C, m) {
           "M = 0 is a no-op. Deterministic (no atomics); no host synchronization (CUDA-graph capturable after\n"
           "a first call has compiled the kernel). Raises ValueError naming the argument on a bad dtype, shape,\n"
           "N, K, num_splits, stride, alignment, overlap or device; NotImplementedError off SM90.");
+    // Einsum and skip-head-mid (compositions on the SM90 GEMM kernel: csrc/apis/einsum.hpp, skip_head_mid.hpp)
+    m.def("einsum", &dg::apis::einsum, "expr"_a, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "use_cublaslt"_a = false,
+          "Einstein sums with BF16 operands (SM90), for these expressions, written exactly so:\n"
+          "'bmk,bnk->mn': D = sum_b A[b] @ B[b].T. a BF16 [b, m, k], b BF16 [b, n, k] (last dimensions contiguous,\n"
+          "    other strides multiples of 16 bytes); d BF16 or FP32 [m, n], row-major. Accumulated in FP32 (BF16 d\n"
+          "    is rounded once at the end). c: None, or d itself with FP32 d: D += sum_b A[b] @ B[b].T in place.\n"
+          "'bhr,hdr->bhd': per head h, D[:, h, :] = A[:, h, :] @ B[h].T. a BF16 [b, h, r], b BF16 [h, d, r],\n"
+          "    d BF16 [b, h, d].\n"
+          "'bhd,hdr->bhr': per head h, D[:, h, :] = A[:, h, :] @ B[h]. a BF16 [b, h, d], b BF16 [h, d, r],\n"
+          "    d BF16 [b, h, r].\n"
+          "For the per-head expressions every tensor needs only its last dimension contiguous (the others' strides\n"
+          "multiples of 16 bytes, 16-byte aligned start; d: any strides), and c must be None. They run one\n"
+          "m-grouped masked GEMM over the heads, A copied heads-first into scratch ([h, b rounded up to 64, .]) and\n"
+          "the result copied into d; 'bmk,bnk->mn' runs one GEMM launch per batch entry (FP32 D in place).\n"
+          "use_cublaslt=True: the per-head expressions through PyTorch's batched matmul (cuBLAS), written into d;\n"
+          "with 'bmk,bnk->mn' it raises ValueError.\n"
+          "Raises ValueError naming the argument on another expr, a bad dtype, shape, stride, alignment or device,\n"
+          "NotImplementedError off SM90.");
+    m.def("fp8_einsum", &dg::apis::fp8_einsum, "expr"_a, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
+          "recipe"_a = py::make_tuple(1, 128, 128),
+          "Einstein sum 'bhr,hdr->bhd' with FP8 operands (SM90): per head h,\n"
+          "D[:, h, :] = (A[:, h, :] * sfa) @ (B[h] * sfb).T, accumulated as fp8_gemm_nt does (FP32, per 128 of r).\n\n"
+          "a = (A, sfa): A float8_e4m3fn [b, h, r] (last dimension contiguous, other strides multiples of 16\n"
+          "    bytes); sfa FP32 [b, h, ceil(r / 128)] (per 1 x 128).\n"
+          "b = (B, sfb): B float8_e4m3fn [h, d, r], same rule; sfb FP32 [h, ceil(d / 128), ceil(r / 128)]\n"
+          "    (per 128 x 128 block of each head).\n"
+          "d: BF16 [b, h, d], last dimension contiguous. c: must be None. recipe: (1, 128, 128) only.\n"
+          "Runs as the BF16 per-head expressions do: one m-grouped masked FP8 GEMM over the heads, A and sfa\n"
+          "copied heads-first into scratch, the result copied into d.\n"
+          "'bhd,hdr->bhr' and 'bhd,bhr->hdr' raise NotImplementedError (SM100 only, as in the reference); any\n"
+          "other expr, a bad dtype, shape, stride or device raises ValueError naming the argument.");
+    m.def("fp8_gemm_nt_skip_head_mid", &dg::apis::fp8_gemm_nt_skip_head_mid, "a"_a, "b"_a, "d"_a, "head_splits"_a,
+          "recipe"_a = py::none(), "compiled_dims"_a = "nk", "disable_ue8m0_cast"_a = false,
+          "fp8_gemm_nt whose output skips a middle band of every head (SM90, recipe (1, 128, 128), BF16 d).\n\n"
+          "a = (A, sfa), b = (B, sfb): as for fp8_gemm_nt; B [N, K] holds H heads of left + right rows\n"
+          "    (N = H * (left + right)).\n"
+          "d: BF16 [M, H * (left + mid + right)], row-major. Column j of head h's rows of B lands in d column\n"
+          "    h * (left + mid + right) + (j if j < left else j + mid); each head's mid columns are never written.\n"
+          "head_splits: (left, mid, right), non-negative, left + right > 0 and dividing N; no alignment needed.\n"
+          "recipe: None or (1, 128, 128). compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt.\n"
+          "With mid > 0 the GEMM writes an [M, N] BF16 scratch tensor that two strided copies place in d.\n"
+          "Raises ValueError naming the argument on bad head_splits, dtype, shape, stride or device.");
 
     // JIT
     // (pybind11 keeps the pointer: the text must outlive the module)

@@ -264,6 +264,31 @@ def k_grouped_bf16_gemm_tn_contiguous(
     compiled_dims: str = "mn",
     use_psum_layout: bool = False,
 ) -> None: ...
+def einsum(
+    expr: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    c: torch.Tensor | None = None,
+    use_cublaslt: bool = False,
+) -> None: ...
+def fp8_einsum(
+    expr: str,
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    c: torch.Tensor | None = None,
+    recipe: Sequence[int] = (1, 128, 128),
+) -> None: ...
+def fp8_gemm_nt_skip_head_mid(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    head_splits: Sequence[int],
+    recipe: Sequence[int] | None = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+) -> None: ...
 def fp8_mqa_logits(
     q: torch.Tensor,
     kv: tuple[torch.Tensor, torch.Tensor],

@@ -104,3 +104,20 @@ def run_python(code: str, env_updates: dict[str, str], cwd: Path) -> subprocess.
     """Run `code` in a fresh interpreter (outside the source tree, so the installed package is used)."""
     env = dict(os.environ, **env_updates)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(cwd))
+
+
+# The parameters compile_kernel("sm90_gemm", ...) takes from a get_gemm_config result (its other keys describe the
+# config, e.g. smem_bytes), with the dimensions compiled in: N and K (the APIs' 'nk' default); operand layout flags
+# that get_gemm_config does not return are passed through `extra` (mn_major_a, mn_major_b, fp32_out, has_c).
+GEMM_COMPILE_KEYS = (
+    "block_m", "block_n", "num_stages", "num_math_warpgroups", "num_group_n", "store_chunk_n", "fp32_buffers",
+    "num_multicast", "is_multicast_on_a", "num_splits", "stream_k", "overlap_promotion", "use_tma_store",
+    "per_row_sfb", "bf16", "gemm_type",
+)  # fmt: skip
+
+
+def compile_params(cfg: dict, n: int, k: int, **extra: int) -> dict:
+    params = {key: int(cfg[key]) for key in GEMM_COMPILE_KEYS}
+    params.update(shape_n=n, shape_k=k)
+    params.update({key: int(value) for key, value in extra.items()})
+    return params
