@@ -27,6 +27,7 @@ of an input); values, shape and strides are the same.
 """
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 
 import torch
@@ -42,13 +43,47 @@ PUBLIC_FUNCTIONS: dict[str, Callable] = {}
 OP_NAMES: list[str] = []
 
 
-def _define(name: str, schema: str, impl: Callable, fake: Callable) -> None:
+def _define(name: str, schema_text: str, impl: Callable, fake: Callable) -> None:
     """Define deep_gemm::name with its schema, the real implementation for CPU and CUDA and the fake one."""
-    _LIB.define(name + schema)
+    _LIB.define(name + schema_text)
+    schema = getattr(torch.ops.deep_gemm, name).default._schema
+    dtype_args = set(re.findall(r"ScalarType (\w+)", schema_text))
+    defaults, num_args = _schema_defaults(schema, dtype_args), len(schema.arguments)
+    impl, fake = _with_defaults(impl, defaults, num_args), _with_defaults(fake, defaults, num_args)
     _LIB.impl(name, impl, "CPU")
     _LIB.impl(name, impl, "CUDA")
     torch.library.register_fake(f"deep_gemm::{name}", fake, lib=_LIB)
     OP_NAMES.append(name)
+
+
+def _schema_defaults(schema: torch.FunctionSchema, dtype_args: set[str]) -> tuple:
+    """The default values of the schema's trailing arguments, as Python values (dtype_args: the ScalarType ones)."""
+    defaults = []
+    for arg in schema.arguments:
+        if not arg.has_default_value():
+            defaults = []
+            continue
+        value = arg.default_value
+        if arg.name in dtype_args:  # (the schema keeps a dtype default as its enum number; ours is float32)
+            assert value == 6, f"{schema.name}: {arg.name}: only a float32 default is mapped"
+            value = torch.float32
+        defaults.append(value)
+    return tuple(defaults)
+
+
+def _with_defaults(fn: Callable, defaults: tuple, num_args: int) -> Callable:
+    """fn called with all num_args arguments: the dispatcher leaves out the trailing arguments that equal their
+    defaults when it calls a Python kernel, so they are filled in from the schema's defaults."""
+    if not defaults:
+        return fn
+    first_default = num_args - len(defaults)
+
+    def call(*args):
+        if len(args) < num_args:
+            args += defaults[len(args) - first_default :]
+        return fn(*args)
+
+    return call
 
 
 def _public(c_fn: Callable, traced_fn: Callable) -> Callable:
@@ -111,8 +146,10 @@ def _fresh(out: torch.Tensor, sf: torch.Tensor, like: Callable[[], torch.Tensor]
 
 
 # ------------------------------------------------------------------------------------------------ FP8 GEMMs
-_FP8_RECIPES = "int[]? recipe, int[]? recipe_a, int[]? recipe_b, str compiled_dims, bool disable_ue8m0_cast"
-_FP8_DENSE = f"(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor? c, {_FP8_RECIPES}) -> ()"
+# (schema defaults as the Python API's, for engines that call the ops directly)
+_FP8_RECIPES = ("int[]? recipe=None, int[]? recipe_a=None, int[]? recipe_b=None, str compiled_dims=\"{dims}\", "
+                "bool disable_ue8m0_cast=False")
+_FP8_DENSE = "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor? c=None, " + _FP8_RECIPES + ") -> ()"
 
 
 def _fp8_dense_op(name: str, c_fn: Callable, default_dims: str, sm90: bool = True) -> Callable:
@@ -122,7 +159,7 @@ def _fp8_dense_op(name: str, c_fn: Callable, default_dims: str, sm90: bool = Tru
     def impl(a, sfa, b, sfb, d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast):
         c_fn((a, sfa), (b, sfb), d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast)
 
-    _define(name, _FP8_DENSE, impl, _no_output if sm90 else impl)
+    _define(name, _FP8_DENSE.format(dims=default_dims), impl, _no_output if sm90 else impl)
     op = getattr(torch.ops.deep_gemm, name)
 
     def traced(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims=default_dims,
@@ -144,15 +181,17 @@ fp8_fp4_gemm_tt = _fp8_dense_op("fp8_fp4_gemm_tt", _C.fp8_fp4_gemm_tt, "mn", sm9
 
 
 def _m_grouped_fp8_contiguous_impl(a, sfa, b, sfb, d, grouped_layout, recipe, recipe_a, recipe_b, compiled_dims,
-                                   disable_ue8m0_cast, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout):
+                                   disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
+                                   expected_m_for_psum_layout):
     _C.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, grouped_layout, recipe, recipe_a, recipe_b,
                                         compiled_dims, disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
                                         expected_m_for_psum_layout)
 
 
 _define("m_grouped_fp8_gemm_nt_contiguous",
-        f"(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor grouped_layout, {_FP8_RECIPES}, "
-        "bool use_psum_layout, bool ensure_zero_padding, int? expected_m_for_psum_layout) -> ()",
+        "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor grouped_layout, "
+        + _FP8_RECIPES.format(dims="nk") + ", bool use_psum_layout=False, bool ensure_zero_padding=True, "
+        "int? expected_m_for_psum_layout=None) -> ()",
         _m_grouped_fp8_contiguous_impl, _no_output)
 
 
@@ -174,8 +213,9 @@ def _m_grouped_fp8_nn_op(name: str, c_fn: Callable) -> Callable:
         c_fn((a, sfa), (b, sfb), d, grouped_layout, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast,
              use_psum_layout, ensure_zero_padding)
 
-    _define(name, f"(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor grouped_layout, {_FP8_RECIPES}, "
-            "bool use_psum_layout, bool ensure_zero_padding) -> ()", impl, impl)  # (raises NotImplementedError)
+    _define(name, "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor grouped_layout, "
+            + _FP8_RECIPES.format(dims="nk") + ", bool use_psum_layout=False, bool ensure_zero_padding=True) -> ()",
+            impl, impl)  # (raises NotImplementedError)
     op = getattr(torch.ops.deep_gemm, name)
 
     def traced(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
@@ -200,8 +240,8 @@ def _m_grouped_fp8_masked_impl(a, sfa, b, sfb, d, masked_m, expected_m, recipe, 
 
 
 _define("m_grouped_fp8_gemm_nt_masked",
-        f"(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor masked_m, int expected_m, {_FP8_RECIPES}) "
-        "-> ()", _m_grouped_fp8_masked_impl, _no_output)
+        "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor masked_m, int expected_m, "
+        + _FP8_RECIPES.format(dims="nk") + ") -> ()", _m_grouped_fp8_masked_impl, _no_output)
 
 
 def _m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None, recipe_b=None,
@@ -220,7 +260,8 @@ def _k_grouped_fp8_op(name: str, c_fn: Callable) -> Callable:
         c_fn((a, sfa), (b, sfb), d, ks_cpu, grouped_layout, c, recipe, compiled_dims, use_psum_layout)
 
     _define(name, "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, int[]? ks_cpu, Tensor grouped_layout, "
-            "Tensor? c, int[]? recipe, str compiled_dims, bool use_psum_layout) -> ()", impl, _no_output)
+            "Tensor? c=None, int[]? recipe=None, str compiled_dims=\"mn\", bool use_psum_layout=False) -> ()", impl,
+            _no_output)
     op = getattr(torch.ops.deep_gemm, name)
 
     def traced(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 128), compiled_dims="mn",
@@ -244,7 +285,7 @@ def _dense_op(name: str, c_fn: Callable, default_dims: str | None) -> Callable:
         def impl(a, b, d, c):
             c_fn(a, b, d, c)
 
-        _define(name, "(Tensor a, Tensor b, Tensor(d!) d, Tensor? c) -> ()", impl, _no_output)
+        _define(name, "(Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None) -> ()", impl, _no_output)
         op = getattr(torch.ops.deep_gemm, name)
 
         def traced(a, b, d, c=None):
@@ -253,7 +294,8 @@ def _dense_op(name: str, c_fn: Callable, default_dims: str | None) -> Callable:
         def impl(a, b, d, c, compiled_dims):
             c_fn(a, b, d, c, compiled_dims)
 
-        _define(name, "(Tensor a, Tensor b, Tensor(d!) d, Tensor? c, str compiled_dims) -> ()", impl, _no_output)
+        _define(name, f"(Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None, str compiled_dims=\"{default_dims}\") -> ()",
+                impl, _no_output)
         op = getattr(torch.ops.deep_gemm, name)
 
         def traced(a, b, d, c=None, compiled_dims=default_dims):
@@ -279,8 +321,9 @@ def _m_grouped_bf16_nt_contiguous_impl(a, b, d, grouped_layout, compiled_dims, u
 
 
 _define("m_grouped_bf16_gemm_nt_contiguous",
-        "(Tensor a, Tensor b, Tensor(d!) d, Tensor grouped_layout, str compiled_dims, bool use_psum_layout, "
-        "bool ensure_zero_padding, int? expected_m_for_psum_layout) -> ()", _m_grouped_bf16_nt_contiguous_impl,
+        "(Tensor a, Tensor b, Tensor(d!) d, Tensor grouped_layout, str compiled_dims=\"nk\", "
+        "bool use_psum_layout=False, bool ensure_zero_padding=True, int? expected_m_for_psum_layout=None) -> ()",
+        _m_grouped_bf16_nt_contiguous_impl,
         _no_output)
 
 
@@ -298,8 +341,9 @@ def _m_grouped_bf16_nn_contiguous_impl(a, b, d, grouped_layout, compiled_dims, u
 
 
 _define("m_grouped_bf16_gemm_nn_contiguous",
-        "(Tensor a, Tensor b, Tensor(d!) d, Tensor grouped_layout, str compiled_dims, bool use_psum_layout, "
-        "bool ensure_zero_padding) -> ()", _m_grouped_bf16_nn_contiguous_impl, _no_output)
+        "(Tensor a, Tensor b, Tensor(d!) d, Tensor grouped_layout, str compiled_dims=\"nk\", "
+        "bool use_psum_layout=False, bool ensure_zero_padding=True) -> ()", _m_grouped_bf16_nn_contiguous_impl,
+        _no_output)
 
 
 def _m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims="nk", use_psum_layout=False,
@@ -316,7 +360,7 @@ def _m_grouped_bf16_masked_impl(a, b, d, masked_m, expected_m, compiled_dims):
 
 
 _define("m_grouped_bf16_gemm_nt_masked",
-        "(Tensor a, Tensor b, Tensor(d!) d, Tensor masked_m, int expected_m, str compiled_dims) -> ()",
+        "(Tensor a, Tensor b, Tensor(d!) d, Tensor masked_m, int expected_m, str compiled_dims=\"nk\") -> ()",
         _m_grouped_bf16_masked_impl, _no_output)
 
 
@@ -332,8 +376,8 @@ def _k_grouped_bf16_impl(a, b, d, ks_cpu, grouped_layout, c, compiled_dims, use_
 
 
 _define("k_grouped_bf16_gemm_tn_contiguous",
-        "(Tensor a, Tensor b, Tensor(d!) d, int[]? ks_cpu, Tensor grouped_layout, Tensor? c, str compiled_dims, "
-        "bool use_psum_layout) -> ()", _k_grouped_bf16_impl, _no_output)
+        "(Tensor a, Tensor b, Tensor(d!) d, int[]? ks_cpu, Tensor grouped_layout, Tensor? c=None, "
+        "str compiled_dims=\"mn\", bool use_psum_layout=False) -> ()", _k_grouped_bf16_impl, _no_output)
 
 
 def _k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, compiled_dims="mn",
@@ -347,7 +391,7 @@ k_grouped_bf16_gemm_tn_contiguous = _public(_C.k_grouped_bf16_gemm_tn_contiguous
 
 # ------------------------------------------------------------------------------------------------- MQA logits
 _MQA = ("(Tensor q, Tensor? q_sf, Tensor kv, Tensor kv_sf, Tensor weights, Tensor cu_seq_len_k_start, "
-        "Tensor cu_seq_len_k_end, bool clean_logits, int max_seqlen_k, ScalarType logits_dtype) -> Tensor")
+        "Tensor cu_seq_len_k_end, bool clean_logits=True, int max_seqlen_k=0, ScalarType logits_dtype=float) -> Tensor")
 
 
 def _mqa_impl(q, q_sf, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k,
@@ -386,7 +430,8 @@ fp8_fp4_mqa_logits = _public(_C.fp8_fp4_mqa_logits, _fp8_fp4_mqa_logits)
 
 
 _PAGED = ("(Tensor q, Tensor? q_sf, Tensor kv_cache, Tensor weights, Tensor context_lens, Tensor block_table, "
-          "Tensor schedule_meta, int max_context_len, bool clean_logits, ScalarType logits_dtype, Tensor? indices) "
+          "Tensor schedule_meta, int max_context_len, bool clean_logits=False, ScalarType logits_dtype=float, "
+          "Tensor? indices=None) "
           "-> Tensor")
 
 
@@ -429,7 +474,8 @@ def _metadata_fake(context_lens, block_kv, num_sms, indices):
     return context_lens.new_empty((num_sms + 1, 2), dtype=torch.int32)
 
 
-_define("get_paged_mqa_logits_metadata", "(Tensor context_lens, int block_kv, int num_sms, Tensor? indices) -> Tensor",
+_define("get_paged_mqa_logits_metadata",
+        "(Tensor context_lens, int block_kv, int num_sms, Tensor? indices=None) -> Tensor",
         _C.get_paged_mqa_logits_metadata, _metadata_fake)
 
 
@@ -465,7 +511,7 @@ def _packed_ue8m0_fake(sf, psum_layout):
     return _new_mn_major_tma_aligned(sf, (sf.size(-1) + 3) // 4, torch.int32)
 
 
-_define("get_mn_major_tma_aligned_packed_ue8m0_tensor", "(Tensor sf, Tensor? psum_layout) -> Tensor",
+_define("get_mn_major_tma_aligned_packed_ue8m0_tensor", "(Tensor sf, Tensor? psum_layout=None) -> Tensor",
         _C.get_mn_major_tma_aligned_packed_ue8m0_tensor, _packed_ue8m0_fake)
 
 
@@ -498,8 +544,8 @@ def _transform_sf_impl(sf, mn, k, recipe, num_groups, is_sfa, disable_ue8m0_cast
 
 
 _define("transform_sf_into_required_layout",
-        "(Tensor sf, int mn, int k, int[] recipe, int? num_groups, bool? is_sfa, bool disable_ue8m0_cast, "
-        "Tensor? psum_layout) -> Tensor", _transform_sf_impl, _transform_sf_fake)
+        "(Tensor sf, int mn, int k, int[] recipe, int? num_groups=None, bool? is_sfa=None, "
+        "bool disable_ue8m0_cast=False, Tensor? psum_layout=None) -> Tensor", _transform_sf_impl, _transform_sf_fake)
 
 
 def _transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast=False,
