@@ -321,6 +321,26 @@ def test_compile_each_public_function_without_graph_break(name: str) -> None:
     assert f"deep_gemm.{op_name}" in counter.graphs[0].code
 
 
+def test_compile_dynamic_shapes() -> None:
+    # Symbolic sizes through the fake implementations: the TMA-aligned stride is computed from a symbolic MN
+    def fn(sf, q, kv, weights, ks, ke):
+        return deep_gemm.get_mn_major_tma_aligned_tensor(sf), deep_gemm.fp8_mqa_logits(q, kv, weights, ks, ke)
+
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(fn, fullgraph=True, dynamic=True, backend=counter)
+    for mn, s, s_kv in ((5, 4, 32), (13, 7, 96), (30, 9, 40)):
+        sf_t, logits = compiled(empty(mn, 3), empty(s, 16, 64, dtype=FP8), (empty(s_kv, 64, dtype=FP8), empty(s_kv)),
+                                empty(s, 16), empty(s, dtype=torch.int32), empty(s, dtype=torch.int32))  # fmt: skip
+        assert (sf_t.shape, sf_t.stride()) == ((mn, 3), (1, (mn + 3) // 4 * 4))
+        assert logits.shape == (s, s_kv)
+    assert counter.frame_count <= 2  # (the first call may specialize; then one dynamic graph serves all)
+
+
+def test_transform_sf_fake_raises_as_the_extension() -> None:
+    with pytest.raises(ValueError, match="is_sfa must be given"):
+        torch.ops.deep_gemm.transform_sf_into_required_layout(empty(5, 2), 5, 256, [1, 128, 128])
+
+
 def test_compile_path_keeps_the_pair_check() -> None:
     a, sfa, b, sfb, d = op_cases()["fp8_gemm_nt"][0][:5]
     with pytest.raises(Exception, match=r"a must be a pair \(tensor, scales\)"):
