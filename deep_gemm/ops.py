@@ -47,6 +47,13 @@ __all__ = ["PUBLIC_FUNCTIONS", "OP_NAMES"]
 
 _LIB = torch.library.Library("deep_gemm", "DEF")
 
+# The kernels check strides (K-major operands, TMA-aligned scales, 16-byte row strides): Inductor must pass every
+# tensor with the strides it had when traced, not a layout of its choosing (older PyTorch: the same stride order)
+_LAYOUT_TAGS = tuple(
+    tag for tag in (getattr(torch.Tag, "needs_exact_strides", None) or getattr(torch.Tag, "needs_fixed_stride_order",
+                                                                                None),) if tag is not None
+)  # fmt: skip
+
 # Op name -> the public function that calls it (filled by _public below)
 PUBLIC_FUNCTIONS: dict[str, Callable] = {}
 OP_NAMES: list[str] = []
@@ -54,7 +61,7 @@ OP_NAMES: list[str] = []
 
 def _define(name: str, schema_text: str, impl: Callable, fake: Callable) -> None:
     """Define deep_gemm::name with its schema, the real implementation for CPU and CUDA and the fake one."""
-    _LIB.define(name + schema_text)
+    _LIB.define(name + schema_text, tags=_LAYOUT_TAGS)
     schema = getattr(torch.ops.deep_gemm, name).default._schema
     dtype_args = set(re.findall(r"ScalarType (\w+)", schema_text))
     defaults, num_args = _schema_defaults(schema, dtype_args), len(schema.arguments)

@@ -169,6 +169,7 @@ def test_schemas_declare_only_the_outputs_mutated() -> None:
         returns_tensor = [str(r.type) for r in schema.returns] == ["Tensor"]
         assert mutated == ([] if returns_tensor else ["d"]), (name, mutated)
         assert returns_tensor or not schema.returns, name
+        assert torch.Tag.needs_exact_strides in getattr(torch.ops.deep_gemm, name).default.tags, name
 
 
 # ------------------------------------------------------------------------------------------- opcheck on meta
@@ -339,6 +340,19 @@ def test_compile_dynamic_shapes() -> None:
 def test_transform_sf_fake_raises_as_the_extension() -> None:
     with pytest.raises(ValueError, match="is_sfa must be given"):
         torch.ops.deep_gemm.transform_sf_into_required_layout(empty(5, 2), 5, 256, [1, 128, 128])
+
+
+def test_inductor_calls_the_op_with_its_real_cpu_implementation() -> None:
+    # Inductor end to end on the CPU (the paged-MQA schedule has a real CPU implementation): generated kernels
+    # around the op, the op called from Inductor's wrapper code, the result bit for bit the eager one
+    def fn(lens):
+        return deep_gemm.get_paged_mqa_logits_metadata(lens * 2 + 1, 64, 8) + 1
+
+    lens = torch.randint(0, 3000, (9,), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    counter = CompileCounterWithBackend("inductor")
+    got = torch.compile(fn, fullgraph=True, backend=counter)(lens)
+    assert counter.frame_count == 1 and "deep_gemm.get_paged_mqa_logits_metadata" in counter.graphs[0].code
+    assert torch.equal(got, fn(lens))
 
 
 def test_compile_path_keeps_the_pair_check() -> None:
