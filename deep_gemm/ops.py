@@ -15,7 +15,7 @@ defaults and error messages: each is a thin function that, while ``torch.compile
 tracing, ``torch.export``), flattens its arguments and calls the op, and otherwise calls the ``_C`` binding
 directly. Both paths run the same kernel (the op's implementation is that ``_C`` call); the eager path skips
 the dispatcher because an op call costs microseconds of host time (the dispatcher boxes every argument and
-calls back into Python), while the check costs one Python call (tens to a few hundred nanoseconds). The ops
+calls back into Python), while the check costs one Python call (figures below). The ops
 are registered with the low-level ``torch.library.Library`` API (``define`` + ``impl`` for CPU and CUDA +
 ``register_fake``) rather than ``torch.library.custom_op``, whose wrapper adds Python work to every call of a
 compiled graph. CPU tensors reach the ``_C`` function too, so errors read the same (and the paged-MQA schedule,
@@ -81,7 +81,8 @@ def _schema_defaults(schema: torch.FunctionSchema, dtype_args: set[str]) -> tupl
             continue
         value = arg.default_value
         if arg.name in dtype_args:  # (the schema keeps a dtype default as its enum number; ours is float32)
-            assert value == 6, f"{schema.name}: {arg.name}: only a float32 default is mapped"
+            if value != 6:
+                raise RuntimeError(f"{schema.name}: {arg.name}: only a float32 dtype default is mapped, got {value}")
             value = torch.float32
         defaults.append(value)
     return tuple(defaults)

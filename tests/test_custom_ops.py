@@ -355,6 +355,21 @@ def test_inductor_calls_the_op_with_its_real_cpu_implementation() -> None:
     assert torch.equal(got, fn(lens))
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_export(strict: bool) -> None:
+    # torch.export, strict (Dynamo) and non-strict (the Python code run on fake tensors): the public functions take the
+    # op path in both (torch.compiler.is_compiling() is true there), the exported graph holds the ops
+    class Block(torch.nn.Module):
+        def forward(self, sf, a, sfa, b, sfb, d):
+            deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+            return deep_gemm.get_mn_major_tma_aligned_tensor(sf), d
+
+    args = (empty(5, 3), *op_cases()["fp8_gemm_nt"][0][:5])
+    exported = torch.export.export(Block(), args, strict=strict)
+    targets = [str(node.target) for node in exported.graph.nodes if node.op == "call_function"]
+    assert targets == ["deep_gemm.fp8_gemm_nt.default", "deep_gemm.get_mn_major_tma_aligned_tensor.default"]
+
+
 def test_compile_path_keeps_the_pair_check() -> None:
     a, sfa, b, sfb, d = op_cases()["fp8_gemm_nt"][0][:5]
     with pytest.raises(Exception, match=r"a must be a pair \(tensor, scales\)"):
