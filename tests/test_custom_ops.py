@@ -355,6 +355,19 @@ def test_inductor_calls_the_op_with_its_real_cpu_implementation() -> None:
     assert torch.equal(got, fn(lens))
 
 
+def test_compile_in_place_accumulation_c_is_d() -> None:
+    # c may be d itself (D += A @ B.T): an input aliasing the mutated one traces too
+    a, sfa, b, sfb, d, c = op_cases()["fp8_gemm_nt"][1][:6]
+    counter = CompileCounterWithBackend("aot_eager")
+
+    def fn(a, sfa, b, sfb, d):
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=d, recipe=(1, 1, 128))
+        return d
+
+    torch.compile(fn, fullgraph=True, backend=counter)(a, sfa, b, sfb, d)
+    assert counter.frame_count == 1 and "deep_gemm.fp8_gemm_nt" in counter.graphs[0].code
+
+
 @pytest.mark.parametrize("strict", [False, True])
 def test_export(strict: bool) -> None:
     # torch.export, strict (Dynamo) and non-strict (the Python code run on fake tensors): the public functions take the
@@ -420,6 +433,29 @@ def test_compiled_moe_block_matches_eager(backend: str) -> None:
         assert_same_as_eager(got, expected, bitwise=backend == "aot_eager")
         assert got.abs().amax() > 0  # (not a vacuous comparison of zeros)
     assert counter.frame_count == 1
+
+
+@pytest.mark.gpu
+def test_compiled_in_place_accumulation_is_bitwise_eager() -> None:
+    # fp8_gemm_nt(..., d, c=d): the compiled graph (functionalized: d copied, or re-inplaced) accumulates like eager
+    torch._dynamo.reset()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(256, 512, generator=gen, device="cuda").to(torch.bfloat16)
+    w = torch.randn(384, 512, generator=gen, device="cuda").to(torch.bfloat16)
+    a, b = per_token_cast_to_fp8(x), per_token_cast_to_fp8(w)
+    d0 = torch.randn(256, 384, generator=gen, device="cuda")
+
+    def fn(a_fp8, sfa, b_fp8, sfb, d):
+        deep_gemm.fp8_gemm_nt((a_fp8, sfa), (b_fp8, sfb), d, c=d, recipe=(1, 1, 128))
+        deep_gemm.fp8_gemm_nt((a_fp8, sfa), (b_fp8, sfb), d, c=d, recipe=(1, 1, 128))
+        return d
+
+    expected = fn(*a, *b, d0.clone())
+    for backend in ("aot_eager", "inductor"):
+        d = d0.clone()
+        got = torch.compile(fn, fullgraph=True, backend=backend)(*a, *b, d)
+        torch.cuda.synchronize()
+        assert torch.equal(got, expected) and torch.equal(d, expected), backend  # (d itself written, as in eager)
 
 
 @pytest.mark.gpu
