@@ -153,6 +153,23 @@ def test_every_entry_point_calls_its_op() -> None:
     assert deep_gemm.utils.layout.get_mn_major_tma_aligned_tensor is deep_gemm.get_mn_major_tma_aligned_tensor
 
 
+# The extension's functions that launch no kernel (settings, the JIT, the config heuristic, integer helpers)
+NOT_KERNEL_ENTRY_POINTS = {
+    "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl",
+    "set_mk_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout", "set_ignore_compile_dims",
+    "get_ignore_compile_dims", "set_block_size_multiple_of", "get_block_size_multiple_of", "get_tma_aligned_size",
+    "get_gemm_config", "compile_kernel", "parse_tune", "kernel_families",
+}  # fmt: skip
+
+
+def test_every_kernel_function_of_the_extension_is_an_op() -> None:
+    # A new kernel entry point in _C needs its op in deep_gemm/ops.py (and its row in ENTRY_POINTS), or it breaks
+    # torch.compile(fullgraph=True) for every model that calls it
+    exported = {name for name, obj in vars(_C).items() if callable(obj) and not name.startswith("_")}
+    exported -= {"NotImplementedError"} | NOT_KERNEL_ENTRY_POINTS
+    assert exported - set(ENTRY_POINTS) == set(), "kernel entry points without a torch.library op"
+
+
 @pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
 def test_compile_path_has_the_signature_of_the_binding(name: str) -> None:
     # The compile path binds the arguments in Python: names, order and defaults must be the binding's
