@@ -96,7 +96,8 @@ def test_engine_import_of_layout_functions() -> None:
     # An engine does this at import time
     from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor
 
-    assert get_mn_major_tma_aligned_tensor is deep_gemm._C.get_mn_major_tma_aligned_tensor
+    assert get_mn_major_tma_aligned_tensor is deep_gemm.get_mn_major_tma_aligned_tensor
+    assert get_mn_major_tma_aligned_tensor.__wrapped__ is deep_gemm._C.get_mn_major_tma_aligned_tensor
     from deep_gemm.utils.layout import (  # noqa: F401
         get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor,
         get_mn_major_tma_aligned_packed_ue8m0_tensor,

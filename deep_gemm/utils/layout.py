@@ -2,7 +2,8 @@
 
 ``deep_gemm.utils.layout`` is where the reference API (DeepGEMM 2.6.1) keeps the layout functions,
 and engines import them from here (``from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor``),
-so the extension's functions are re-exported as they are. The SM90 kernels read the LHS scales with
+so the extension's functions are re-exported (the layout kernels through ``deep_gemm.ops``: the binding
+in eager mode, the custom op while ``torch.compile`` traces). The SM90 kernels read the LHS scales with
 TMA along MN, so the scales must be stored MN-major with the MN stride padded to 16 bytes
 (:func:`get_tma_aligned_size`). The ``*_reference`` functions build those layouts with ordinary tensor
 ops; tests compare the CUDA layout kernels against them.
@@ -13,11 +14,10 @@ import torch.nn.functional as F
 
 from deep_gemm._C import (
     get_mk_alignment_for_contiguous_layout,
-    get_mn_major_tma_aligned_packed_ue8m0_tensor,
-    get_mn_major_tma_aligned_tensor,
     get_tma_aligned_size,
     set_mk_alignment_for_contiguous_layout,
 )
+from deep_gemm.ops import get_mn_major_tma_aligned_packed_ue8m0_tensor, get_mn_major_tma_aligned_tensor
 from deep_gemm.utils.arith import align, ceil_div
 from deep_gemm.utils.casts import debug_checks_enabled, pack_scales_along_k, pack_ue8m0_to_int
 

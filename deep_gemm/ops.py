@@ -1,0 +1,642 @@
+"""The kernel entry points as ``torch.library`` custom ops (namespace ``deep_gemm``), for ``torch.compile``.
+
+Every public kernel entry point of ``deep_gemm`` (the FP8, BF16 and cuBLASLt GEMMs, the MQA logits, the
+paged-MQA schedule and the scale-layout transforms) is an op ``torch.ops.deep_gemm.<name>`` with a fake
+(meta) implementation, so ``torch.compile(fullgraph=True)`` (and ``torch.export``) traces a model calling
+them with no graph break, and CUDA graphs capture the compiled code (the kernels never synchronize).
+
+Schemas. Arguments the Python API takes as pairs are flattened: ``a = (A, sfa)`` becomes ``a, sfa``
+(``q = (values, scales or None)`` becomes ``q, q_sf``), recipes are ``int[]?``, optional arguments are
+``?`` types. The GEMMs write ``d`` in place and return nothing: ``d`` is declared mutated (``Tensor(d!)``),
+nothing else is. The functions returning a tensor return a new one, never a view of an input.
+
+How the public functions call them. ``deep_gemm.fp8_gemm_nt`` and the rest keep their names, signatures,
+defaults and error messages: each is a thin function that, while ``torch.compiler.is_compiling()`` (Dynamo
+tracing, ``torch.export``), flattens its arguments and calls the op, and otherwise calls the ``_C`` binding
+directly. Both paths run the same kernel (the op's implementation is that ``_C`` call); the eager path skips
+the dispatcher because an op call costs microseconds of host time (the dispatcher boxes every argument and
+calls back into Python), while the check costs one Python call (figures below). The ops
+are registered with the low-level ``torch.library.Library`` API (``define`` + ``impl`` for CPU and CUDA +
+``register_fake``) rather than ``torch.library.custom_op``, whose wrapper adds Python work to every call of a
+compiled graph. CPU tensors reach the ``_C`` function too, so errors read the same (and the paged-MQA schedule,
+which has a CPU path, runs there).
+
+Measured on the 2-core CPU machine (tools/measure_op_overhead.py): the eager wrapper adds 0.3-0.6 µs to a call;
+an op call through the dispatcher into a Python kernel costs 5-7 µs more than calling the kernel, of which about
+2 µs is PyTorch's floor for calling any op from Python (torch.ops.aten.neg.default against torch.neg). Compiled
+code pays the op path per call unless CUDA graphs replay it (mode="reduce-overhead"); registering the kernels in
+C++ (TORCH_LIBRARY_IMPL) would cut the Python-kernel part.
+
+The fake implementations compute output shapes and strides only; the GEMMs' shape and dtype checks run in the
+real call (same messages as eager).
+
+Differences under tracing: ``get_mn_major_tma_aligned_tensor`` and ``transform_sf_into_required_layout``
+return a new tensor even when the eager call would return ``sf`` itself (a custom op may not return an alias
+of an input); values, shape and strides are the same.
+"""
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+
+import torch
+
+from deep_gemm import _C
+
+__all__ = ["PUBLIC_FUNCTIONS", "OP_NAMES"]
+
+_LIB = torch.library.Library("deep_gemm", "DEF")
+
+# The kernels check strides (K-major operands, TMA-aligned scales, 16-byte row strides): Inductor must pass every
+# tensor with the strides it had when traced, not a layout of its choosing (older PyTorch: the same stride order)
+_LAYOUT_TAGS = tuple(
+    tag for tag in (getattr(torch.Tag, "needs_exact_strides", None) or getattr(torch.Tag, "needs_fixed_stride_order",
+                                                                                None),) if tag is not None
+)  # fmt: skip
+
+# Op name -> the public function that calls it (filled by _public below)
+PUBLIC_FUNCTIONS: dict[str, Callable] = {}
+OP_NAMES: list[str] = []
+
+
+def _define(name: str, schema_text: str, impl: Callable, fake: Callable) -> None:
+    """Define deep_gemm::name with its schema, the real implementation for CPU and CUDA and the fake one."""
+    _LIB.define(name + schema_text, tags=_LAYOUT_TAGS)
+    schema = getattr(torch.ops.deep_gemm, name).default._schema
+    dtype_args = set(re.findall(r"ScalarType (\w+)", schema_text))
+    defaults, num_args = _schema_defaults(schema, dtype_args), len(schema.arguments)
+    impl, fake = _with_defaults(impl, defaults, num_args), _with_defaults(fake, defaults, num_args)
+    _LIB.impl(name, impl, "CPU")
+    _LIB.impl(name, impl, "CUDA")
+    torch.library.register_fake(f"deep_gemm::{name}", fake, lib=_LIB)
+    OP_NAMES.append(name)
+
+
+def _schema_defaults(schema: torch.FunctionSchema, dtype_args: set[str]) -> tuple:
+    """The default values of the schema's trailing arguments, as Python values (dtype_args: the ScalarType ones)."""
+    defaults = []
+    for arg in schema.arguments:
+        if not arg.has_default_value():
+            defaults = []
+            continue
+        value = arg.default_value
+        if arg.name in dtype_args:  # (the schema keeps a dtype default as its enum number; ours is float32)
+            if value != 6:
+                raise RuntimeError(f"{schema.name}: {arg.name}: only a float32 dtype default is mapped, got {value}")
+            value = torch.float32
+        defaults.append(value)
+    return tuple(defaults)
+
+
+def _with_defaults(fn: Callable, defaults: tuple, num_args: int) -> Callable:
+    """fn called with all num_args arguments: the dispatcher leaves out the trailing arguments that equal their
+    defaults when it calls a Python kernel, so they are filled in from the schema's defaults."""
+    if not defaults:
+        return fn
+    first_default = num_args - len(defaults)
+
+    def call(*args):
+        if len(args) < num_args:
+            args += defaults[len(args) - first_default :]
+        return fn(*args)
+
+    return call
+
+
+def _public(c_fn: Callable, traced_fn: Callable) -> Callable:
+    """The public function: the op path (traced_fn) while compiling, else the _C binding itself."""
+    is_compiling = torch.compiler.is_compiling
+
+    def public(*args, **kwargs):
+        if is_compiling():
+            return traced_fn(*args, **kwargs)
+        return c_fn(*args, **kwargs)
+
+    functools.update_wrapper(public, c_fn)  # name, docstring and __wrapped__ (inspect.signature reads the binding's)
+    public.__module__ = "deep_gemm"
+    public.__deep_gemm_traced__ = traced_fn  # (for tests: the compile path's Python signature)
+    PUBLIC_FUNCTIONS[c_fn.__name__] = public
+    return public
+
+
+def _pair(x: object, name: str) -> tuple:
+    if not isinstance(x, (tuple, list)) or len(x) != 2:
+        raise TypeError(f"{name} must be a pair (tensor, scales), got {type(x).__name__}")
+    return x[0], x[1]
+
+
+def _ints(recipe: Sequence[int] | None) -> list[int] | None:
+    return None if recipe is None else list(recipe)
+
+
+def _no_output(*args, **kwargs) -> None:
+    """Fake implementation of an op that only writes its mutated arguments."""
+    return None
+
+
+def _tma_aligned_size(x, element_size: int):
+    alignment = 16 // element_size
+    return (x + alignment - 1) // alignment * alignment
+
+
+def _new_mn_major_tma_aligned(sf: torch.Tensor, out_k, dtype: torch.dtype) -> torch.Tensor:
+    """An empty tensor laid out as the layout kernels write: [G?, MN, out_k], MN-major, MN stride padded to 16 bytes
+    (storage [G, out_k, align(MN)], viewed transposed and narrowed to MN, as csrc/apis/layout.hpp allocates)."""
+    batched = sf.dim() == 3
+    groups = sf.size(0) if batched else 1
+    mn = sf.size(-2)
+    storage = torch.empty((groups, out_k, _tma_aligned_size(mn, 4)), dtype=dtype, device=sf.device)
+    view = storage.transpose(1, 2).narrow(1, 0, mn)
+    return view if batched else view.squeeze(0)
+
+
+def _check_sf(sf: torch.Tensor, fn: str) -> None:
+    if sf.dim() not in (2, 3) or sf.dtype != torch.float32:
+        raise ValueError(f"{fn}: sf must be float32 [MN, SF_K] or [G, MN, SF_K], got {sf.dtype} {list(sf.shape)}")
+
+
+def _fresh(out: torch.Tensor, sf: torch.Tensor, like: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """out, or a copy in the layout like() gives when out shares sf's storage (an op may not return an alias)."""
+    if out.untyped_storage().data_ptr() != sf.untyped_storage().data_ptr() or out.numel() == 0:
+        return out
+    return like().copy_(out)
+
+
+# ------------------------------------------------------------------------------------------------ FP8 GEMMs
+# (schema defaults as the Python API's, for engines that call the ops directly)
+_FP8_RECIPES = ("int[]? recipe=None, int[]? recipe_a=None, int[]? recipe_b=None, str compiled_dims=\"{dims}\", "
+                "bool disable_ue8m0_cast=False")
+_FP8_DENSE = "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor? c=None, " + _FP8_RECIPES + ") -> ()"
+
+
+def _fp8_dense_op(name: str, c_fn: Callable, default_dims: str, sm90: bool = True) -> Callable:
+    """An FP8 dense GEMM op. sm90=False: a layout SM90 cannot run, whose binding raises NotImplementedError before
+    reading any argument; its fake implementation is that call too, so tracing raises what the eager call raises."""
+
+    def impl(a, sfa, b, sfb, d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast):
+        c_fn((a, sfa), (b, sfb), d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast)
+
+    _define(name, _FP8_DENSE.format(dims=default_dims), impl, _no_output if sm90 else impl)
+    op = getattr(torch.ops.deep_gemm, name)
+
+    def traced(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims=default_dims,
+               disable_ue8m0_cast=False):
+        (a, sfa), (b, sfb) = _pair(a, "a"), _pair(b, "b")
+        op(a, sfa, b, sfb, d, c, _ints(recipe), _ints(recipe_a), _ints(recipe_b), compiled_dims, disable_ue8m0_cast)
+
+    return _public(c_fn, traced)
+
+
+fp8_gemm_nt = _fp8_dense_op("fp8_gemm_nt", _C.fp8_gemm_nt, "nk")
+# (SM100 layouts: each raises NotImplementedError naming the K-major call to use)
+fp8_gemm_nn = _fp8_dense_op("fp8_gemm_nn", _C.fp8_gemm_nn, "nk", sm90=False)
+fp8_gemm_tn = _fp8_dense_op("fp8_gemm_tn", _C.fp8_gemm_tn, "mn", sm90=False)
+fp8_gemm_tt = _fp8_dense_op("fp8_gemm_tt", _C.fp8_gemm_tt, "mn", sm90=False)
+fp8_fp4_gemm_nn = _fp8_dense_op("fp8_fp4_gemm_nn", _C.fp8_fp4_gemm_nn, "nk", sm90=False)
+fp8_fp4_gemm_tn = _fp8_dense_op("fp8_fp4_gemm_tn", _C.fp8_fp4_gemm_tn, "mn", sm90=False)
+fp8_fp4_gemm_tt = _fp8_dense_op("fp8_fp4_gemm_tt", _C.fp8_fp4_gemm_tt, "mn", sm90=False)
+
+
+def _m_grouped_fp8_contiguous_impl(a, sfa, b, sfb, d, grouped_layout, recipe, recipe_a, recipe_b, compiled_dims,
+                                   disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
+                                   expected_m_for_psum_layout):
+    _C.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, grouped_layout, recipe, recipe_a, recipe_b,
+                                        compiled_dims, disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
+                                        expected_m_for_psum_layout)
+
+
+_define("m_grouped_fp8_gemm_nt_contiguous",
+        "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor grouped_layout, "
+        + _FP8_RECIPES.format(dims="nk") + ", bool use_psum_layout=False, bool ensure_zero_padding=True, "
+        "int? expected_m_for_psum_layout=None) -> ()",
+        _m_grouped_fp8_contiguous_impl, _no_output)
+
+
+def _m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None,
+                                      compiled_dims="nk", disable_ue8m0_cast=False, use_psum_layout=False,
+                                      ensure_zero_padding=True, expected_m_for_psum_layout=None):
+    (a, sfa), (b, sfb) = _pair(a, "a"), _pair(b, "b")
+    torch.ops.deep_gemm.m_grouped_fp8_gemm_nt_contiguous(
+        a, sfa, b, sfb, d, grouped_layout, _ints(recipe), _ints(recipe_a), _ints(recipe_b), compiled_dims,
+        disable_ue8m0_cast, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
+
+
+m_grouped_fp8_gemm_nt_contiguous = _public(_C.m_grouped_fp8_gemm_nt_contiguous, _m_grouped_fp8_gemm_nt_contiguous)
+
+
+def _m_grouped_fp8_nn_op(name: str, c_fn: Callable) -> Callable:
+    def impl(a, sfa, b, sfb, d, grouped_layout, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast,
+             use_psum_layout, ensure_zero_padding):
+        c_fn((a, sfa), (b, sfb), d, grouped_layout, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast,
+             use_psum_layout, ensure_zero_padding)
+
+    _define(name, "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor grouped_layout, "
+            + _FP8_RECIPES.format(dims="nk") + ", bool use_psum_layout=False, bool ensure_zero_padding=True) -> ()",
+            impl, impl)  # (raises NotImplementedError)
+    op = getattr(torch.ops.deep_gemm, name)
+
+    def traced(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
+               disable_ue8m0_cast=False, use_psum_layout=False, ensure_zero_padding=True):
+        (a, sfa), (b, sfb) = _pair(a, "a"), _pair(b, "b")
+        op(a, sfa, b, sfb, d, grouped_layout, _ints(recipe), _ints(recipe_a), _ints(recipe_b), compiled_dims,
+           disable_ue8m0_cast, use_psum_layout, ensure_zero_padding)
+
+    return _public(c_fn, traced)
+
+
+m_grouped_fp8_gemm_nn_contiguous = _m_grouped_fp8_nn_op("m_grouped_fp8_gemm_nn_contiguous",
+                                                        _C.m_grouped_fp8_gemm_nn_contiguous)
+m_grouped_fp8_fp4_gemm_nn_contiguous = _m_grouped_fp8_nn_op("m_grouped_fp8_fp4_gemm_nn_contiguous",
+                                                            _C.m_grouped_fp8_fp4_gemm_nn_contiguous)
+
+
+def _m_grouped_fp8_masked_impl(a, sfa, b, sfb, d, masked_m, expected_m, recipe, recipe_a, recipe_b, compiled_dims,
+                               disable_ue8m0_cast):
+    _C.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m, recipe, recipe_a, recipe_b,
+                                    compiled_dims, disable_ue8m0_cast)
+
+
+_define("m_grouped_fp8_gemm_nt_masked",
+        "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor masked_m, int expected_m, "
+        + _FP8_RECIPES.format(dims="nk") + ") -> ()", _m_grouped_fp8_masked_impl, _no_output)
+
+
+def _m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None, recipe_b=None,
+                                  compiled_dims="nk", disable_ue8m0_cast=False):
+    (a, sfa), (b, sfb) = _pair(a, "a"), _pair(b, "b")
+    torch.ops.deep_gemm.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, d, masked_m, expected_m, _ints(recipe),
+                                                     _ints(recipe_a), _ints(recipe_b), compiled_dims,
+                                                     disable_ue8m0_cast)
+
+
+m_grouped_fp8_gemm_nt_masked = _public(_C.m_grouped_fp8_gemm_nt_masked, _m_grouped_fp8_gemm_nt_masked)
+
+
+def _k_grouped_fp8_op(name: str, c_fn: Callable) -> Callable:
+    def impl(a, sfa, b, sfb, d, ks_cpu, grouped_layout, c, recipe, compiled_dims, use_psum_layout):
+        c_fn((a, sfa), (b, sfb), d, ks_cpu, grouped_layout, c, recipe, compiled_dims, use_psum_layout)
+
+    _define(name, "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, int[]? ks_cpu, Tensor grouped_layout, "
+            "Tensor? c=None, int[]? recipe=None, str compiled_dims=\"mn\", bool use_psum_layout=False) -> ()", impl,
+            _no_output)
+    op = getattr(torch.ops.deep_gemm, name)
+
+    def traced(a, b, d, ks_cpu, grouped_layout, c=None, recipe=(1, 1, 128), compiled_dims="mn",
+               use_psum_layout=False):
+        (a, sfa), (b, sfb) = _pair(a, "a"), _pair(b, "b")
+        op(a, sfa, b, sfb, d, _ints(ks_cpu), grouped_layout, c, _ints(recipe), compiled_dims, use_psum_layout)
+
+    return _public(c_fn, traced)
+
+
+k_grouped_fp8_gemm_nt_contiguous = _k_grouped_fp8_op("k_grouped_fp8_gemm_nt_contiguous",
+                                                     _C.k_grouped_fp8_gemm_nt_contiguous)
+k_grouped_fp8_gemm_tn_contiguous = _k_grouped_fp8_op("k_grouped_fp8_gemm_tn_contiguous",
+                                                     _C.k_grouped_fp8_gemm_tn_contiguous)
+
+
+# ------------------------------------------------------------------------------------ BF16 and cuBLASLt GEMMs
+def _dense_op(name: str, c_fn: Callable, default_dims: str | None) -> Callable:
+    """bf16_gemm_* (with compiled_dims) and cublaslt_gemm_* (default_dims None: no compiled_dims)."""
+    if default_dims is None:
+        def impl(a, b, d, c):
+            c_fn(a, b, d, c)
+
+        _define(name, "(Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None) -> ()", impl, _no_output)
+        op = getattr(torch.ops.deep_gemm, name)
+
+        def traced(a, b, d, c=None):
+            op(a, b, d, c)
+    else:
+        def impl(a, b, d, c, compiled_dims):
+            c_fn(a, b, d, c, compiled_dims)
+
+        _define(name, f"(Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None, str compiled_dims=\"{default_dims}\") -> ()",
+                impl, _no_output)
+        op = getattr(torch.ops.deep_gemm, name)
+
+        def traced(a, b, d, c=None, compiled_dims=default_dims):
+            op(a, b, d, c, compiled_dims)
+
+    return _public(c_fn, traced)
+
+
+bf16_gemm_nt = _dense_op("bf16_gemm_nt", _C.bf16_gemm_nt, "nk")
+bf16_gemm_nn = _dense_op("bf16_gemm_nn", _C.bf16_gemm_nn, "nk")
+bf16_gemm_tn = _dense_op("bf16_gemm_tn", _C.bf16_gemm_tn, "mn")
+bf16_gemm_tt = _dense_op("bf16_gemm_tt", _C.bf16_gemm_tt, "mn")
+cublaslt_gemm_nt = _dense_op("cublaslt_gemm_nt", _C.cublaslt_gemm_nt, None)
+cublaslt_gemm_nn = _dense_op("cublaslt_gemm_nn", _C.cublaslt_gemm_nn, None)
+cublaslt_gemm_tn = _dense_op("cublaslt_gemm_tn", _C.cublaslt_gemm_tn, None)
+cublaslt_gemm_tt = _dense_op("cublaslt_gemm_tt", _C.cublaslt_gemm_tt, None)
+
+
+def _m_grouped_bf16_nt_contiguous_impl(a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding,
+                                       expected_m_for_psum_layout):
+    _C.m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding,
+                                         expected_m_for_psum_layout)
+
+
+_define("m_grouped_bf16_gemm_nt_contiguous",
+        "(Tensor a, Tensor b, Tensor(d!) d, Tensor grouped_layout, str compiled_dims=\"nk\", "
+        "bool use_psum_layout=False, bool ensure_zero_padding=True, int? expected_m_for_psum_layout=None) -> ()",
+        _m_grouped_bf16_nt_contiguous_impl,
+        _no_output)
+
+
+def _m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims="nk", use_psum_layout=False,
+                                       ensure_zero_padding=True, expected_m_for_psum_layout=None):
+    torch.ops.deep_gemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims, use_psum_layout,
+                                                          ensure_zero_padding, expected_m_for_psum_layout)
+
+
+m_grouped_bf16_gemm_nt_contiguous = _public(_C.m_grouped_bf16_gemm_nt_contiguous, _m_grouped_bf16_gemm_nt_contiguous)
+
+
+def _m_grouped_bf16_nn_contiguous_impl(a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding):
+    _C.m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding)
+
+
+_define("m_grouped_bf16_gemm_nn_contiguous",
+        "(Tensor a, Tensor b, Tensor(d!) d, Tensor grouped_layout, str compiled_dims=\"nk\", "
+        "bool use_psum_layout=False, bool ensure_zero_padding=True) -> ()", _m_grouped_bf16_nn_contiguous_impl,
+        _no_output)
+
+
+def _m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims="nk", use_psum_layout=False,
+                                       ensure_zero_padding=True):
+    torch.ops.deep_gemm.m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims, use_psum_layout,
+                                                          ensure_zero_padding)
+
+
+m_grouped_bf16_gemm_nn_contiguous = _public(_C.m_grouped_bf16_gemm_nn_contiguous, _m_grouped_bf16_gemm_nn_contiguous)
+
+
+def _m_grouped_bf16_masked_impl(a, b, d, masked_m, expected_m, compiled_dims):
+    _C.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m, compiled_dims)
+
+
+_define("m_grouped_bf16_gemm_nt_masked",
+        "(Tensor a, Tensor b, Tensor(d!) d, Tensor masked_m, int expected_m, str compiled_dims=\"nk\") -> ()",
+        _m_grouped_bf16_masked_impl, _no_output)
+
+
+def _m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m, compiled_dims="nk"):
+    torch.ops.deep_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m, compiled_dims)
+
+
+m_grouped_bf16_gemm_nt_masked = _public(_C.m_grouped_bf16_gemm_nt_masked, _m_grouped_bf16_gemm_nt_masked)
+
+
+def _k_grouped_bf16_impl(a, b, d, ks_cpu, grouped_layout, c, compiled_dims, use_psum_layout):
+    _C.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c, compiled_dims, use_psum_layout)
+
+
+_define("k_grouped_bf16_gemm_tn_contiguous",
+        "(Tensor a, Tensor b, Tensor(d!) d, int[]? ks_cpu, Tensor grouped_layout, Tensor? c=None, "
+        "str compiled_dims=\"mn\", bool use_psum_layout=False) -> ()", _k_grouped_bf16_impl, _no_output)
+
+
+def _k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, compiled_dims="mn",
+                                       use_psum_layout=False):
+    torch.ops.deep_gemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, _ints(ks_cpu), grouped_layout, c, compiled_dims,
+                                                          use_psum_layout)
+
+
+k_grouped_bf16_gemm_tn_contiguous = _public(_C.k_grouped_bf16_gemm_tn_contiguous, _k_grouped_bf16_gemm_tn_contiguous)
+
+
+# ------------------------------------------------------------------------------------------------- MQA logits
+_MQA = ("(Tensor q, Tensor? q_sf, Tensor kv, Tensor kv_sf, Tensor weights, Tensor cu_seq_len_k_start, "
+        "Tensor cu_seq_len_k_end, bool clean_logits=True, int max_seqlen_k=0, ScalarType logits_dtype=float) -> Tensor")
+
+
+def _mqa_impl(q, q_sf, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k,
+              logits_dtype):
+    return _C.fp8_fp4_mqa_logits((q, q_sf), (kv, kv_sf), weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
+                                 max_seqlen_k, logits_dtype)
+
+
+def _mqa_fake(q, q_sf, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k,
+              logits_dtype):
+    # [S, max_seqlen_k] when compressed (max_seqlen_k > 0), else [S, S_kv]; contiguous
+    width = max_seqlen_k if max_seqlen_k > 0 else kv.size(0)
+    return q.new_empty((q.size(0), width), dtype=logits_dtype)
+
+
+_define("fp8_fp4_mqa_logits", _MQA, _mqa_impl, _mqa_fake)
+
+
+def _fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
+                    logits_dtype=torch.float32):
+    kv, kv_sf = _pair(kv, "kv")
+    return torch.ops.deep_gemm.fp8_fp4_mqa_logits(q, None, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                                                  clean_logits, max_seqlen_k, logits_dtype)
+
+
+def _fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
+                        logits_dtype=torch.float32):
+    (q, q_sf), (kv, kv_sf) = _pair(q, "q"), _pair(kv, "kv")
+    return torch.ops.deep_gemm.fp8_fp4_mqa_logits(q, q_sf, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                                                  clean_logits, max_seqlen_k, logits_dtype)
+
+
+# (fp8_mqa_logits(q, ...) is fp8_fp4_mqa_logits((q, None), ...) in the extension too: one op serves both)
+fp8_mqa_logits = _public(_C.fp8_mqa_logits, _fp8_mqa_logits)
+fp8_fp4_mqa_logits = _public(_C.fp8_fp4_mqa_logits, _fp8_fp4_mqa_logits)
+
+
+_PAGED = ("(Tensor q, Tensor? q_sf, Tensor kv_cache, Tensor weights, Tensor context_lens, Tensor block_table, "
+          "Tensor schedule_meta, int max_context_len, bool clean_logits=False, ScalarType logits_dtype=float, "
+          "Tensor? indices=None) "
+          "-> Tensor")
+
+
+def _paged_impl(q, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
+                logits_dtype, indices):
+    return _C.fp8_fp4_paged_mqa_logits((q, q_sf), kv_cache, weights, context_lens, block_table, schedule_meta,
+                                       max_context_len, clean_logits, logits_dtype, indices)
+
+
+def _paged_fake(q, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
+                logits_dtype, indices):
+    # [B * next_n, max_context_len], contiguous
+    return q.new_empty((q.size(0) * q.size(1), max_context_len), dtype=logits_dtype)
+
+
+_define("fp8_fp4_paged_mqa_logits", _PAGED, _paged_impl, _paged_fake)
+
+
+def _fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                          clean_logits=False, indices=None, logits_dtype=torch.float32):
+    return torch.ops.deep_gemm.fp8_fp4_paged_mqa_logits(q, None, kv_cache, weights, context_lens, block_table,
+                                                        schedule_meta, max_context_len, clean_logits, logits_dtype,
+                                                        indices)
+
+
+def _fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                              clean_logits=False, logits_dtype=torch.float32, indices=None):
+    q, q_sf = _pair(q, "q")
+    return torch.ops.deep_gemm.fp8_fp4_paged_mqa_logits(q, q_sf, kv_cache, weights, context_lens, block_table,
+                                                        schedule_meta, max_context_len, clean_logits, logits_dtype,
+                                                        indices)
+
+
+fp8_paged_mqa_logits = _public(_C.fp8_paged_mqa_logits, _fp8_paged_mqa_logits)
+fp8_fp4_paged_mqa_logits = _public(_C.fp8_fp4_paged_mqa_logits, _fp8_fp4_paged_mqa_logits)
+
+
+def _metadata_fake(context_lens, block_kv, num_sms, indices):
+    # [num_sms + 1, 2] int32, contiguous, on context_lens' device
+    return context_lens.new_empty((num_sms + 1, 2), dtype=torch.int32)
+
+
+_define("get_paged_mqa_logits_metadata",
+        "(Tensor context_lens, int block_kv, int num_sms, Tensor? indices=None) -> Tensor",
+        _C.get_paged_mqa_logits_metadata, _metadata_fake)
+
+
+def _get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
+    return torch.ops.deep_gemm.get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices)
+
+
+get_paged_mqa_logits_metadata = _public(_C.get_paged_mqa_logits_metadata, _get_paged_mqa_logits_metadata)
+
+
+# ---------------------------------------------------------------------------------------------- scale layouts
+def _tma_aligned_fake(sf):
+    _check_sf(sf, "get_mn_major_tma_aligned_tensor")
+    return _new_mn_major_tma_aligned(sf, sf.size(-1), torch.float32)
+
+
+def _tma_aligned_impl(sf):
+    return _fresh(_C.get_mn_major_tma_aligned_tensor(sf), sf, lambda: _tma_aligned_fake(sf))
+
+
+_define("get_mn_major_tma_aligned_tensor", "(Tensor sf) -> Tensor", _tma_aligned_impl, _tma_aligned_fake)
+
+
+def _get_mn_major_tma_aligned_tensor(sf):
+    return torch.ops.deep_gemm.get_mn_major_tma_aligned_tensor(sf)
+
+
+get_mn_major_tma_aligned_tensor = _public(_C.get_mn_major_tma_aligned_tensor, _get_mn_major_tma_aligned_tensor)
+
+
+def _packed_ue8m0_fake(sf, psum_layout):
+    _check_sf(sf, "get_mn_major_tma_aligned_packed_ue8m0_tensor")
+    return _new_mn_major_tma_aligned(sf, (sf.size(-1) + 3) // 4, torch.int32)
+
+
+_define("get_mn_major_tma_aligned_packed_ue8m0_tensor", "(Tensor sf, Tensor? psum_layout=None) -> Tensor",
+        _C.get_mn_major_tma_aligned_packed_ue8m0_tensor, _packed_ue8m0_fake)
+
+
+def _get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum_layout=None):
+    return torch.ops.deep_gemm.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum_layout)
+
+
+get_mn_major_tma_aligned_packed_ue8m0_tensor = _public(_C.get_mn_major_tma_aligned_packed_ue8m0_tensor,
+                                                       _get_mn_major_tma_aligned_packed_ue8m0_tensor)
+
+
+def _gran_mn(recipe: Sequence[int], is_sfa: bool | None) -> int:
+    """The scale granularity along MN of a (gran_mn, gran_k) or (gran_m, gran_n, gran_k) recipe (the extension
+    checks the recipe; this only picks the output layout)."""
+    if len(recipe) == 3:
+        if is_sfa is None:  # (the extension's message: tracing raises what the call would)
+            raise ValueError("is_sfa must be given with a 3-value recipe (gran_m, gran_n, gran_k)")
+        return recipe[0] if is_sfa else recipe[1]
+    return recipe[0]
+
+
+def _transform_sf_fake(sf, mn, k, recipe, num_groups, is_sfa, disable_ue8m0_cast, psum_layout):
+    if _gran_mn(recipe, is_sfa) == 1:  # per-row scales: MN-major, TMA-aligned
+        return _tma_aligned_fake(sf)
+    return torch.empty_like(sf, memory_format=torch.contiguous_format)  # 128x128 blocks: K-major, contiguous
+
+
+def _transform_sf_impl(sf, mn, k, recipe, num_groups, is_sfa, disable_ue8m0_cast, psum_layout):
+    out = _C.transform_sf_into_required_layout(sf, mn, k, recipe, num_groups, is_sfa, disable_ue8m0_cast, psum_layout)
+    return _fresh(out, sf, lambda: _transform_sf_fake(sf, mn, k, recipe, num_groups, is_sfa, disable_ue8m0_cast,
+                                                      psum_layout))
+
+
+_define("transform_sf_into_required_layout",
+        "(Tensor sf, int mn, int k, int[] recipe, int? num_groups=None, bool? is_sfa=None, "
+        "bool disable_ue8m0_cast=False, Tensor? psum_layout=None) -> Tensor", _transform_sf_impl, _transform_sf_fake)
+
+
+def _transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast=False,
+                                       psum_layout=None):
+    return torch.ops.deep_gemm.transform_sf_into_required_layout(sf, mn, k, list(recipe), num_groups, is_sfa,
+                                                                 disable_ue8m0_cast, psum_layout)
+
+
+transform_sf_into_required_layout = _public(_C.transform_sf_into_required_layout, _transform_sf_into_required_layout)
+
+
+# ------------------------------------------------------------------------------- einsum, skip-head-mid, HC
+def _einsum_impl(expr, a, b, d, c, use_cublaslt):
+    _C.einsum(expr, a, b, d, c, use_cublaslt)
+
+
+_define("einsum", "(str expr, Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None, bool use_cublaslt=False) -> ()",
+        _einsum_impl, _no_output)
+
+
+def _einsum(expr, a, b, d, c=None, use_cublaslt=False):
+    torch.ops.deep_gemm.einsum(expr, a, b, d, c, use_cublaslt)
+
+
+einsum = _public(_C.einsum, _einsum)
+
+
+def _fp8_einsum_impl(expr, a, sfa, b, sfb, d, c, recipe):
+    _C.fp8_einsum(expr, (a, sfa), (b, sfb), d, c, recipe)
+
+
+_define("fp8_einsum", "(str expr, Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor? c=None, "
+        "int[] recipe=[1, 128, 128]) -> ()", _fp8_einsum_impl, _no_output)
+
+
+def _fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128)):
+    (a, sfa), (b, sfb) = _pair(a, "a"), _pair(b, "b")
+    torch.ops.deep_gemm.fp8_einsum(expr, a, sfa, b, sfb, d, c, list(recipe))
+
+
+fp8_einsum = _public(_C.fp8_einsum, _fp8_einsum)
+
+
+def _skip_head_mid_impl(a, sfa, b, sfb, d, head_splits, recipe, compiled_dims, disable_ue8m0_cast):
+    _C.fp8_gemm_nt_skip_head_mid((a, sfa), (b, sfb), d, tuple(head_splits), recipe, compiled_dims, disable_ue8m0_cast)
+
+
+_define("fp8_gemm_nt_skip_head_mid", "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, int[] head_splits, "
+        "int[]? recipe=None, str compiled_dims=\"nk\", bool disable_ue8m0_cast=False) -> ()", _skip_head_mid_impl,
+        _no_output)
+
+
+def _fp8_gemm_nt_skip_head_mid(a, b, d, head_splits, recipe=None, compiled_dims="nk", disable_ue8m0_cast=False):
+    (a, sfa), (b, sfb) = _pair(a, "a"), _pair(b, "b")
+    torch.ops.deep_gemm.fp8_gemm_nt_skip_head_mid(a, sfa, b, sfb, d, list(head_splits), _ints(recipe), compiled_dims,
+                                                  disable_ue8m0_cast)
+
+
+fp8_gemm_nt_skip_head_mid = _public(_C.fp8_gemm_nt_skip_head_mid, _fp8_gemm_nt_skip_head_mid)
+
+
+def _hc_prenorm_impl(a, b, d, sqr_sum, num_splits):
+    _C.tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits)
+
+
+# (the one op with two outputs: d and sqr_sum are both written in place)
+_define("tf32_hc_prenorm_gemm", "(Tensor a, Tensor b, Tensor(d!) d, Tensor(s!) sqr_sum, int? num_splits=None) -> ()",
+        _hc_prenorm_impl, _no_output)
+
+
+def _tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None):
+    torch.ops.deep_gemm.tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits)
+
+
+tf32_hc_prenorm_gemm = _public(_C.tf32_hc_prenorm_gemm, _tf32_hc_prenorm_gemm)
