@@ -35,7 +35,8 @@ class BuildPyWithHeaders(build_py):
         shutil.copytree(ROOT / "deep_gemm" / "include", target, dirs_exist_ok=True)
 
 
-include_dirs = [str(ROOT / "csrc")]
+# (deep_gemm/include: the header of types and rules the extension shares with the kernels)
+include_dirs = [str(ROOT / "csrc"), str(ROOT / "deep_gemm" / "include")]
 if (THIRD_PARTY_FMT / "fmt" / "format.h").exists():
     include_dirs.insert(0, str(THIRD_PARTY_FMT))
 

@@ -87,7 +87,7 @@ def main() -> None:
             f.write(SOURCE)
         from torch.utils.cpp_extension import load
 
-        mod = load("dg_binding_overhead", [src], extra_include_paths=[os.path.join(ROOT, "csrc")],
+        mod = load("dg_binding_overhead", [src], extra_include_paths=[os.path.join(ROOT, d) for d in ("csrc", "deep_gemm/include")],
                    extra_cflags=["-O3", "-std=c++20"], build_directory=build)  # fmt: skip
     a = (torch.empty(64, 512, dtype=torch.float8_e4m3fn), torch.empty(64, 4))
     b = (torch.empty(256, 512, dtype=torch.float8_e4m3fn), torch.empty(2, 4))

@@ -1,5 +1,5 @@
-// What a candidate config of the SM90 GEMM kernel needs and whether it fits: shared memory and stages (mirroring
-// Sm90Gemm::SMEM_SIZE), the FP32 staging ring, split-K's exchange slots, registers per math thread, the
+// What a candidate config of the SM90 GEMM kernel needs and whether it fits: shared memory and stages (the kernel's
+// rule, deep_gemm::sm90_gemm_smem), the FP32 staging ring, split-K's exchange slots, registers per math thread, the
 // scale-block rule of BLOCK_N, and the work units of the persistent grid.
 #pragma once
 
@@ -35,34 +35,25 @@ inline uint32_t gemm_math_warpgroups(uint32_t block_m) {
     return block_m == 64 ? 1 : block_m == 192 ? 3 : 2;
 }
 
-// Split-K's exchange slots (mirrors Sm90Gemm::SMEM_SPLIT_SIZE): each math thread's accumulators as float2 pairs,
-// spread over the splits' owners, one slot per split.
-inline uint32_t gemm_split_slot_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_splits) {
-    if (num_splits <= 1)
-        return 0;
-    const uint32_t wgs = gemm_math_warpgroups(block_m);
-    const uint32_t pairs = (block_m / wgs / 64) * block_n / 4;  // per math thread
-    const uint32_t bytes = num_splits * ((pairs + num_splits - 1) / num_splits) * wgs * 128 * 8;
-    return (bytes + 1023) / 1024 * 1024;
+// Shared memory the kernel needs (deep_gemm::sm90_gemm_smem, the kernel's own rule): per stage 128 bytes of K per
+// row of A and B, FP8 scales; the D staging (FP32: `fp32_buffers` 32-column chunks of 128-byte rows per row of the
+// tile); split-K's exchange slots and barriers.
+inline uint32_t gemm_smem_bytes(const GemmConfig& c) {
+    const bool fp32_tma = c.use_tma_store && c.operands.fp32_out;
+    DG_CHECK_INPUT(fp32_tma ? c.fp32_buffers >= 1 && c.fp32_buffers <= c.block_n / 32 : c.fp32_buffers == 0,
+                   "fp32_buffers must be 1..BLOCK_N / 32 ({}) for FP32 D through TMA, 0 otherwise; got {}",
+                   c.block_n / 32, c.fp32_buffers);
+    return deep_gemm::sm90_gemm_smem(c.kernel_config()).total;
 }
 
-// Shared memory the kernel needs (mirrors Sm90Gemm::SMEM_SIZE): per stage 128 bytes of K per row of A and B,
-// FP8 scales; the D staging (FP32: `fp32_buffers` 32-column chunks of 128-byte rows per row of the tile);
-// split-K's exchange slots and barriers.
+// The same for a candidate tile with the math warpgroups of its BLOCK_M (gemm_math_warpgroups).
 inline uint32_t gemm_smem_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages, bool use_tma_store,
                                 const GemmOperands& operands = {}, uint32_t num_splits = 1, uint32_t fp32_buffers = 0) {
-    const bool fp32_tma = use_tma_store && operands.fp32_out;
-    DG_CHECK_INPUT(fp32_tma ? fp32_buffers >= 1 && fp32_buffers <= block_n / 32 : fp32_buffers == 0,
-                   "fp32_buffers must be 1..BLOCK_N / 32 ({}) for FP32 D through TMA, 0 otherwise; got {}",
-                   block_n / 32, fp32_buffers);
-    const uint32_t d = !use_tma_store ? 0 : operands.fp32_out ? block_m * fp32_buffers * 128 : block_m * block_n * 2;
-    const uint32_t sfa = operands.is_fp8() ? (block_m * 4 + 127) / 128 * 128 : 0;
-    // a column's scales, the tile's pair, or none
-    const uint32_t sfb = operands.per_row_sfb() ? (block_n * 4 + 127) / 128 * 128 : operands.block_sfb() ? 8 : 0;
-    // (FP32 D through TMA: a barrier for C's loads into each staging buffer of each math warpgroup)
-    const uint32_t c_barriers = fp32_tma ? gemm_math_warpgroups(block_m) * fp32_buffers * 8 : 0;
-    const uint32_t split = num_splits > 1 ? gemm_split_slot_bytes(block_m, block_n, num_splits) + 2 * 8 : 0;
-    return 1024 + d + split + num_stages * (block_m * 128 + block_n * 128 + sfa + sfb + 16) + c_barriers;  // + 2 barriers
+    GemmConfig c;
+    c.block_m = block_m, c.block_n = block_n, c.num_stages = num_stages, c.use_tma_store = use_tma_store;
+    c.operands = operands, c.num_splits = num_splits, c.fp32_buffers = fp32_buffers;
+    c.num_math_warpgroups = gemm_math_warpgroups(block_m);
+    return gemm_smem_bytes(c);
 }
 
 // The most stages (2 .. 8) that fit in shared memory, 0 if not even two do.

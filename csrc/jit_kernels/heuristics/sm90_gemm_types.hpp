@@ -5,48 +5,20 @@
 #include <cstdint>
 #include <string>
 
+#include <deep_gemm/common/host_device_types.hpp>
+
 #include "../../utils/exception.hpp"
 
 namespace dg::kernels {
 
-// The kernel's GemmType (deep_gemm/include/deep_gemm/scheduler/gemm_scheduler.cuh).
-enum class GemmType : uint32_t {
-    kNormal = 0,
-    kMGroupedContiguous = 1,
-    kMGroupedContiguousPsum = 2,
-    kMGroupedMasked = 3,
-    kKGroupedContiguous = 4,
-};
+// The kinds the kernel is instantiated with (declared with the kernels, deep_gemm/common/host_device_types.hpp)
+using deep_gemm::GemmType;
+using deep_gemm::gemm_type_name;
+using deep_gemm::is_m_grouped;
+using deep_gemm::operand_kind_name;
+using deep_gemm::OperandKind;
 
-inline bool is_m_grouped(GemmType type) {
-    return type != GemmType::kNormal && type != GemmType::kKGroupedContiguous;
-}
-
-inline const char* gemm_type_name(GemmType type) {
-    switch (type) {
-        case GemmType::kMGroupedContiguous: return "GemmType::kMGroupedContiguous";
-        case GemmType::kMGroupedContiguousPsum: return "GemmType::kMGroupedContiguousPsum";
-        case GemmType::kMGroupedMasked: return "GemmType::kMGroupedMasked";
-        case GemmType::kKGroupedContiguous: return "GemmType::kKGroupedContiguous";
-        default: return "GemmType::kNormal";
-    }
-}
-
-// What the operands are (mirrors deep_gemm::OperandKind) and how D is written.
-enum class OperandKind : uint32_t {
-    kFp8BlockScaled = 0,  // recipe (1, 128, 128), BF16 D
-    kFp8RowScaled = 1,    // recipe (1, 1, 128), FP32 D (+ C)
-    kBf16 = 2,            // BF16 operands, either layout each; BF16 or FP32 D (+ C)
-};
-
-inline const char* operand_kind_name(OperandKind kind) {
-    switch (kind) {
-        case OperandKind::kFp8RowScaled: return "OperandKind::kFp8RowScaled";
-        case OperandKind::kBf16: return "OperandKind::kBf16";
-        default: return "OperandKind::kFp8BlockScaled";
-    }
-}
-
+// How D is written and the operand layouts, with the operand kind.
 struct GemmOperands {
     OperandKind kind = OperandKind::kFp8BlockScaled;
     bool mn_major_a = false, mn_major_b = false;  // BF16 only: A stored [K, M], B stored [K, N]
@@ -92,6 +64,31 @@ struct GemmConfig {
     uint32_t smem_bytes = 0;
 
     uint32_t num_threads() const { return (num_math_warpgroups + 1) * 128; }
+    // What the kernel is compiled with (the JIT renders it by field name)
+    deep_gemm::Sm90GemmKernelConfig kernel_config() const {
+        return {.shape_m = shape_m,
+                .shape_n = shape_n,
+                .shape_k = shape_k,
+                .block_m = block_m,
+                .block_n = block_n,
+                .num_stages = num_stages,
+                .num_math_warpgroups = num_math_warpgroups,
+                .num_group_n = num_group_n,
+                .num_multicast = num_multicast,
+                .is_multicast_on_a = is_multicast_on_a,
+                .store_chunk_n = store_chunk_n,
+                .fp32_buffers = fp32_buffers,
+                .use_tma_store = use_tma_store,
+                .num_splits = num_splits,
+                .operands = operands.kind,
+                .mn_major_a = operands.mn_major_a,
+                .mn_major_b = operands.mn_major_b,
+                .fp32_out = operands.fp32_out || operands.per_row_sfb(),
+                .gemm_type = gemm_type,
+                .max_k_groups = max_k_groups,
+                .overlap_promotion = overlap_promotion,
+                .stream_k = stream_k > 0};
+    }
     std::string describe() const {
         static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16"};
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stream_k={} overlap={} stages={} math_wgs={} group_n={} "

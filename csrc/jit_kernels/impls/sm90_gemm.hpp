@@ -71,37 +71,20 @@ struct KGroupedGemmArgs {
     bool compile_m, compile_n;
 };
 
-// Mirrors deep_gemm::GroupedLayout (a kernel parameter passed by value).
-struct GroupedLayoutParam {
-    const int32_t* data;
-    uint32_t num_groups;
-    uint32_t alignment;
-    uint32_t max_m;
-    const uint32_t* k_blocks;  // (set by the kernel)
-};
-static_assert(sizeof(GroupedLayoutParam) == 32);
-
-// Mirrors deep_gemm::StreamKParams (a kernel parameter passed by value).
-struct StreamKParam {
-    float* partials;
-    uint32_t* flags;
-    uint32_t num_tiles;
-};
-static_assert(sizeof(StreamKParam) == 24);
-
-// The bytes of deep_gemm::KGroupedParams<capacity>: maps a[capacity], b[capacity] (128 bytes each), then
-// k_blocks[capacity], sf_row[capacity] (uint32). Passed by address like any kernel argument; the driver
-// copies as many bytes as the kernel's parameter has.
+// The buffer of a k-grouped GEMM's kernel parameter deep_gemm::KGroupedParams<capacity>, for any capacity up to
+// kMaxKGroups. Passed by address like any kernel argument; the driver copies as many bytes as the kernel's
+// parameter has.
 struct alignas(64) KGroupedParamBuffer {
-    std::array<uint8_t, 2 * 128 * kMaxKGroups + 8 * kMaxKGroups> bytes;
-    static_assert(sizeof(jit::CUtensorMap) == 128);
+    std::array<uint8_t, sizeof(deep_gemm::KGroupedParams<kMaxKGroups>)> bytes;
+    static_assert(sizeof(jit::CUtensorMap) == sizeof(deep_gemm::TmaDescriptor));
 
     void set(uint32_t capacity, uint32_t group, const jit::CUtensorMap& a, const jit::CUtensorMap& b, uint32_t k_blocks,
              uint32_t sf_row) {
-        std::memcpy(bytes.data() + group * 128, &a, 128);
-        std::memcpy(bytes.data() + (capacity + group) * 128, &b, 128);
-        std::memcpy(bytes.data() + 2 * capacity * 128 + group * 4, &k_blocks, 4);
-        std::memcpy(bytes.data() + 2 * capacity * 128 + (capacity + group) * 4, &sf_row, 4);
+        using Offsets = deep_gemm::KGroupedParamsOffsets;
+        std::memcpy(bytes.data() + Offsets::a(capacity, group), &a, sizeof(a));
+        std::memcpy(bytes.data() + Offsets::b(capacity, group), &b, sizeof(b));
+        std::memcpy(bytes.data() + Offsets::k_blocks(capacity, group), &k_blocks, 4);
+        std::memcpy(bytes.data() + Offsets::sf_row(capacity, group), &sf_row, 4);
     }
 };
 
@@ -163,13 +146,13 @@ public:
         uint32_t ldd = static_cast<uint32_t>(args.d.stride(0));
         const void* c = args.c != nullptr ? args.c->data_ptr() : nullptr;
         uint32_t ldc_param = static_cast<uint32_t>(ldc);
-        GroupedLayoutParam grouped_layout{
+        deep_gemm::GroupedLayout grouped_layout{
             args.grouped_layout != nullptr ? args.grouped_layout->data_ptr<int32_t>() : nullptr, args.num_groups,
             args.grouped_alignment, args.max_m};
         // Stream-K: a workspace from PyTorch's allocator on this stream (so that concurrent streams and CUDA graphs
         // each get their own), its flags cleared before the kernel
         at::Tensor workspace;
-        StreamKParam stream_k{nullptr, nullptr, plan.stream_k_tiles};
+        deep_gemm::StreamKParams stream_k{nullptr, nullptr, plan.stream_k_tiles};
         if (plan.stream_k_tiles > 0) {
             const uint64_t flag_bytes = (uint64_t(plan.stream_k_tiles) * 4 + 255) / 256 * 256;
             const uint64_t slot_bytes = uint64_t(plan.config.block_m) * plan.config.block_n * 4;
@@ -242,15 +225,15 @@ public:
         const float* sfb = nullptr;
         void* d = args.d.data_ptr();
         const void* c_ptr = args.c != nullptr ? args.c->data_ptr() : nullptr;
-        GroupedLayoutParam grouped_layout{nullptr, num_groups, 0, 0, nullptr};
-        StreamKParam no_stream_k{nullptr, nullptr, 0};
+        deep_gemm::GroupedLayout grouped_layout{nullptr, num_groups, 0, 0, nullptr};
+        deep_gemm::StreamKParams no_stream_k{nullptr, nullptr, 0};
         plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, grouped_layout,
                             no_stream_k, unused, unused, tma_sfa, tma_sfb, tma_d, tma_c, params);
     }
 
 private:
     static constexpr size_t kNumTma = 6;  // A, B, sfa, sfb (per-row recipe), D (TMA store), C (FP32 D by TMA)
-    static inline uint32_t kNoKGroups = 0;  // deep_gemm::KGroupedParams<0> (not k-grouped)
+    static inline deep_gemm::KGroupedParams<0> kNoKGroups{};  // (not k-grouped)
     struct Signature {
         int device;
         uint32_t m, n, k;

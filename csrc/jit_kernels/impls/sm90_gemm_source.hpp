@@ -8,30 +8,26 @@
 #include "../../utils/exception.hpp"
 #include "../heuristics/sm90_gemm.hpp"
 #include "../params.hpp"
+#include "../render_config.hpp"
 
 namespace dg::kernels {
 
-// The kernel's instantiation; it also asserts that the shared memory the host launches it with (gemm_smem_bytes)
-// covers what the kernel lays out (Sm90Gemm::SMEM_SIZE): the two are written separately.
+// The kernel's instantiation: its config by field name (designated initializers in declaration order, listed by
+// Sm90GemmKernelConfig::visit_fields: a value under another field's name or out of order fails to compile). It also
+// asserts that the shared memory the host launches it with covers what the kernel lays out.
 inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
-    const auto b = [](bool value) { return value ? "true" : "false"; };
-    const std::string args =
-        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", c.shape_m,
-                    c.shape_n, c.shape_k, c.block_m, c.block_n, c.num_stages, c.num_math_warpgroups, c.num_group_n,
-                    c.num_multicast, b(c.is_multicast_on_a), c.store_chunk_n, c.fp32_buffers, b(c.use_tma_store),
-                    c.num_splits,
-                    operand_kind_name(c.operands.kind), b(c.operands.mn_major_a), b(c.operands.mn_major_b),
-                    b(c.operands.fp32_out || c.operands.per_row_sfb()), gemm_type_name(c.gemm_type), c.max_k_groups,
-                    b(c.overlap_promotion), b(c.stream_k > 0));
     return {"sm90_gemm",
             fmt::format("#include <deep_gemm/impls/sm90_gemm.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
-                        "static_assert(Sm90Gemm<{}>::SMEM_SIZE <= {}, \"the host launches with less shared memory than "
-                        "the kernel lays out\");\n\n"
+                        "struct KernelConfig {{\n"
+                        "    static constexpr Sm90GemmKernelConfig kValue{}\n"
+                        "}};\n\n"
+                        "static_assert(Sm90Gemm<KernelConfig>::SMEM_SIZE <= {}, \"the host launches with less shared memory "
+                        "than the kernel lays out\");\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_gemm_kernel<{}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_gemm_kernel<KernelConfig>);\n"
                         "}}\n",
-                        args, c.smem_bytes, args)};
+                        render_designated_init(c.kernel_config(), "    "), c.smem_bytes)};
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
@@ -67,8 +63,7 @@ inline GemmConfig config_from_params(const KernelParams& params) {
                                            !(c.operands.fp32_out && c.block_n % 32 != 0)) != 0;
     c.store_chunk_n = get("store_chunk_n", gemm_store_chunk(c.block_n));
     c.fp32_buffers = get("fp32_buffers", gemm_min_fp32_buffers(c.block_n, c.use_tma_store, c.operands));
-    c.smem_bytes = gemm_smem_bytes(c.block_m, c.block_n, c.num_stages, c.use_tma_store, c.operands, c.num_splits,
-                                   c.fp32_buffers);
+    c.smem_bytes = gemm_smem_bytes(c);
     return c;
 }
 

@@ -64,15 +64,11 @@ struct Sm90GemmMaps {
                                 driver::CU_TENSOR_MAP_SWIZZLE_NONE);
     }
 
-    // Rows of the A box (granularity 8) and the sfa box (granularity 4): BLOCK_M, or for a plain GEMM whose M is
-    // below BLOCK_M (K-major A, not multicast on A) only the rows that exist, aligned up (mirrors
-    // Sm90Gemm::small_m_box_rows, which arms the stage barrier with the bytes of these boxes).
-    static uint32_t small_m_box_rows(const GemmConfig& c, uint64_t m, uint32_t granularity) {
-        const bool may_shrink = c.gemm_type == GemmType::kNormal && !c.operands.mn_major_a &&
-                                !(c.num_multicast > 1 && c.is_multicast_on_a);
-        if (!may_shrink || m >= c.block_m)
-            return c.block_m;
-        return static_cast<uint32_t>((std::max<uint64_t>(m, 1) + granularity - 1) / granularity * granularity);
+    // Rows of the A box (granularity 8) and the sfa box (granularity 4): the kernel's rule
+    // (deep_gemm::sm90_gemm_small_m_box_rows), by which it arms the stage barrier with the bytes of these boxes.
+    static uint32_t small_m_box_rows(const GemmConfig& c, uint32_t m, uint32_t granularity) {
+        return deep_gemm::sm90_gemm_small_m_box_rows(deep_gemm::sm90_gemm_small_m_box_may_shrink(c.kernel_config()),
+                                                     c.block_m, m, granularity);
     }
 };
 

@@ -12,12 +12,6 @@ using cuda::std::uint64_t;
 using cuda::std::uint8_t;
 using cuda::std::uintptr_t;
 
-// A TMA tensor map (CUtensorMap): 128 opaque bytes, built on the host, passed as a __grid_constant__
-// kernel parameter. Declared here so that kernel code needs no host header (NVRTC).
-struct alignas(64) TmaDescriptor {
-    uint64_t opaque[16];
-};
-
 template <typename T>
 __host__ __device__ constexpr T ceil_div(T a, T b) {
     return (a + b - 1) / b;
@@ -34,3 +28,7 @@ __host__ __device__ constexpr T gcd(T a, T b) {
 }
 
 }  // namespace deep_gemm
+
+// What the host and the kernels share (TmaDescriptor, GemmType, kernel parameters, configs): after the
+// fixed-width integer names above, which it uses under NVRTC
+#include <deep_gemm/common/host_device_types.hpp>

@@ -104,20 +104,28 @@
 
 namespace deep_gemm {
 
-// What the operands are and how their products are scaled (the host's OperandKind mirrors it).
-enum class OperandKind : uint32_t {
-    kFp8BlockScaled = 0,  // e4m3, recipe (1, 128, 128): sfa per row and 128 of K, sfb per 128 x 128 block; BF16 D
-    kFp8RowScaled = 1,    // e4m3, recipe (1, 1, 128): sfa and sfb per row and 128 of K; FP32 D (+ C)
-    kBf16 = 2,            // BF16, unscaled: the wgmmas accumulate straight into the FP32 accumulators
-};
-
-template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
-          uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, uint32_t kNumFp32Buffers, bool kUseTmaStore, uint32_t kNumSplits,
-          OperandKind kOperands,
-          bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups,
-          bool kOverlapPromotion, bool kStreamK>
+// `Config::kValue`: the Sm90GemmKernelConfig (common/host_device_types.hpp) the JIT renders by field name.
+template <typename Config>
 struct Sm90Gemm {
+    static constexpr Sm90GemmKernelConfig kConfig = Config::kValue;
+    static constexpr uint32_t SHAPE_M = kConfig.shape_m, SHAPE_N = kConfig.shape_n, SHAPE_K = kConfig.shape_k;
+    static constexpr uint32_t BLOCK_M = kConfig.block_m, BLOCK_N = kConfig.block_n;
+    static constexpr uint32_t kNumStages = kConfig.num_stages;
+    static constexpr uint32_t kNumMathWarpgroups = kConfig.num_math_warpgroups;
+    static constexpr uint32_t kNumGroupN = kConfig.num_group_n;
+    static constexpr uint32_t kNumMulticast = kConfig.num_multicast;
+    static constexpr bool kIsMulticastOnA = kConfig.is_multicast_on_a;
+    static constexpr uint32_t kStoreChunkN = kConfig.store_chunk_n;
+    static constexpr uint32_t kNumFp32Buffers = kConfig.fp32_buffers;
+    static constexpr bool kUseTmaStore = kConfig.use_tma_store;
+    static constexpr uint32_t kNumSplits = kConfig.num_splits;
+    static constexpr OperandKind kOperands = kConfig.operands;
+    static constexpr bool kMnMajorA = kConfig.mn_major_a, kMnMajorB = kConfig.mn_major_b;
+    static constexpr bool kFp32Out = kConfig.fp32_out;
+    static constexpr GemmType kGemmType = kConfig.gemm_type;
+    static constexpr uint32_t kMaxKGroups = kConfig.max_k_groups;
+    static constexpr bool kOverlapPromotion = kConfig.overlap_promotion;
+    static constexpr bool kStreamK = kConfig.stream_k;
     static constexpr bool kIsFp8 = kOperands != OperandKind::kBf16;
     static constexpr bool kBlockSfb = kOperands == OperandKind::kFp8BlockScaled;
     static constexpr bool kPerRowSfb = kOperands == OperandKind::kFp8RowScaled;
@@ -154,26 +162,24 @@ struct Sm90Gemm {
     using Promotion = Fp8Promotion<kNumWgmmaM, kNumAccum, BLOCK_N, kSfbAhead>;
     using StageScales = typename Promotion::StageScales;
 
-    // TMA store staging: the BF16 tile, or for FP32 D a ring of kNumFp32Buffers 32-column chunks per math warpgroup
-    static constexpr uint32_t SMEM_D_SIZE =
-        !kUseTmaStore ? 0 : kFp32Out ? BLOCK_M * kNumFp32Buffers * 128 : BLOCK_M * BLOCK_N * 2;
+    // Shared memory (sm90_gemm_smem, the host's size too): TMA store staging, split-K slots, the stage ring
+    static constexpr Sm90GemmSmem kSmem = sm90_gemm_smem(kConfig);
+    static constexpr uint32_t SMEM_D_SIZE = kSmem.d;
     // FP32 D through TMA: one barrier per staging buffer of each math warpgroup, for the TMA loads of C into it
-    static constexpr uint32_t kNumCBarriers = kFp32TmaStore ? kNumFp32Buffers * kNumMathWarpgroups : 0;
-    static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = BLOCK_M * BLOCK_K * kElemBytes;
-    static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = BLOCK_N * BLOCK_K * kElemBytes;
-    static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kIsFp8 ? align_up(BLOCK_M * 4u, 128u) : 0;
-    // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats; BF16: none
-    static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kPerRowSfb ? align_up(BLOCK_N * 4u, 128u) : kBlockSfb ? 8 : 0;
+    static constexpr uint32_t kNumCBarriers = kSmem.num_c_barriers;
+    static constexpr uint32_t SMEM_A_SIZE_PER_STAGE = kSmem.a_per_stage;
+    static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = kSmem.b_per_stage;
+    static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kSmem.sfa_per_stage;
+    static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kSmem.sfb_per_stage;
     // Split-K: the slots of the accumulator pairs this CTA reduces (SplitKExchange)
-    static constexpr uint32_t SMEM_SPLIT_SIZE = kNumSplits == 1 ? 0 : align_up(SplitK::kSlotBytes, 1024u);
-    static constexpr uint32_t kNumSplitBarriers = kNumSplits == 1 ? 0 : 2;  // split_full, split_free
+    static constexpr uint32_t SMEM_SPLIT_SIZE = kSmem.split;
+    static_assert(SMEM_SPLIT_SIZE == (kNumSplits == 1 ? 0 : align_up(SplitK::kSlotBytes, 1024u)),
+                  "sm90_gemm_split_slot_bytes must match SplitKExchange's slots");
+    static constexpr uint32_t kNumSplitBarriers = kSmem.num_split_barriers;  // split_full, split_free
     static constexpr uint32_t kClusterSize = kNumMulticast * kNumSplits;
     // (the stage ring starts after the D staging tile and the split-K slots)
     static constexpr uint32_t SMEM_HEAD_SIZE = SMEM_D_SIZE + SMEM_SPLIT_SIZE;
-    static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_HEAD_SIZE +
-                                          kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
-                                                        SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE + 2 * 8) +
-                                          (kNumCBarriers + kNumSplitBarriers) * 8;
+    static constexpr uint32_t SMEM_SIZE = kSmem.total;
 
     static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192 || BLOCK_M == 256,
                   "BLOCK_M must be 64, 128, 192 (three math warpgroups) or 256");
@@ -293,14 +299,12 @@ struct Sm90Gemm {
         }
     }
 
-    // Rows of the A box (granularity 8) and the sfa box (granularity 4) when the whole problem is one row block
-    // smaller than BLOCK_M (a plain GEMM, K-major A, not multicast on A): only the rows that exist, so that TMA does
-    // not zero-fill the rest of the tile on every K block (decode: M = 1 ... 32). The tile's other rows keep stale
-    // shared memory; a wgmma row depends only on its own A row and scale, and rows >= M are never stored.
-    // The host encodes the boxes with the same rule (sm90_gemm.hpp, small_m_box_rows).
+    // Rows of the A box (granularity 8) and the sfa box (granularity 4): only the rows that exist when the whole
+    // problem is one row block smaller than BLOCK_M, where sm90_gemm_small_m_box_may_shrink allows it. The host
+    // encodes the boxes with the same rule.
     __host__ __device__ __forceinline__ static uint32_t small_m_box_rows(uint32_t shape_m, uint32_t granularity) {
-        constexpr bool kMayShrink = kGemmType == GemmType::kNormal && !kMnMajorA && !(kNumMulticast > 1 && kIsMulticastOnA);
-        return kMayShrink && shape_m < BLOCK_M ? align_up(shape_m > 0 ? shape_m : 1u, granularity) : BLOCK_M;
+        constexpr bool kMayShrink = sm90_gemm_small_m_box_may_shrink(kConfig);
+        return sm90_gemm_small_m_box_rows(kMayShrink, BLOCK_M, shape_m, granularity);
     }
 
     // ---------------------------------------------------------------- producer (one thread)
@@ -683,25 +687,22 @@ struct Sm90Gemm {
     }
 };
 
-template <uint32_t SHAPE_M, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
-          uint32_t kNumStages, uint32_t kNumMathWarpgroups, uint32_t kNumGroupN, uint32_t kNumMulticast,
-          bool kIsMulticastOnA, uint32_t kStoreChunkN, uint32_t kNumFp32Buffers, bool kUseTmaStore, uint32_t kNumSplits,
-          OperandKind kOperands,
-          bool kMnMajorA, bool kMnMajorB, bool kFp32Out, GemmType kGemmType, uint32_t kMaxKGroups,
-          bool kOverlapPromotion, bool kStreamK>
-__global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
+template <typename Config>
+__global__ void __launch_bounds__((Config::kValue.num_math_warpgroups + 1) * 128, 1)
 sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const float* __restrict__ sfb,
                  void* __restrict__ d, uint32_t ldd, const void* c, uint32_t ldc, GroupedLayout grouped_layout,
                  StreamKParams stream_k, const __grid_constant__ TmaDescriptor tma_a,
                  const __grid_constant__ TmaDescriptor tma_b, const __grid_constant__ TmaDescriptor tma_sfa,
                  const __grid_constant__ TmaDescriptor tma_sfb, const __grid_constant__ TmaDescriptor tma_d,
-                 const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ KGroupedParams<kMaxKGroups> k_groups) {
-    using Gemm = Sm90Gemm<SHAPE_M, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMathWarpgroups, kNumGroupN,
-                          kNumMulticast, kIsMulticastOnA, kStoreChunkN, kNumFp32Buffers, kUseTmaStore, kNumSplits, kOperands, kMnMajorA,
-                          kMnMajorB, kFp32Out, kGemmType, kMaxKGroups, kOverlapPromotion, kStreamK>;
-    shape_m = SHAPE_M != 0 ? SHAPE_M : shape_m;
-    shape_n = SHAPE_N != 0 ? SHAPE_N : shape_n;
-    shape_k = SHAPE_K != 0 ? SHAPE_K : shape_k;
+                 const __grid_constant__ TmaDescriptor tma_c, const __grid_constant__ KGroupedParams<Config::kValue.max_k_groups> k_groups) {
+    using Gemm = Sm90Gemm<Config>;
+    constexpr uint32_t kNumStages = Gemm::kNumStages, kNumMathWarpgroups = Gemm::kNumMathWarpgroups;
+    constexpr uint32_t kNumFp32Buffers = Gemm::kNumFp32Buffers, kNumSplits = Gemm::kNumSplits;
+    constexpr uint32_t kNumMulticast = Gemm::kNumMulticast;
+    constexpr bool kUseTmaStore = Gemm::kUseTmaStore;
+    shape_m = Gemm::SHAPE_M != 0 ? Gemm::SHAPE_M : shape_m;
+    shape_n = Gemm::SHAPE_N != 0 ? Gemm::SHAPE_N : shape_n;
+    shape_k = Gemm::SHAPE_K != 0 ? Gemm::SHAPE_K : shape_k;
     const uint32_t num_k_blocks = ceil_div(shape_k, Gemm::BLOCK_K);
     if constexpr (Gemm::kIsKGrouped)
         grouped_layout.k_blocks = k_groups.k_blocks;

@@ -39,14 +39,6 @@
 
 namespace deep_gemm {
 
-enum class GemmType : uint32_t {
-    kNormal = 0,
-    kMGroupedContiguous = 1,
-    kMGroupedContiguousPsum = 2,
-    kMGroupedMasked = 3,
-    kKGroupedContiguous = 4,
-};
-
 struct GemmTile {
     uint32_t m_block, n_block;
     uint32_t split;             // index of the K range (0 without split-K)
@@ -57,16 +49,6 @@ struct GemmTile {
     // math warpgroups hold tiles through the K loop, where three of them have no register to spare)
 };
 
-// The device-side description of a grouped layout (unused by normal GEMMs).
-struct GroupedLayout {
-    const int32_t* data;     // per-row group ids [M], cumulative end rows [num_groups], or masked_m [num_groups]
-    uint32_t num_groups;
-    uint32_t alignment;      // contiguous: segment start alignment (rows)
-    uint32_t max_m;          // masked: rows per group in A and D
-    const uint32_t* k_blocks;  // k-grouped: K blocks per group (a generic pointer into the kernel's
-                               // parameters, set by the kernel: read with plain loads)
-};
-
 // The per-row contiguous layout (kMGroupedContiguous): whether the epilogue of a tile of group `group` writes row
 // `row` of its block. Only a row whose id is that group: ids outside [0, num_groups) are padding wherever they
 // are (a block's padding rows may hold -1, num_groups or any other id), and a row of another group inside the
@@ -75,31 +57,6 @@ struct GroupedLayout {
 __device__ __forceinline__ bool contiguous_row_in_group(const int32_t* row_groups, uint32_t row, uint32_t group) {
     return __ldg(row_groups + row) == static_cast<int32_t>(group);
 }
-
-// K-grouped GEMMs: each group's A [M, K_g] and B [N, K_g] have their own row stride, so the host encodes
-// one TMA map per group and operand, and passes them by value (kernel parameters may take up to 32764
-// bytes: kMaxGroups <= 120). sf_row[g]: the group's first row in the scale tensors [sum of K blocks, M or N].
-// Stream-K's kernel parameter: the global workspace its CTAs exchange partial sums through (unused without
-// stream-K). partials: one slot of BLOCK_M x BLOCK_N floats per CTA, for its contribution (a CTA makes at most
-// one: its range's first segment); flags: per stream-K tile, how many contributions were stored (zero when
-// the kernel starts: the host clears them; each owner resets its tile's count once it has seen all).
-struct StreamKParams {
-    float* partials;
-    uint32_t* flags;
-    uint32_t num_tiles;  // the stream-K tiles (the last ones in the tile order), 0 for none
-};
-
-template <uint32_t kMaxGroups>
-struct KGroupedParams {
-    TmaDescriptor a[kMaxGroups];
-    TmaDescriptor b[kMaxGroups];
-    uint32_t k_blocks[kMaxGroups];
-    uint32_t sf_row[kMaxGroups];
-};
-template <>
-struct KGroupedParams<0> {  // (not k-grouped)
-    uint32_t unused;
-};
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumGroupN, uint32_t kNumMulticast, bool kIsMulticastOnA,
           uint32_t kNumSplits = 1, GemmType kGemmType = GemmType::kNormal, bool kStreamK = false>

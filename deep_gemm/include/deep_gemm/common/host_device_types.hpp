@@ -1,0 +1,228 @@
+// What the extension (host, g++) and the kernels (device, NVCC or NVRTC) must agree on, declared once: the GEMM
+// types and operand kinds, the kernel parameter structs passed by value, the compile-time configs the JIT renders
+// (by field name), the shared-memory sizes and the TMA box rules. Plain C++ types and constexpr functions, no
+// CUDA header: the extension includes it through the package include path (deep_gemm/include), the kernels as
+// <deep_gemm/common/host_device_types.hpp>, which puts it in the JIT cache key like every kernel header.
+#pragma once
+
+// NVRTC has no standard headers: there the fixed-width integer names come from common/types.cuh, which includes
+// this header after declaring them in namespace deep_gemm.
+#if !defined(__CUDACC_RTC__)
+#include <cstdint>
+#endif
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define DG_HOST_DEVICE __host__ __device__
+#else
+#define DG_HOST_DEVICE
+#endif
+
+namespace deep_gemm {
+
+// ------------------------------------------------------------------------------------------------ GEMM kinds
+
+// How the rows (M) or the reduction (K) of a GEMM are grouped.
+enum class GemmType : uint32_t {
+    kNormal = 0,
+    kMGroupedContiguous = 1,
+    kMGroupedContiguousPsum = 2,
+    kMGroupedMasked = 3,
+    kKGroupedContiguous = 4,
+};
+
+DG_HOST_DEVICE constexpr bool is_m_grouped(GemmType type) {
+    return type != GemmType::kNormal && type != GemmType::kKGroupedContiguous;
+}
+
+// The enumerator as C++ source (the JIT renders configs with it).
+DG_HOST_DEVICE constexpr const char* gemm_type_name(GemmType type) {
+    switch (type) {
+        case GemmType::kMGroupedContiguous: return "GemmType::kMGroupedContiguous";
+        case GemmType::kMGroupedContiguousPsum: return "GemmType::kMGroupedContiguousPsum";
+        case GemmType::kMGroupedMasked: return "GemmType::kMGroupedMasked";
+        case GemmType::kKGroupedContiguous: return "GemmType::kKGroupedContiguous";
+        default: return "GemmType::kNormal";
+    }
+}
+
+// What the operands are and how their products are scaled.
+enum class OperandKind : uint32_t {
+    kFp8BlockScaled = 0,  // e4m3, recipe (1, 128, 128): sfa per row and 128 of K, sfb per 128 x 128 block; BF16 D
+    kFp8RowScaled = 1,    // e4m3, recipe (1, 1, 128): sfa and sfb per row and 128 of K; FP32 D (+ C)
+    kBf16 = 2,            // BF16, unscaled: the wgmmas accumulate straight into the FP32 accumulators
+};
+
+// The enumerator as C++ source (the JIT renders configs with it).
+DG_HOST_DEVICE constexpr const char* operand_kind_name(OperandKind kind) {
+    switch (kind) {
+        case OperandKind::kFp8RowScaled: return "OperandKind::kFp8RowScaled";
+        case OperandKind::kBf16: return "OperandKind::kBf16";
+        default: return "OperandKind::kFp8BlockScaled";
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ kernel parameters
+
+// A TMA tensor map (CUtensorMap): 128 opaque bytes, built on the host, passed as a __grid_constant__ kernel
+// parameter.
+struct alignas(64) TmaDescriptor {
+    uint64_t opaque[16];
+};
+static_assert(sizeof(TmaDescriptor) == 128, "a CUtensorMap is 128 bytes");
+
+// The grouped layout of a GEMM (unused by normal GEMMs), passed by value.
+struct GroupedLayout {
+    const int32_t* data;     // per-row group ids [M], cumulative end rows [num_groups], or masked_m [num_groups]
+    uint32_t num_groups;
+    uint32_t alignment;      // contiguous: segment start alignment (rows)
+    uint32_t max_m;          // masked: rows per group in A and D
+    const uint32_t* k_blocks;  // k-grouped: K blocks per group (a generic pointer into the kernel's
+                               // parameters, set by the kernel: read with plain loads)
+};
+static_assert(sizeof(GroupedLayout) == 32, "GroupedLayout is a 32-byte kernel parameter");
+
+// Stream-K's kernel parameter: the global workspace its CTAs exchange partial sums through (unused without
+// stream-K). partials: one slot of BLOCK_M x BLOCK_N floats per CTA, for its contribution (a CTA makes at most
+// one: its range's first segment); flags: per stream-K tile, how many contributions were stored (zero when
+// the kernel starts: the host clears them; each owner resets its tile's count once it has seen all).
+struct StreamKParams {
+    float* partials;
+    uint32_t* flags;
+    uint32_t num_tiles;  // the stream-K tiles (the last ones in the tile order), 0 for none
+};
+static_assert(sizeof(StreamKParams) == 24, "StreamKParams is a 24-byte kernel parameter");
+
+// K-grouped GEMMs: each group's A [M, K_g] and B [N, K_g] have their own row stride, so the host encodes
+// one TMA map per group and operand, and passes them by value (kernel parameters may take up to 32764
+// bytes: kMaxGroups <= 120). sf_row[g]: the group's first row in the scale tensors [sum of K blocks, M or N].
+template <uint32_t kMaxGroups>
+struct KGroupedParams {
+    TmaDescriptor a[kMaxGroups];
+    TmaDescriptor b[kMaxGroups];
+    uint32_t k_blocks[kMaxGroups];
+    uint32_t sf_row[kMaxGroups];
+};
+template <>
+struct KGroupedParams<0> {  // (not k-grouped)
+    uint32_t unused;
+};
+
+// Byte offsets of the fields of KGroupedParams<capacity>, for the host, which fills one buffer for any capacity.
+struct KGroupedParamsOffsets {
+    DG_HOST_DEVICE static constexpr uint32_t a(uint32_t capacity, uint32_t group) { return group * 128; }
+    DG_HOST_DEVICE static constexpr uint32_t b(uint32_t capacity, uint32_t group) {
+        return (capacity + group) * 128;
+    }
+    DG_HOST_DEVICE static constexpr uint32_t k_blocks(uint32_t capacity, uint32_t group) {
+        return 2 * capacity * 128 + group * 4;
+    }
+    DG_HOST_DEVICE static constexpr uint32_t sf_row(uint32_t capacity, uint32_t group) {
+        return 2 * capacity * 128 + (capacity + group) * 4;
+    }
+};
+static_assert(sizeof(KGroupedParams<8>) == KGroupedParamsOffsets::k_blocks(8, 16) &&
+              sizeof(KGroupedParams<120>) == KGroupedParamsOffsets::k_blocks(120, 240),
+              "KGroupedParams: the maps of A, then of B, then the K block counts and first scale rows");
+
+// ------------------------------------------------------------------------------------------------ SM90 GEMM
+
+// The compile-time config of the SM90 GEMM kernel (deep_gemm/impls/sm90_gemm.cuh); the JIT renders it with
+// designated initializers in this order (visit_fields).
+struct Sm90GemmKernelConfig {
+    uint32_t shape_m, shape_n, shape_k;  // compile-time shape (0: given at run time)
+    uint32_t block_m, block_n;
+    uint32_t num_stages;
+    uint32_t num_math_warpgroups;
+    uint32_t num_group_n;           // tiles rasterized in groups of this many column blocks
+    uint32_t num_multicast;         // CTAs per cluster sharing one operand through TMA multicast
+    bool is_multicast_on_a;         // the shared operand: A (pairs along N) or B (pairs along M)
+    uint32_t store_chunk_n;         // BF16 TMA store: columns per box
+    uint32_t fp32_buffers;          // FP32 D through TMA: staging buffers (32-column chunks) per math warpgroup
+    bool use_tma_store;
+    uint32_t num_splits;            // split-K: units per tile along K, one cluster of CTAs per tile
+    OperandKind operands;
+    bool mn_major_a, mn_major_b;    // BF16 only: A stored [K, M], B stored [K, N]
+    bool fp32_out;                  // FP32 D (always so with kFp8RowScaled)
+    GemmType gemm_type;
+    uint32_t max_k_groups;          // k-grouped: capacity of the per-group TMA map parameter (else 0)
+    bool overlap_promotion;         // FP8: block k + 1's wgmmas run during block k's promotion
+    bool stream_k;                  // the last wave's tiles shared by all CTAs along K
+
+    // Calls f(name, value) for each field, in declaration order (what the JIT renders).
+    template <typename F>
+    constexpr void visit_fields(F&& f) const {
+        f("shape_m", shape_m), f("shape_n", shape_n), f("shape_k", shape_k), f("block_m", block_m);
+        f("block_n", block_n), f("num_stages", num_stages), f("num_math_warpgroups", num_math_warpgroups);
+        f("num_group_n", num_group_n), f("num_multicast", num_multicast), f("is_multicast_on_a", is_multicast_on_a);
+        f("store_chunk_n", store_chunk_n), f("fp32_buffers", fp32_buffers), f("use_tma_store", use_tma_store);
+        f("num_splits", num_splits), f("operands", operands), f("mn_major_a", mn_major_a);
+        f("mn_major_b", mn_major_b), f("fp32_out", fp32_out), f("gemm_type", gemm_type);
+        f("max_k_groups", max_k_groups), f("overlap_promotion", overlap_promotion), f("stream_k", stream_k);
+    }
+};
+
+// Split-K's exchange slots: each math thread's accumulators (BLOCK_N / 2 per 64-row slice) as float2 pairs, spread
+// over the splits' owners, one slot per split (SplitKExchange), 1024-byte aligned; none without split-K.
+DG_HOST_DEVICE constexpr uint32_t sm90_gemm_split_slot_bytes(uint32_t block_m, uint32_t block_n,
+                                                             uint32_t num_math_warpgroups, uint32_t num_splits) {
+    if (num_splits <= 1)
+        return 0;
+    const uint32_t pairs = (block_m / num_math_warpgroups / 64) * (block_n / 2) / 2;  // per math thread
+    const uint32_t bytes = num_splits * ((pairs + num_splits - 1) / num_splits) * num_math_warpgroups * 128 * 8;
+    return (bytes + 1023) / 1024 * 1024;
+}
+
+// The SM90 GEMM kernel's shared memory: [D staging (TMA store)] [split-K slots] [A x stages] [B x stages]
+// [sfa x stages] [sfb x stages] [full, empty barriers] [C-load barriers] [split-K barriers], plus 1024 bytes to
+// align the base for the 128B swizzle.
+struct Sm90GemmSmem {
+    uint32_t d;                // TMA store staging: the BF16 tile, or kNumFp32Buffers 32-column FP32 chunks per row
+    uint32_t split;            // split-K: the slots of the accumulator pairs this CTA reduces
+    uint32_t a_per_stage, b_per_stage;
+    uint32_t sfa_per_stage;    // FP8: BLOCK_M floats; BF16: none
+    uint32_t sfb_per_stage;    // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats; BF16: none
+    uint32_t num_c_barriers;   // FP32 D through TMA: one per staging buffer of each math warpgroup (C's loads)
+    uint32_t num_split_barriers;  // split-K: split_full, split_free
+    uint32_t total;
+};
+
+DG_HOST_DEVICE constexpr uint32_t sm90_gemm_align_up(uint32_t a, uint32_t b) {
+    return (a + b - 1) / b * b;
+}
+
+DG_HOST_DEVICE constexpr Sm90GemmSmem sm90_gemm_smem(const Sm90GemmKernelConfig& c) {
+    const bool is_fp8 = c.operands != OperandKind::kBf16;
+    const uint32_t elem_bytes = is_fp8 ? 1 : 2, block_k = 128 / elem_bytes;
+    Sm90GemmSmem s{};
+    s.d = !c.use_tma_store ? 0 : c.fp32_out ? c.block_m * c.fp32_buffers * 128 : c.block_m * c.block_n * 2;
+    s.split = sm90_gemm_split_slot_bytes(c.block_m, c.block_n, c.num_math_warpgroups, c.num_splits);
+    s.a_per_stage = c.block_m * block_k * elem_bytes;
+    s.b_per_stage = c.block_n * block_k * elem_bytes;
+    s.sfa_per_stage = is_fp8 ? sm90_gemm_align_up(c.block_m * 4u, 128u) : 0;
+    s.sfb_per_stage = c.operands == OperandKind::kFp8RowScaled    ? sm90_gemm_align_up(c.block_n * 4u, 128u)
+                      : c.operands == OperandKind::kFp8BlockScaled ? 8
+                                                                   : 0;
+    s.num_c_barriers = c.fp32_out && c.use_tma_store ? c.fp32_buffers * c.num_math_warpgroups : 0;
+    s.num_split_barriers = c.num_splits == 1 ? 0 : 2;
+    s.total = 1024 + s.d + s.split +
+              c.num_stages * (s.a_per_stage + s.b_per_stage + s.sfa_per_stage + s.sfb_per_stage + 2 * 8) +
+              (s.num_c_barriers + s.num_split_barriers) * 8;
+    return s;
+}
+
+// Whether the A and sfa boxes may hold only the rows that exist when the whole problem is one row block smaller
+// than BLOCK_M: a plain GEMM, K-major A, not multicast on A (decode: M = 1 ... 32). TMA then does not zero-fill
+// the rest of the tile on every K block; the tile's other rows keep stale shared memory, and a wgmma row depends
+// only on its own A row and scale, and rows >= M are never stored.
+DG_HOST_DEVICE constexpr bool sm90_gemm_small_m_box_may_shrink(const Sm90GemmKernelConfig& c) {
+    return c.gemm_type == GemmType::kNormal && !c.mn_major_a && !(c.num_multicast > 1 && c.is_multicast_on_a);
+}
+
+// Rows of the A box (granularity 8) and the sfa box (granularity 4): the host encodes the boxes and the kernel
+// arms the stage barrier with their bytes by this one rule.
+DG_HOST_DEVICE constexpr uint32_t sm90_gemm_small_m_box_rows(bool may_shrink, uint32_t block_m, uint32_t shape_m,
+                                                             uint32_t granularity) {
+    return may_shrink && shape_m < block_m ? sm90_gemm_align_up(shape_m > 0 ? shape_m : 1u, granularity) : block_m;
+}
+
+}  // namespace deep_gemm
