@@ -452,12 +452,14 @@ def moe_inputs(num_groups: int = 4, rows_per_group: int = 128, hidden: int = 512
 def assert_same_as_eager(got: torch.Tensor, expected: torch.Tensor, bitwise: bool) -> None:
     """Bit for bit where the compiled graph runs the same ATen kernels as eager (backend aot_eager); with Inductor the
     casts and SwiGLU around the GEMMs become generated kernels whose last-bit rounding may differ, which can flip an
-    FP8 rounding, so there the results must only agree to well within FP8 precision."""
+    FP8 rounding, so there the results must only agree to well within FP8 precision (e4m3 rounds by up to 2^-4 of a
+    value, and the FP8 GEMMs' own calc_diff against float64 is ~1e-3: a few flipped intermediates measured 1.2e-4 on
+    an H100)."""
     torch.cuda.synchronize()
     if bitwise:
         assert torch.equal(got.view(torch.int16), expected.view(torch.int16))
     else:
-        assert float(calc_diff(got.double(), expected.double())) < 1e-4
+        assert float(calc_diff(got.double(), expected.double())) < 1e-3
 
 
 @pytest.mark.gpu
@@ -559,7 +561,11 @@ def test_opcheck_on_cuda() -> None:
          (*a, *w1, d, layout, None, None, None, "nk", False, False, True, None)),
     ]  # fmt: skip
     for op, args in cases:
-        result = torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
+        # (opcheck's schema test compares inputs before and after with arithmetic PyTorch lacks for FP8 tensors:
+        # "mul_cuda" not implemented for 'Float8_e4m3fn'; the meta-tier opcheck runs it on every op)
+        has_fp8 = any(isinstance(t, torch.Tensor) and t.dtype == torch.float8_e4m3fn for t in args)
+        utils = ("test_faketensor",) if has_fp8 else ("test_schema", "test_faketensor")
+        result = torch.library.opcheck(op, args, test_utils=utils)
         assert all(v == "SUCCESS" for v in result.values()), (op, result)
 
 
