@@ -121,3 +121,18 @@ def compile_params(cfg: dict, n: int, k: int, **extra: int) -> dict:
     params.update(shape_n=n, shape_k=k)
     params.update({key: int(value) for key, value in extra.items()})
     return params
+
+
+def parameter_names(fn) -> list[str]:
+    """The `name: type [= default]` entries of a pybind11 binding's signature line (split at top-level commas)."""
+    line = fn.__doc__.splitlines()[0]
+    inner = line[line.index("(") + 1 : line.rindex(") ->")]
+    entries, depth, current = [], 0, ""
+    for ch in inner + ",":
+        if ch == "," and depth == 0:
+            entries.append(current.strip())
+            current = ""
+            continue
+        depth += (ch in "[(") - (ch in "])")
+        current += ch
+    return entries

@@ -9,27 +9,13 @@ reference of the same BF16 (or FP8 and scales) values, outputs poisoned with NaN
 
 import pytest
 import torch
-from jit_helpers import compile_params
+from jit_helpers import compile_params, parameter_names
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
 from deep_gemm.utils import ceil_div, per_block_cast_to_fp8, per_token_cast_to_fp8
 
 gpu = pytest.mark.gpu
-
-
-def parameter_names(fn) -> list[str]:
-    line = fn.__doc__.splitlines()[0]
-    inner = line[line.index("(") + 1 : line.rindex(") ->")]
-    names, depth, current = [], 0, ""
-    for ch in inner + ",":
-        if ch == "," and depth == 0:
-            names.append(current.strip())
-            current = ""
-            continue
-        depth += (ch in "[(") - (ch in "])")
-        current += ch
-    return names
 
 
 def test_signatures_as_reference() -> None:

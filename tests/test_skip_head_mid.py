@@ -8,28 +8,13 @@ were poisoned before the call (NaN), odd head sizes, mid = 0, left = 0, right = 
 
 import pytest
 import torch
-from jit_helpers import compile_params
+from jit_helpers import compile_params, parameter_names
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
 from deep_gemm.utils import ceil_div, per_block_cast_to_fp8, per_token_cast_to_fp8
 
 gpu = pytest.mark.gpu
-
-
-def parameter_names(fn) -> list[str]:
-    """The `name: type [= default]` entries of pybind11's signature line (split at top-level commas)."""
-    line = fn.__doc__.splitlines()[0]
-    inner = line[line.index("(") + 1 : line.rindex(") ->")]
-    entries, depth, current = [], 0, ""
-    for ch in inner + ",":
-        if ch == "," and depth == 0:
-            entries.append(current.strip())
-            current = ""
-            continue
-        depth += (ch in "[(") - (ch in "])")
-        current += ch
-    return entries
 
 
 def test_signature_as_reference() -> None:
