@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -22,6 +23,9 @@ E2M1_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
 # The reference's signatures: (name, default) per parameter, in order (inspect.Parameter.empty: required)
 REQ = inspect.Parameter.empty
+# Child interpreters run outside the repository: from its root, Python would import the source folder (whose
+# extension only ./develop.sh builds) instead of the installed package the tests run against
+OUTSIDE = tempfile.gettempdir()
 REFERENCE_UTILS = {
     "ceil_div": [("x", REQ), ("y", REQ)],
     "align": [("x", REQ), ("y", REQ)],
@@ -487,7 +491,7 @@ _DIST_WORKER = textwrap.dedent(
 def test_init_dist_and_uneven_all_gather_gloo(num_ranks: int) -> None:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="1", RANK="0")
     procs = [
-        subprocess.Popen([sys.executable, "-c", _DIST_WORKER, str(r), str(num_ranks)], env=env,
+        subprocess.Popen([sys.executable, "-c", _DIST_WORKER, str(r), str(num_ranks)], env=env, cwd=OUTSIDE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r in range(num_ranks)
     ]  # fmt: skip
@@ -726,6 +730,7 @@ def test_init_dist_nccl_single_rank() -> None:
         """
     )
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="1", RANK="0")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=OUTSIDE, capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr
 
