@@ -225,4 +225,32 @@ DG_HOST_DEVICE constexpr uint32_t sm90_gemm_small_m_box_rows(bool may_shrink, ui
     return may_shrink && shape_m < block_m ? sm90_gemm_align_up(shape_m > 0 ? shape_m : 1u, granularity) : block_m;
 }
 
+// ------------------------------------------------------------------------------------------------ FP8 transpose
+
+// The grouped FP8 transpose's kernel parameter (deep_gemm/impls/smxx_transpose_fp8.cuh), passed by value.
+template <uint32_t kMaxGroups>
+struct TransposeGroups {
+    uint32_t num_groups;
+    uint32_t tile_begin[kMaxGroups];  // the first K tile (grid y) of each group
+    uint32_t start[kMaxGroups];       // the group's first row of src
+    uint32_t k[kMaxGroups];           // K_g
+};
+
+// ------------------------------------------------------------------------------------------------ SM90 MQA logits
+
+// The paged kernel's problem, passed by value as one kernel parameter.
+struct PagedMqaProblem {
+    uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
+    const int32_t* context_lens;  // [B] or [B, T]
+    const int32_t* block_table;   // [num_table_rows, max_blocks], row stride ld_block_table
+    uint64_t ld_block_table;
+    const int32_t* indices;       // has_indices: [B], the block-table row of each q row (token)
+    uint32_t num_table_rows;
+    const int32_t* schedule;      // [gridDim.x + 1, 2]
+    const float* weights;         // [B * T, H], row stride ld_weights
+    uint32_t ld_weights;
+    void* logits;                 // [B * T, W] FP32 (BF16 with out_bf16), row stride ld_logits
+    uint64_t ld_logits;
+};
+
 }  // namespace deep_gemm

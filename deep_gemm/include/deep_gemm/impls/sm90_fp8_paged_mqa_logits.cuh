@@ -78,20 +78,7 @@
 
 namespace deep_gemm {
 
-// The problem, as the kernel receives it
-struct PagedMqaProblem {
-    uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
-    const int32_t* context_lens;  // [B] or [B, T]
-    const int32_t* block_table;   // [num_table_rows, max_blocks], row stride ld_block_table
-    uint64_t ld_block_table;
-    const int32_t* indices;       // kHasIndices: [B], the block-table row of each q row (token)
-    uint32_t num_table_rows;
-    const int32_t* schedule;      // [gridDim.x + 1, 2]
-    const float* weights;         // [B * T, H], row stride ld_weights
-    uint32_t ld_weights;
-    void* logits;                 // [B * T, W] FP32 (BF16 with kOutBf16), row stride ld_logits
-    uint64_t ld_logits;
-};
+// (the problem, as the kernel receives it: PagedMqaProblem, common/host_device_types.hpp)
 
 template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
           uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs,
