@@ -16,20 +16,23 @@
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_mqa_logits.hpp"
 #include "../params.hpp"
+#include "../render_config.hpp"
 
 namespace dg::kernels {
 
+// The kernel's instantiation: its config by field name (designated initializers in
+// Sm90PagedMqaLogitsKernelConfig's visit_fields order).
 inline jit::KernelSource render_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsConfig& c) {
-    const auto flag = [](bool b) { return b ? "true" : "false"; };
     return {"sm90_fp8_paged_mqa_logits",
             fmt::format("#include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
+                        "struct KernelConfig {{\n"
+                        "    static constexpr Sm90PagedMqaLogitsKernelConfig kValue{}\n"
+                        "}};\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<KernelConfig>);\n"
                         "}}\n",
-                        c.next_n, c.num_heads, c.head_dim, c.block_kv, c.num_stages, c.num_math_wgs,
-                        flag(c.is_2d_context_lens), flag(c.clean_logits), flag(c.relu_by_abs),
-                        flag(c.signed_sum_wgmma), flag(c.out_bf16), flag(c.has_indices))};
+                        render_designated_init(c.kernel_config(), "    "))};
 }
 
 // A config from named integer parameters (the compile-only entry point).
