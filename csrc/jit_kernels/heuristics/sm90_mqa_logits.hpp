@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include <deep_gemm/common/host_device_types.hpp>
+
 #include "../../utils/exception.hpp"
 #include "../../utils/format.hpp"
 #include "../../utils/tune.hpp"
@@ -29,6 +31,19 @@ struct MqaLogitsConfig {
     uint32_t num_kv_per_split = 4096;  // C: keys (and output columns) per CTA, a multiple of 64
     uint32_t smem_bytes = 0;
 
+    // What the kernel is compiled with (the JIT renders it by field name)
+    deep_gemm::Sm90MqaLogitsKernelConfig kernel_config() const {
+        return {.num_heads = num_heads,
+                .head_dim = head_dim,
+                .num_stages = num_stages,
+                .is_compressed = is_compressed,
+                .clean_logits = clean_logits,
+                .out_bf16 = out_bf16,
+                .relu_by_abs = relu_by_abs,
+                .signed_sum_wgmma = signed_sum_wgmma,
+                .split_halves = split_halves};
+    }
+
     std::string describe() const {
         return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} relu_by_abs={} "
                            "signed_sum_wgmma={} split_halves={} split={} smem={}", num_heads, head_dim, num_stages,
@@ -37,15 +52,15 @@ struct MqaLogitsConfig {
     }
 };
 
-// Mirrors Sm90Fp8MqaLogits::SMEM_SIZE (the pieces: 4 e4m3 rows of D per query; their scales stay in global memory).
+// The kernel's shared memory (deep_gemm::sm90_mqa_logits_smem_bytes, which the kernel checks against its layout).
 inline uint32_t mqa_logits_smem_bytes(uint32_t num_heads, uint32_t head_dim, uint32_t num_stages,
                                       bool signed_sum_wgmma) {
-    const uint32_t queries = 2 * 256 / num_heads;
-    const uint32_t pieces = signed_sum_wgmma ? queries * 4 * head_dim : 0;
-    return 1024 + 2 * 256 * head_dim + pieces + num_stages * 64 * head_dim + (2 * num_stages + 1) * 8 + 16;
+    deep_gemm::Sm90MqaLogitsKernelConfig c{};
+    c.num_heads = num_heads, c.head_dim = head_dim, c.num_stages = num_stages, c.signed_sum_wgmma = signed_sum_wgmma;
+    return deep_gemm::sm90_mqa_logits_smem_bytes(c);
 }
 
-inline uint32_t mqa_logits_block_q(uint32_t num_heads) { return 2 * 256 / num_heads; }
+inline uint32_t mqa_logits_block_q(uint32_t num_heads) { return deep_gemm::sm90_mqa_logits_block_q(num_heads); }
 
 // The key chunk per CTA: 8192 keys, halved (down to 512) while the grid would hold fewer CTAs than SMs. Measured
 // (H200, a sweep of the forced chunk over every H = 64 bench row and the H = 32 one): 8192 against the earlier
@@ -106,6 +121,22 @@ struct PagedMqaLogitsConfig {
     bool signed_sum_wgmma = false;
     uint32_t smem_bytes = 0;
 
+    // What the kernel is compiled with (the JIT renders it by field name)
+    deep_gemm::Sm90PagedMqaLogitsKernelConfig kernel_config() const {
+        return {.next_n = next_n,
+                .num_heads = num_heads,
+                .head_dim = head_dim,
+                .block_kv = block_kv,
+                .num_stages = num_stages,
+                .num_math_warpgroups = num_math_wgs,
+                .is_2d_context_lens = is_2d_context_lens,
+                .clean_logits = clean_logits,
+                .relu_by_abs = relu_by_abs,
+                .signed_sum_wgmma = signed_sum_wgmma,
+                .out_bf16 = out_bf16,
+                .has_indices = has_indices};
+    }
+
     std::string describe() const {
         return fmt::format("next_n={} H={} D={} block_kv={} stages={} math_wgs={} 2d_lens={} clean={} relu_by_abs={} "
                            "signed_sum_wgmma={} bf16={} indices={} smem={}", next_n, num_heads, head_dim, block_kv,
@@ -115,17 +146,16 @@ struct PagedMqaLogitsConfig {
 };
 
 // Shared memory of the pieces (kSignedSumByWgmma): per Q slot a 16-row piece tile and 16 FP32 scales
+// (deep_gemm::sm90_paged_mqa_logits_pieces_bytes)
 inline uint32_t paged_mqa_logits_pieces_bytes(uint32_t head_dim, bool signed_sum_wgmma) {
-    return signed_sum_wgmma ? 2 * (16 * head_dim + 16 * 4) : 0;
+    return deep_gemm::sm90_paged_mqa_logits_pieces_bytes(head_dim, signed_sum_wgmma);
 }
 
-// Mirrors Sm90Fp8PagedMqaLogits::SMEM_SIZE: alignment slack, two Q slots, the kv stages with their 64
-// FP32 scales, the pieces, the full/empty barriers of the stages and of the Q slots (and the pieces' barriers).
+// The kernel's shared memory (deep_gemm::sm90_paged_mqa_logits_smem_bytes, which the kernel checks against its
+// layout).
 inline uint32_t paged_mqa_logits_smem_bytes(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
                                             uint32_t num_stages, bool signed_sum_wgmma = false) {
-    return 1024 + 2 * next_n * num_heads * head_dim + num_stages * (64 * head_dim + 64 * 4) +
-           paged_mqa_logits_pieces_bytes(head_dim, signed_sum_wgmma) +
-           (2 * num_stages + (signed_sum_wgmma ? 6 : 4)) * 8;
+    return deep_gemm::sm90_paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, num_stages, signed_sum_wgmma);
 }
 
 // As many stages as fit, rounded down to a multiple of the math warpgroups and of the 2 producer warps (each

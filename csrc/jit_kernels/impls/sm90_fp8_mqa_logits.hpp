@@ -14,24 +14,26 @@
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_mqa_logits.hpp"
 #include "../params.hpp"
+#include "../render_config.hpp"
 #include "smxx_mqa_logits_pieces.hpp"
 
 namespace dg::kernels {
 
+// The kernel's instantiation: its config by field name (designated initializers in Sm90MqaLogitsKernelConfig's
+// visit_fields order), and a check that the host launches it with the shared memory it lays out.
 inline jit::KernelSource render_sm90_fp8_mqa_logits(const MqaLogitsConfig& c) {
-    const auto flag = [](bool b) { return b ? "true" : "false"; };
     return {"sm90_fp8_mqa_logits",
             fmt::format("#include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
-                        "#define DG_MQA_ARGS {}, {}, {}, {}, {}, {}, {}, {}, {}\n"
-                        "static_assert(Sm90Fp8MqaLogits<DG_MQA_ARGS>::SMEM_SIZE <= {}, \"the host launches with less "
+                        "struct KernelConfig {{\n"
+                        "    static constexpr Sm90MqaLogitsKernelConfig kValue{}\n"
+                        "}};\n\n"
+                        "static_assert(Sm90Fp8MqaLogits<KernelConfig>::SMEM_SIZE <= {}, \"the host launches with less "
                         "shared memory than the kernel lays out\");\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<DG_MQA_ARGS>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_mqa_logits_kernel<KernelConfig>);\n"
                         "}}\n",
-                        c.num_heads, c.head_dim, c.num_stages, flag(c.is_compressed), flag(c.clean_logits),
-                        flag(c.out_bf16), flag(c.relu_by_abs), flag(c.signed_sum_wgmma),
-                        flag(c.split_halves), c.smem_bytes)};
+                        render_designated_init(c.kernel_config(), "    "), c.smem_bytes)};
 }
 
 // A config from named integer parameters (the compile-only entry point).

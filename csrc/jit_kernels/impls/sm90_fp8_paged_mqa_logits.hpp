@@ -8,26 +8,31 @@
 #include <optional>
 #include <tuple>
 
+#include <deep_gemm/common/host_device_types.hpp>
+
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
 #include "../../jit/tma.hpp"
 #include "../../utils/env.hpp"
 #include "../heuristics/sm90_mqa_logits.hpp"
 #include "../params.hpp"
+#include "../render_config.hpp"
 
 namespace dg::kernels {
 
+// The kernel's instantiation: its config by field name (designated initializers in
+// Sm90PagedMqaLogitsKernelConfig's visit_fields order).
 inline jit::KernelSource render_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsConfig& c) {
-    const auto flag = [](bool b) { return b ? "true" : "false"; };
     return {"sm90_fp8_paged_mqa_logits",
             fmt::format("#include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
+                        "struct KernelConfig {{\n"
+                        "    static constexpr Sm90PagedMqaLogitsKernelConfig kValue{}\n"
+                        "}};\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&sm90_fp8_paged_mqa_logits_kernel<KernelConfig>);\n"
                         "}}\n",
-                        c.next_n, c.num_heads, c.head_dim, c.block_kv, c.num_stages, c.num_math_wgs,
-                        flag(c.is_2d_context_lens), flag(c.clean_logits), flag(c.relu_by_abs),
-                        flag(c.signed_sum_wgmma), flag(c.out_bf16), flag(c.has_indices))};
+                        render_designated_init(c.kernel_config(), "    "))};
 }
 
 // A config from named integer parameters (the compile-only entry point).
@@ -62,21 +67,6 @@ inline PagedMqaLogitsConfig plan_paged_mqa_logits_config(uint32_t next_n, uint32
     apply_paged_mqa_logits_tune(c, tune_settings(TuneFamily::kPagedMqaLogits));
     return c;
 }
-
-// Mirrors deep_gemm::PagedMqaProblem (passed by value as one kernel parameter).
-struct PagedMqaProblemArgs {
-    uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
-    const int32_t* context_lens;
-    const int32_t* block_table;
-    uint64_t ld_block_table;
-    const int32_t* indices;
-    uint32_t num_table_rows;
-    const int32_t* schedule;
-    const float* weights;
-    uint32_t ld_weights;
-    void* logits;
-    uint64_t ld_logits;
-};
 
 // Arguments of one call, already validated by the API layer.
 struct PagedMqaLogitsArgs {
@@ -140,20 +130,21 @@ inline void launch_sm90_fp8_paged_mqa_logits(const PagedMqaLogitsArgs& args) {
         fmt::print(stderr, "[deep_gemm] fp8_paged_mqa_logits B={} W={}: {} grid={}\n", batch, args.logits.size(1),
                    c.describe(), launch.grid[0]);
 
-    PagedMqaProblemArgs problem{batch,
-                                static_cast<uint32_t>(args.block_table.size(1)),
-                                num_kv_blocks,
-                                static_cast<uint32_t>(args.logits.size(1)),
-                                args.context_lens.data_ptr<int32_t>(),
-                                args.block_table.data_ptr<int32_t>(),
-                                static_cast<uint64_t>(args.block_table.stride(0)),
-                                args.indices.has_value() ? args.indices->data_ptr<int32_t>() : nullptr,
-                                static_cast<uint32_t>(args.block_table.size(0)),
-                                args.schedule.data_ptr<int32_t>(),
-                                args.weights.data_ptr<float>(),
-                                static_cast<uint32_t>(args.weights.stride(0)),
-                                args.logits.data_ptr(),
-                                static_cast<uint64_t>(args.logits.stride(0))};
+    const deep_gemm::PagedMqaProblem problem{
+        .batch_size = batch,
+        .max_blocks = static_cast<uint32_t>(args.block_table.size(1)),
+        .num_kv_blocks = num_kv_blocks,
+        .out_width = static_cast<uint32_t>(args.logits.size(1)),
+        .context_lens = args.context_lens.data_ptr<int32_t>(),
+        .block_table = args.block_table.data_ptr<int32_t>(),
+        .ld_block_table = static_cast<uint64_t>(args.block_table.stride(0)),
+        .indices = args.indices.has_value() ? args.indices->data_ptr<int32_t>() : nullptr,
+        .num_table_rows = static_cast<uint32_t>(args.block_table.size(0)),
+        .schedule = args.schedule.data_ptr<int32_t>(),
+        .weights = args.weights.data_ptr<float>(),
+        .ld_weights = static_cast<uint32_t>(args.weights.stride(0)),
+        .logits = args.logits.data_ptr(),
+        .ld_logits = static_cast<uint64_t>(args.logits.stride(0))};
     kernel->launch(device, launch, problem, tma_q, tma_kv, tma_scales);
 }
 

@@ -2,9 +2,10 @@
 // variant), launch on the current stream.
 #pragma once
 
-#include <array>
 #include <utility>
 #include <vector>
+
+#include <deep_gemm/common/host_device_types.hpp>
 
 #include "../../jit/device_runtime.hpp"
 #include "../../jit/kernel_runtime.hpp"
@@ -25,18 +26,12 @@ inline jit::KernelSource render_transpose_fp8(bool aligned) {
                         kMaxKGroups, aligned ? "true" : "false")};
 }
 
-// Mirrors deep_gemm::TransposeGroups<kMaxKGroups> (a kernel parameter passed by value).
-struct TransposeGroupsParam {
-    uint32_t num_groups;
-    std::array<uint32_t, kMaxKGroups> tile_begin, start, k;
-};
-
 // Per group g (ks[g] > 0 rows of K from starts[g], both multiples of 16): the rows [starts[g], starts[g] + ks[g]) of
 // the MN-major FP8 src [sum K, mn] (row stride `ld` bytes) into dst at byte mn * starts[g] as [mn, ks[g]] K-major.
 inline void launch_transpose_fp8_groups(int device_index, const void* src, void* dst, uint32_t mn, uint64_t ld,
                                         const std::vector<int64_t>& ks, const std::vector<int64_t>& starts) {
     DG_CHECK(ks.size() == starts.size() && ks.size() <= kMaxKGroups, "transpose_fp8_groups: {} groups", ks.size());
-    TransposeGroupsParam groups{};
+    deep_gemm::TransposeGroups<kMaxKGroups> groups{};  // (common/host_device_types.hpp)
     uint32_t tiles = 0;
     for (size_t g = 0; g < ks.size(); ++g) {
         DG_CHECK(ks[g] % 16 == 0 && starts[g] % 16 == 0 && starts[g] + ks[g] <= UINT32_MAX,

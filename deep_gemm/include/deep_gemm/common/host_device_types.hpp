@@ -225,4 +225,109 @@ DG_HOST_DEVICE constexpr uint32_t sm90_gemm_small_m_box_rows(bool may_shrink, ui
     return may_shrink && shape_m < block_m ? sm90_gemm_align_up(shape_m > 0 ? shape_m : 1u, granularity) : block_m;
 }
 
+// ------------------------------------------------------------------------------------------------ FP8 transpose
+
+// The grouped FP8 transpose's kernel parameter (deep_gemm/impls/smxx_transpose_fp8.cuh), passed by value.
+template <uint32_t kMaxGroups>
+struct TransposeGroups {
+    uint32_t num_groups;
+    uint32_t tile_begin[kMaxGroups];  // the first K tile (grid y) of each group
+    uint32_t start[kMaxGroups];       // the group's first row of src
+    uint32_t k[kMaxGroups];           // K_g
+};
+
+// ------------------------------------------------------------------------------------------------ SM90 MQA logits
+
+// FP8 pieces (rows of D) per query of the signed head sums by wgmma (mqa::SignedSumPieces: the e4m3 pieces of each
+// query's weighted Q).
+inline constexpr uint32_t kMqaSignedSumPieces = 4;
+
+// The compile-time config of the prefill MQA-logits kernel (deep_gemm/impls/sm90_fp8_mqa_logits.cuh); the JIT
+// renders it with designated initializers in this order (visit_fields).
+struct Sm90MqaLogitsKernelConfig {
+    uint32_t num_heads, head_dim, num_stages;
+    bool is_compressed;     // rows W = max_seqlen_k wide: key j of query i in column j - ks[i] (else column j)
+    bool clean_logits;      // the columns outside each query's key range written as -inf
+    bool out_bf16;          // BF16 logits (else FP32)
+    bool relu_by_abs;       // the head reduction's form: |x| (two FFMAs) rather than FMNMX + FFMA
+    bool signed_sum_wgmma;  // the signed head sums from e4m3 pieces of each query's weighted Q on the tensor core
+    bool split_halves;      // each math warpgroup's tile as two commit groups of N = 128
+
+    // Calls f(name, value) for each field, in declaration order (what the JIT renders).
+    template <typename F>
+    constexpr void visit_fields(F&& f) const {
+        f("num_heads", num_heads), f("head_dim", head_dim), f("num_stages", num_stages);
+        f("is_compressed", is_compressed), f("clean_logits", clean_logits), f("out_bf16", out_bf16);
+        f("relu_by_abs", relu_by_abs), f("signed_sum_wgmma", signed_sum_wgmma), f("split_halves", split_halves);
+    }
+};
+
+// Queries per CTA: two math warpgroups of 256 query-heads (the wgmma N) each.
+DG_HOST_DEVICE constexpr uint32_t sm90_mqa_logits_block_q(uint32_t num_heads) { return 2 * 256 / num_heads; }
+
+// Its shared memory: alignment slack, the two math warpgroups' Q tiles (and with signed_sum_wgmma their pieces:
+// kMqaSignedSumPieces rows of D per query; the pieces' scales stay in global memory), the kv stages of 64 keys, the
+// stages' full/empty barriers, the Q barrier, and 16 bytes for the key range.
+DG_HOST_DEVICE constexpr uint32_t sm90_mqa_logits_smem_bytes(const Sm90MqaLogitsKernelConfig& c) {
+    const uint32_t pieces =
+        c.signed_sum_wgmma ? sm90_mqa_logits_block_q(c.num_heads) * kMqaSignedSumPieces * c.head_dim : 0;
+    return 1024 + 2 * 256 * c.head_dim + pieces + c.num_stages * 64 * c.head_dim + (2 * c.num_stages + 1) * 8 + 16;
+}
+
+// The compile-time config of the paged (decode) MQA-logits kernel (deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh),
+// rendered like the prefill's.
+struct Sm90PagedMqaLogitsKernelConfig {
+    uint32_t next_n;               // T: queries (tokens) per request, 1, 2 or 4
+    uint32_t num_heads, head_dim;
+    uint32_t block_kv;             // keys per kv-cache block, 32 or 64
+    uint32_t num_stages;
+    uint32_t num_math_warpgroups;  // 3 when next_n x H <= 128, else 2
+    bool is_2d_context_lens;       // context_lens [B, T] (else [B])
+    bool clean_logits;             // the columns past each query's context written as -inf
+    bool relu_by_abs;              // the head reduction's form: |x| (two FFMAs) rather than FMNMX + FFMA
+    bool signed_sum_wgmma;         // the signed head sums from e4m3 pieces on the tensor core (with relu_by_abs)
+    bool out_bf16;                 // BF16 logits (else FP32)
+    bool has_indices;              // q rows are tokens, each with its block-table row from `indices` (next_n = 1)
+
+    // Calls f(name, value) for each field, in declaration order (what the JIT renders).
+    template <typename F>
+    constexpr void visit_fields(F&& f) const {
+        f("next_n", next_n), f("num_heads", num_heads), f("head_dim", head_dim), f("block_kv", block_kv);
+        f("num_stages", num_stages), f("num_math_warpgroups", num_math_warpgroups);
+        f("is_2d_context_lens", is_2d_context_lens), f("clean_logits", clean_logits), f("relu_by_abs", relu_by_abs);
+        f("signed_sum_wgmma", signed_sum_wgmma), f("out_bf16", out_bf16), f("has_indices", has_indices);
+    }
+};
+
+// Shared memory of the paged kernel's pieces (signed_sum_wgmma): per Q slot (two) a 16-row piece tile (4 queries x
+// kMqaSignedSumPieces) and its 16 FP32 scales.
+DG_HOST_DEVICE constexpr uint32_t sm90_paged_mqa_logits_pieces_bytes(uint32_t head_dim, bool signed_sum_wgmma) {
+    return signed_sum_wgmma ? 2 * (4 * kMqaSignedSumPieces * head_dim + 4 * kMqaSignedSumPieces * 4) : 0;
+}
+
+// Its shared memory: alignment slack, two Q slots, the kv stages with their 64 FP32 scales, the pieces, the
+// full/empty barriers of the stages and of the Q slots (and the pieces' barriers).
+DG_HOST_DEVICE constexpr uint32_t sm90_paged_mqa_logits_smem_bytes(uint32_t next_n, uint32_t num_heads,
+                                                                   uint32_t head_dim, uint32_t num_stages,
+                                                                   bool signed_sum_wgmma) {
+    return 1024 + 2 * next_n * num_heads * head_dim + num_stages * (64 * head_dim + 64 * 4) +
+           sm90_paged_mqa_logits_pieces_bytes(head_dim, signed_sum_wgmma) +
+           (2 * num_stages + (signed_sum_wgmma ? 6 : 4)) * 8;
+}
+
+// The paged kernel's problem, passed by value as one kernel parameter.
+struct PagedMqaProblem {
+    uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
+    const int32_t* context_lens;  // [B] or [B, T]
+    const int32_t* block_table;   // [num_table_rows, max_blocks], row stride ld_block_table
+    uint64_t ld_block_table;
+    const int32_t* indices;       // has_indices: [B], the block-table row of each q row (token)
+    uint32_t num_table_rows;
+    const int32_t* schedule;      // [gridDim.x + 1, 2]
+    const float* weights;         // [B * T, H], row stride ld_weights
+    uint32_t ld_weights;
+    void* logits;                 // [B * T, W] FP32 (BF16 with out_bf16), row stride ld_logits
+    uint64_t ld_logits;
+};
+
 }  // namespace deep_gemm

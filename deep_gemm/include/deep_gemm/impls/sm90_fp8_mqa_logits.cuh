@@ -91,9 +91,15 @@ struct KeyRange {
     }
 };
 
-template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
+// `Config::kValue`: the Sm90MqaLogitsKernelConfig (common/host_device_types.hpp) the JIT renders by field name.
+template <typename Config>
 struct Sm90Fp8MqaLogits {
+    static constexpr Sm90MqaLogitsKernelConfig kConfig = Config::kValue;
+    static constexpr uint32_t kNumHeads = kConfig.num_heads, kHeadDim = kConfig.head_dim;
+    static constexpr uint32_t kNumStages = kConfig.num_stages;
+    static constexpr bool kIsCompressed = kConfig.is_compressed, kCleanLogits = kConfig.clean_logits;
+    static constexpr bool kOutBf16 = kConfig.out_bf16, kReluByAbs = kConfig.relu_by_abs;
+    static constexpr bool kSignedSumByWgmma = kConfig.signed_sum_wgmma, kSplitHalves = kConfig.split_halves;
     static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
     static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
     static constexpr uint32_t kNumMathWarpgroups = 2;
@@ -124,6 +130,9 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t SMEM_KV_OFFSET = kNumMathWarpgroups * (SMEM_Q_SIZE_PER_WG + SMEM_PIECES_SIZE_PER_WG);
     static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 1) * 8 + 16;
+    static_assert(SMEM_SIZE == sm90_mqa_logits_smem_bytes(kConfig) && BLOCK_Q == sm90_mqa_logits_block_q(kNumHeads) &&
+                  Pieces::kNumPieces == kMqaSignedSumPieces,
+                  "the host's shared-memory and query-block rules must match this layout");
 
     static_assert(kNumHeads == 16 || kNumHeads == 32 || kNumHeads == 64, "H must be 16, 32 or 64");
     static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
@@ -440,8 +449,7 @@ struct Sm90Fp8MqaLogits {
     }
 };
 
-template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kNumStages, bool kIsCompressed, bool kCleanLogits,
-          bool kOutBf16, bool kReluByAbs, bool kSignedSumByWgmma, bool kSplitHalves>
+template <typename Config>
 __global__ void __launch_bounds__(384, 1)
 sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_width, uint32_t num_kv_per_split,
                            const float* __restrict__ kv_scales, const float* __restrict__ weights, uint32_t ld_weights,
@@ -449,8 +457,9 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
                            const int32_t* __restrict__ ke, void* __restrict__ logits, uint64_t ld_logits,
                            const __grid_constant__ TmaDescriptor tma_q, const __grid_constant__ TmaDescriptor tma_kv,
                            const __grid_constant__ TmaDescriptor tma_pieces) {
-    using Kernel = Sm90Fp8MqaLogits<kNumHeads, kHeadDim, kNumStages, kIsCompressed, kCleanLogits, kOutBf16, kReluByAbs,
-                                    kSignedSumByWgmma, kSplitHalves>;
+    using Kernel = Sm90Fp8MqaLogits<Config>;
+    constexpr uint32_t kNumStages = Kernel::kNumStages;
+    constexpr bool kSignedSumByWgmma = Kernel::kSignedSumByWgmma, kCleanLogits = Kernel::kCleanLogits;
     using OutBits = typename Kernel::OutBits;
 
     // Shared memory, 1024-byte aligned for the swizzle

@@ -78,25 +78,18 @@
 
 namespace deep_gemm {
 
-// The problem, as the kernel receives it
-struct PagedMqaProblem {
-    uint32_t batch_size, max_blocks, num_kv_blocks, out_width;
-    const int32_t* context_lens;  // [B] or [B, T]
-    const int32_t* block_table;   // [num_table_rows, max_blocks], row stride ld_block_table
-    uint64_t ld_block_table;
-    const int32_t* indices;       // kHasIndices: [B], the block-table row of each q row (token)
-    uint32_t num_table_rows;
-    const int32_t* schedule;      // [gridDim.x + 1, 2]
-    const float* weights;         // [B * T, H], row stride ld_weights
-    uint32_t ld_weights;
-    void* logits;                 // [B * T, W] FP32 (BF16 with kOutBf16), row stride ld_logits
-    uint64_t ld_logits;
-};
+// (the problem, as the kernel receives it: PagedMqaProblem, common/host_device_types.hpp)
 
-template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
-          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs,
-          bool kSignedSumByWgmma, bool kOutBf16, bool kHasIndices>
+// `Config::kValue`: the Sm90PagedMqaLogitsKernelConfig (common/host_device_types.hpp) the JIT renders by field name.
+template <typename Config>
 struct Sm90Fp8PagedMqaLogits {
+    static constexpr Sm90PagedMqaLogitsKernelConfig kConfig = Config::kValue;
+    static constexpr uint32_t kNextN = kConfig.next_n, kNumHeads = kConfig.num_heads, kHeadDim = kConfig.head_dim;
+    static constexpr uint32_t kBlockKv = kConfig.block_kv, kNumStages = kConfig.num_stages;
+    static constexpr uint32_t kNumMathWarpgroups = kConfig.num_math_warpgroups;
+    static constexpr bool kIs2dContextLens = kConfig.is_2d_context_lens, kCleanLogits = kConfig.clean_logits;
+    static constexpr bool kReluByAbs = kConfig.relu_by_abs, kSignedSumByWgmma = kConfig.signed_sum_wgmma;
+    static constexpr bool kOutBf16 = kConfig.out_bf16, kHasIndices = kConfig.has_indices;
     static constexpr uint32_t TILE_KV = 64;  // keys per tile: one wgmma M
     static constexpr uint32_t kBlocksPerTile = TILE_KV / kBlockKv;
     static constexpr uint32_t WG_N = kNextN * kNumHeads;  // query-heads of one request: wgmma N
@@ -137,6 +130,10 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_PIECE_SCALES_OFFSET + kNumQSlots * SMEM_PIECE_SCALES_SIZE;
     static constexpr uint32_t kNumBarriers = 2 * kNumStages + (kSignedSumByWgmma ? 3 : 2) * kNumQSlots;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + kNumBarriers * 8;
+    static_assert(SMEM_SIZE == sm90_paged_mqa_logits_smem_bytes(kNextN, kNumHeads, kHeadDim, kNumStages,
+                                                                kSignedSumByWgmma) &&
+                  Pieces::kNumPieces == kMqaSignedSumPieces,
+                  "the host's shared-memory rule must match this layout");
     static constexpr uint32_t kStageBytes = SMEM_KV_SIZE_PER_STAGE + SMEM_SCALES_SIZE_PER_STAGE;  // TMA bytes per tile
     static constexpr uint32_t kIdWindow = 32;  // block ids per producer window (one per lane)
 
@@ -624,17 +621,15 @@ struct Sm90Fp8PagedMqaLogits {
     }
 };
 
-template <uint32_t kNextN, uint32_t kNumHeads, uint32_t kHeadDim, uint32_t kBlockKv, uint32_t kNumStages,
-          uint32_t kNumMathWarpgroups, bool kIs2dContextLens, bool kCleanLogits, bool kReluByAbs,
-          bool kSignedSumByWgmma, bool kOutBf16, bool kHasIndices>
-__global__ void __launch_bounds__((kNumMathWarpgroups + 1) * 128, 1)
+template <typename Config>
+__global__ void __launch_bounds__((Config::kValue.num_math_warpgroups + 1) * 128, 1)
 sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem,
                                  const __grid_constant__ TmaDescriptor tma_q,
                                  const __grid_constant__ TmaDescriptor tma_kv,
                                  const __grid_constant__ TmaDescriptor tma_scales) {
-    using Kernel = Sm90Fp8PagedMqaLogits<kNextN, kNumHeads, kHeadDim, kBlockKv, kNumStages, kNumMathWarpgroups,
-                                         kIs2dContextLens, kCleanLogits, kReluByAbs, kSignedSumByWgmma, kOutBf16,
-                                         kHasIndices>;
+    using Kernel = Sm90Fp8PagedMqaLogits<Config>;
+    constexpr uint32_t kNumStages = Kernel::kNumStages;
+    constexpr bool kSignedSumByWgmma = Kernel::kSignedSumByWgmma, kCleanLogits = Kernel::kCleanLogits;
 
     // Shared memory, 1024-byte aligned for the swizzle
     extern __shared__ __align__(1024) uint8_t smem_raw[];

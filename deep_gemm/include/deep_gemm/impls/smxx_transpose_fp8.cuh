@@ -16,14 +16,7 @@
 
 namespace deep_gemm {
 
-template <uint32_t kMaxGroups>
-struct TransposeGroups {
-    uint32_t num_groups;
-    uint32_t tile_begin[kMaxGroups];  // the first K tile (grid y) of each group
-    uint32_t start[kMaxGroups];       // the group's first row of src
-    uint32_t k[kMaxGroups];           // K_g
-};
-
+// (the parameter `groups`: TransposeGroups, common/host_device_types.hpp)
 template <uint32_t kMaxGroups, bool kAligned>
 __global__ void __launch_bounds__(256, 1)
 transpose_fp8_groups_kernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, uint32_t mn, uint64_t ld,
