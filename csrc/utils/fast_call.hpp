@@ -5,7 +5,7 @@
 // optional tensor, three optional int lists, a string, a bool; each tensor cast copies a handle, ~0.13 us each) and
 // 3.8 us with two of them by keyword; reading them straight from the CPython objects, tensors borrowed, costs 0.22 /
 // 0.30 us, against 0.14 us for an empty call (tools/measure_binding_overhead.py, PyTorch 2.13, a CPU machine;
-// docs/perf/jit.md). Binding rules are Python's: positional, then keyword, each parameter once, missing required ones
+// docs/design.md, "Host cost of a cached call"). Binding rules are Python's: positional, then keyword, each parameter once, missing required ones
 // and unknown keywords a TypeError that names them; a wrong type is a TypeError naming the argument and what was
 // expected.
 #pragma once
