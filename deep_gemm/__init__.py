@@ -78,6 +78,9 @@ from deep_gemm.utils import *  # noqa: F403
 # the module's command line, and `from deep_gemm.precompile import GemmShape` reaches the module)
 from deep_gemm.precompile import precompile  # noqa: E402
 
+# The reference's deep_gemm.legacy (its Triton functions), served by the kernels above
+from deep_gemm import legacy  # noqa: E402
+
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
 m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
@@ -123,6 +126,7 @@ __all__ = [
     "get_tc_util",
     "get_tma_aligned_size",
     "kernel_families",
+    "legacy",
     "k_grouped_bf16_gemm_tn_contiguous",
     "k_grouped_fp8_gemm_nt_contiguous",
     "k_grouped_fp8_gemm_tn_contiguous",
