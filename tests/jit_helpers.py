@@ -136,3 +136,17 @@ def parameter_names(fn) -> list[str]:
         depth += (ch in "[(") - (ch in "])")
         current += ch
     return entries
+
+
+def signature_params(fn) -> list[tuple[str, str | None]]:
+    """(name, default) pairs of pybind11's signature line `name(p: T, q: T = default, ...) -> R`."""
+    line = fn.__doc__.splitlines()[0]
+    inner = line[line.index("(") + 1 : line.rindex(") ->")]
+    params, depth, start = [], 0, 0
+    for i, ch in enumerate(inner + ","):
+        depth += (ch in "[(") - (ch in "])")
+        if ch == "," and depth == 0:
+            text = inner[start:i].strip()
+            params.append((text.split(":")[0], text.split(" = ")[1] if " = " in text else None))
+            start = i + 1
+    return params

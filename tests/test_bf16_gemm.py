@@ -17,6 +17,7 @@ import sys
 
 import pytest
 import torch
+from jit_helpers import signature_params
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
@@ -69,20 +70,6 @@ def no_unit_stride(t: torch.Tensor) -> torch.Tensor:
     """The same shape with stride 1 along neither dimension (every other element of wider rows): no major at all."""
     rows, cols = t.shape
     return torch.zeros(rows, 2 * cols, device=t.device, dtype=t.dtype)[:, ::2]
-
-
-def signature_params(fn) -> list[tuple[str, str | None]]:
-    """(name, default) pairs of pybind11's signature line `name(p: T, q: T = default, ...) -> R`."""
-    line = fn.__doc__.splitlines()[0]
-    inner = line[line.index("(") + 1 : line.rindex(") ->")]
-    params, depth, start = [], 0, 0
-    for i, ch in enumerate(inner + ","):
-        depth += (ch in "[(") - (ch in "])")
-        if ch == "," and depth == 0:
-            text = inner[start:i].strip()
-            params.append((text.split(":")[0], text.split(" = ")[1] if " = " in text else None))
-            start = i + 1
-    return params
 
 
 # ----------------------------------------------------------------------------- CPU tier

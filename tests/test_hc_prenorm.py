@@ -13,7 +13,7 @@ the models, strided operands, bitwise repeatability, CUDA-graph capture.
 
 import pytest
 import torch
-from jit_helpers import dump_sass
+from jit_helpers import dump_sass, signature_params
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
@@ -22,20 +22,6 @@ gpu = pytest.mark.gpu
 
 NS = [24, 32]
 KS = [7168, 7680, 28672]
-
-
-def signature_params(fn) -> list[tuple[str, str | None]]:
-    """(name, default) pairs of pybind11's signature line `name(p: T, q: T = default, ...) -> R`."""
-    line = fn.__doc__.splitlines()[0]
-    inner = line[line.index("(") + 1 : line.rindex(") ->")]
-    params, depth, start = [], 0, 0
-    for i, ch in enumerate(inner + ","):
-        depth += (ch in "[(") - (ch in "])")
-        if ch == "," and depth == 0:
-            text = inner[start:i].strip()
-            params.append((text.split(":")[0], text.split(" = ")[1] if " = " in text else None))
-            start = i + 1
-    return params
 
 
 # ----------------------------------------------------------------------------- CPU tier
