@@ -1,6 +1,7 @@
 """Helpers for the JIT tests: isolated cache directories, subprocess compiles, SASS dumps."""
 
 import ctypes
+import inspect
 import json
 import os
 import shutil
@@ -139,14 +140,16 @@ def parameter_names(fn) -> list[str]:
 
 
 def signature_params(fn) -> list[tuple[str, str | None]]:
-    """(name, default) pairs of pybind11's signature line `name(p: T, q: T = default, ...) -> R`."""
-    line = fn.__doc__.splitlines()[0]
-    inner = line[line.index("(") + 1 : line.rindex(") ->")]
-    params, depth, start = [], 0, 0
-    for i, ch in enumerate(inner + ","):
-        depth += (ch in "[(") - (ch in "])")
-        if ch == "," and depth == 0:
-            text = inner[start:i].strip()
-            params.append((text.split(":")[0], text.split(" = ")[1] if " = " in text else None))
-            start = i + 1
-    return params
+    """(name, default repr or None) pairs of a binding's parameters: from its text signature (inspect) where it has
+    one (the vectorcall bindings), else from pybind11's signature line `name(p: T, q: T = default, ...) -> R`."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+        return [(p.name, None if p.default is inspect.Parameter.empty else repr(p.default)) for p in params]
+    except ValueError:  # (a pybind11 function: no text signature)
+        pass
+    pairs = []
+    for entry in parameter_names(fn):
+        if entry:
+            name, _, rest = entry.partition(":")
+            pairs.append((name.strip(), rest.split(" = ", 1)[1].strip() if " = " in rest else None))
+    return pairs

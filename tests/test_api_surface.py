@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from jit_helpers import signature_params
 
 import deep_gemm
 from deep_gemm import _C
@@ -48,28 +49,6 @@ def test_stub_matches_extension() -> None:
     assert stub_functions() == exported
 
 
-def parameters_from_signature(fn) -> list[tuple[str, str | None]]:
-    """(name, default) pairs of a vectorcall binding's text signature (inspect.signature), or of pybind11's signature
-    line `name(a: T, b: T = default, ...) -> R`."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-        return [(p.name, None if p.default is inspect.Parameter.empty else repr(p.default)) for p in params]
-    except ValueError:  # (a pybind11 function: no text signature)
-        pass
-    line = fn.__doc__.splitlines()[0]
-    inner = line[line.index("(") + 1 : line.rindex(") ->")]
-    params, depth, current = [], 0, ""
-    for ch in inner + ",":
-        if ch == "," and depth == 0:
-            name, _, rest = current.strip().partition(":")
-            params.append((name, rest.split(" = ")[1] if " = " in rest else None))
-            current = ""
-            continue
-        depth += ch in "[(" and 1 or (ch in "])" and -1 or 0)
-        current += ch
-    return params
-
-
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
@@ -88,7 +67,7 @@ def parameters_from_signature(fn) -> list[tuple[str, str | None]]:
 )  # fmt: skip
 def test_signatures_match_engines(name: str, expected: list[tuple[str, str | None]]) -> None:
     # Engines call positionally and by keyword: names, order and defaults must match exactly
-    assert parameters_from_signature(getattr(deep_gemm, name)) == expected
+    assert signature_params(getattr(deep_gemm, name)) == expected
 
 
 def fp8_operands() -> tuple:

@@ -10,37 +10,13 @@ import random
 
 import pytest
 import torch
+from jit_helpers import signature_params
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
 
 gpu = pytest.mark.gpu
 ON_CPU = r"must be on a CUDA device"
-
-
-def signature_of(fn) -> list[tuple[str, str | None]]:
-    """(name, default repr) pairs of a pybind11 function's signature line `name(p: T, q: T = default, ...) -> R`, or
-    of a text signature (inspect) where the binding has one."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters.values()
-        return [(p.name, None if p.default is inspect.Parameter.empty else repr(p.default)) for p in params]
-    except ValueError:
-        pass
-    line = fn.__doc__.splitlines()[0]
-    inner = line[line.index("(") + 1 : line.rindex(") ->")]
-    params, depth, current = [], 0, ""
-    for ch in inner + ",":
-        if ch == "," and depth == 0:
-            if current.strip():
-                name, _, rest = current.strip().partition(":")
-                params.append((name.strip(), rest.split(" = ", 1)[1].strip() if " = " in rest else None))
-            current = ""
-            continue
-        depth += (ch in "[(") - (ch in "])")
-        current += ch
-    return params
 
 
 def params(*names: str, **defaults: str) -> list[tuple[str, str | None]]:
@@ -117,7 +93,7 @@ def test_reference_signature(name: str) -> None:
     fn = getattr(deep_gemm, name)
     assert name in deep_gemm.__all__, name
     assert (fn.__doc__ or "").strip(), f"{name} has no docstring"
-    assert signature_of(fn) == REFERENCE_SIGNATURES[name], name
+    assert signature_params(fn) == REFERENCE_SIGNATURES[name], name
 
 
 def bf16_grouped_operands(layout: str = "nt", device: str = "cpu"):

@@ -13,7 +13,7 @@ import inspect
 
 import pytest
 import torch
-from test_api_surface import parameters_from_signature
+from jit_helpers import signature_params
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -198,7 +198,7 @@ def test_compile_path_has_the_signature_of_the_binding(name: str) -> None:
     fn = getattr(deep_gemm, name)
     traced = inspect.signature(fn.__deep_gemm_traced__).parameters.values()
     expected = [(p.name, None if p.default is inspect.Parameter.empty else repr(p.default)) for p in traced]
-    assert parameters_from_signature(getattr(_C, name)) == expected
+    assert signature_params(getattr(_C, name)) == expected
 
 
 def test_schemas_declare_only_the_outputs_mutated() -> None:

@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from jit_helpers import dump_sass, run_python
+from jit_helpers import dump_sass, parameter_names, run_python
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
@@ -149,19 +149,7 @@ def bad_prefill_inputs(case: str):
 
 def signature_of(fn) -> list[str]:
     """The parameters of a pybind11 function as 'name' or 'name=default', from its docstring's first line."""
-    first = fn.__doc__.splitlines()[0]
-    inner = first[first.index("(") + 1 : first.rindex(") ->")]
-    params, depth, current = [], 0, ""
-    for ch in inner:
-        depth += ch in "[(" and 1 or 0
-        depth -= ch in "])" and 1 or 0
-        if ch == "," and depth == 0:
-            params.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    params.append(current.strip())
-    return [p.split(":")[0] + ("=" + p.split("=", 1)[1].strip() if "=" in p else "") for p in params]
+    return [e.split(":")[0] + ("=" + e.split("=", 1)[1].strip() if "=" in e else "") for e in parameter_names(fn)]
 
 
 def test_signatures_as_the_reference() -> None:
