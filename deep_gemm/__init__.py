@@ -15,6 +15,7 @@ from deep_gemm import testing, utils
 from deep_gemm._C import (
     compile_kernel,
     get_block_size_multiple_of,
+    get_deterministic,
     get_ignore_compile_dims,
     get_mk_alignment_for_contiguous_layout,
     get_num_sms,
@@ -23,6 +24,7 @@ from deep_gemm._C import (
     get_tma_aligned_size,
     kernel_families,
     set_block_size_multiple_of,
+    set_deterministic,
     set_ignore_compile_dims,
     set_mk_alignment_for_contiguous_layout,
     set_num_sms,
@@ -156,5 +158,7 @@ __all__ = [
     "get_ignore_compile_dims",
     "set_block_size_multiple_of",
     "get_block_size_multiple_of",
+    "set_deterministic",
+    "get_deterministic",
 ]
 __all__ += sorted(set(utils.__all__) - set(__all__))

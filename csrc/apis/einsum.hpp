@@ -32,6 +32,7 @@
 #include "../jit_kernels/impls/sm90_gemm.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
+#include "runtime.hpp"
 #include "grouped_gemm.hpp"
 #include "layout.hpp"
 
@@ -182,6 +183,7 @@ inline void einsum_per_head(EinsumExpr expr, const at::Tensor& a, const at::Tens
     if (a_last == 0)
         return void(d.zero_());
     if (use_cublaslt) {
+        check_not_deterministic("einsum(use_cublaslt=True)");
         // [h, b, .] x [h, ., .] batched over heads, then written into D's [b, h, .] layout
         const at::Tensor by_head = at::bmm(a.transpose(0, 1), bhr ? b.transpose(1, 2) : b);
         d.copy_(by_head.transpose(0, 1));

@@ -118,10 +118,13 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
         {"sm90_tf32_hc_prenorm_gemm",
          {{
               {"n", "columns of D (rows of B), a multiple of 8 in [8, 32] (default 32)"},
-              {"num_stages", "cp.async ring stages (default 8)"},
+              {"block_m", "rows per CTA, 64 or 128 (default 128)"},
+              {"num_stages", "cp.async ring stages (default 8 at block_m 128, 12 at 64)"},
           },
           [](const KernelParams& p) {
-              const auto c = hc_prenorm_config(param_or(p, "n", 32), param_or(p, "num_stages", kHcPrenormDefaultStages));
+              const uint32_t block_m = param_or(p, "block_m", 128);
+              const auto c = hc_prenorm_config(param_or(p, "n", 32), block_m,
+                                               param_or(p, "num_stages", hc_prenorm_default_stages(block_m)));
               check_fits_sm90_smem("sm90_tf32_hc_prenorm_gemm", c.smem_bytes);
               return render_sm90_tf32_hc_prenorm_gemm(c);
           }}},

@@ -115,7 +115,8 @@ public:
                                                 : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups, k);
         const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfb_stride, num_sms,
                             use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
-                            args.num_groups, args.grouped_alignment, args.max_m, args.config_m};
+                            args.num_groups, args.grouped_alignment, args.max_m, args.config_m,
+                            jit::DeviceRuntime::instance().gemm_settings_key()};
         Plan& plan = get_plan(sig, &args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
@@ -183,7 +184,7 @@ public:
         const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.c != nullptr ? n : 0, sfa_stride, sfb_stride, num_sms,
                             use_tma_store, args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), n), operands,
                             args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
-                            num_groups, 0, 0, num_groups * m};
+                            num_groups, 0, 0, num_groups * m, jit::DeviceRuntime::instance().gemm_settings_key()};
         const Plan& plan = get_plan(sig, nullptr);
         const auto& c = plan.config;
 
@@ -245,6 +246,7 @@ private:
         bool compile_m, compile_n, compile_k;
         GemmType gemm_type;
         uint32_t num_groups, grouped_alignment, max_m, config_m;
+        uint32_t settings = 0;  // DeviceRuntime::gemm_settings_key (block size multiples, deterministic)
         bool operator==(const Signature&) const = default;
     };
     struct SignatureHash {
@@ -253,7 +255,7 @@ private:
             const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
             mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.ldc), mix(s.sfa_stride);
             mix(s.sfb_stride), mix(s.num_sms), mix(static_cast<uint32_t>(s.gemm_type)), mix(s.num_groups);
-            mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m);
+            mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m), mix(s.settings);
             mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.c_by_tma << 4));
             mix(static_cast<uint32_t>(s.operands.kind) | (s.operands.mn_major_a << 4) | (s.operands.mn_major_b << 5) |
                 (s.operands.fp32_out << 6) | (s.operands.has_c << 7));
@@ -351,7 +353,7 @@ private:
         auto& c = plan->config;
         const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
         // (DG_TUNE's section of this GEMM's family: fp8_gemm or bf16_gemm)
-        const GemmOverrides forced = gemm_overrides_for(sig.operands);
+        const GemmOverrides forced = with_gemm_settings(gemm_overrides_for(sig.operands), sig.settings);
         const GemmProblem problem{sig.m, sig.n, sig.k, static_cast<uint32_t>(sig.num_sms), sig.use_tma_store,
                                   sig.operands, sig.compile_m, sig.compile_n, sig.compile_k, sig.gemm_type,
                                   sig.num_groups, sig.grouped_alignment, sig.config_m};
