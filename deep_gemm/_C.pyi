@@ -216,7 +216,10 @@ def get_gemm_config(
     multicast_on_a: bool = False,
     allow_multicast: bool | None = None,
     tune: str = "",
+    block_size_multiple_of: tuple[int, int] = (0, 0),
+    deterministic: bool = False,
 ) -> dict[str, Any]: ...
+def get_hc_prenorm_plan(m: int, n: int, k: int, num_sms: int = 132, deterministic: bool = False) -> dict[str, Any]: ...
 def bf16_gemm_nt(
     a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "nk"
 ) -> None: ...

@@ -177,6 +177,7 @@ NOT_KERNEL_ENTRY_POINTS = {
     "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl",
     "set_mk_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout", "set_ignore_compile_dims",
     "get_ignore_compile_dims", "set_block_size_multiple_of", "get_block_size_multiple_of", "get_tma_aligned_size",
+    "set_deterministic", "get_deterministic", "get_hc_prenorm_plan",
     "get_gemm_config", "compile_kernel", "parse_tune", "kernel_families",
     # ahead-of-time builds (deep_gemm.precompile): render and look up kernels, launch nothing
     "render_gemm_kernels", "render_mqa_logits_kernels", "render_paged_mqa_logits_kernels", "render_kernel",
