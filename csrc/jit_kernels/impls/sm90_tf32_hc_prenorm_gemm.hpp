@@ -99,15 +99,18 @@ inline int64_t hc_prenorm_cost(int64_t m, int64_t n, int64_t k, int num_sms, uin
 
 // The tiling used when the caller gives no num_splits (the result is D [M, N] either way). Candidates: BLOCK_M 128 or
 // 64 with 1..8 splits per row block added in a cluster (at least two K blocks per split), and the widest split that
-// keeps one wave (more than 8, at least two K blocks each) added by a second pass. The model's cheapest wins; ties go to
-// the earlier candidate (BLOCK_M 128 first, fewer splits first).
-// batch_invariant (set_deterministic): the split count, the only thing that changes a row's reduction order, is fixed
-// by K alone (min(8, K / 64) splits added in a cluster), so a row's result does not depend on M; only BLOCK_M is chosen.
+// keeps one wave (more than 8, at least two K blocks each) added by a second pass. The model's cheapest wins; ties
+// go to the earlier candidate (BLOCK_M 128 first, fewer splits first).
+// batch_invariant (set_deterministic): the split count, the only thing that changes a row's reduction order, is
+// fixed by K alone (min(8, K / 64) splits added in a cluster), so a row's result does not depend on M; only BLOCK_M
+// is chosen.
 inline HcPrenormPlan hc_prenorm_plan(int64_t m, int64_t n, int64_t k, int num_sms, bool batch_invariant = false) {
     DG_CHECK(m >= 1 && k >= kHcPrenormBlockK && k % kHcPrenormBlockK == 0 && num_sms >= 1,
              "hc_prenorm_plan: m = {}, k = {}, num_sms = {}", m, k, num_sms);
     const int64_t k_blocks = k / kHcPrenormBlockK;
-    const auto reduction_of = [](int64_t s) { return s > 1 ? HcPrenormReduction::kCluster : HcPrenormReduction::kNone; };
+    const auto reduction_of = [](int64_t s) {
+        return s > 1 ? HcPrenormReduction::kCluster : HcPrenormReduction::kNone;
+    };
     HcPrenormPlan best{0, 0, HcPrenormReduction::kNone, INT64_MAX};
     const auto consider = [&](uint32_t block_m, int64_t s, HcPrenormReduction reduction) {
         const int64_t cost =

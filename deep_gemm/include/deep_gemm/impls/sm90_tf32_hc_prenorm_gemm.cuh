@@ -2,10 +2,10 @@
 // both from one pass over A. A BF16 [M, K] K-major (row stride lda elements), B FP32 [kN, K] K-major (row stride
 // ldb), kN in {8, 16, 24, 32}, K a multiple of BLOCK_K = 64. BLOCK_M = kBlockM, 128 or 64 (the host picks 64 when
 // 128-row blocks would leave SMs idle). Grid (S, ceil(M / BLOCK_M)): CTA (s, y) owns rows [BLOCK_M y, BLOCK_M (y + 1))
-// and the K blocks [s * KB / S, (s + 1) * KB / S) of KB = K / 64. Without a cluster it writes
-// the FP32 partials D[s] [M, kN] and sqr_sum[s] [M] (contiguous; S = 1 is the whole result); launched with clusters
-// of S CTAs along x (S <= 8), the cluster adds its partials through distributed shared memory and writes D [M, kN]
-// and sqr_sum [M] once. Deterministic either way: no atomics, every sum in a fixed order (slices, then splits 0..S-1).
+// and the K blocks [s * KB / S, (s + 1) * KB / S) of KB = K / 64. Without a cluster it writes the FP32 partials
+// D[s] [M, kN] and sqr_sum[s] [M] (contiguous; S = 1 is the whole result); launched with clusters of S CTAs along x
+// (S <= 8), the cluster adds its partials through distributed shared memory and writes D [M, kN] and sqr_sum [M]
+// once. Deterministic either way: no atomics, every sum in a fixed order (slices, then splits 0..S-1).
 // A row's sums do not depend on BLOCK_M (each row's k order is the same in every tiling); they depend on S only.
 //
 // Math: BF16 is exactly TF32 (its 8-bit mantissa fits TF32's 10 bits), so A goes to mma as its FP32 bits (a shift);
@@ -19,9 +19,9 @@
 //           ring: kNumStages - 1 groups in flight, wait_group + __syncthreads per K block, then the slot consumed
 //           in the previous block is refilled (one commit group per block, empty ones included).
 //   warps:  warp w = (k_slice = w % 4, m_half = w / 4): rows WARP_M m_half .. + WARP_M (WARP_M = BLOCK_M / 2: four or
-//           two m16 tiles) x k 16 k_slice .. + 16
-//           of each stage (two k8 mma steps), all kN / 8 n8 tiles. Splitting the stage's K over warps (not M) reads
-//           each B element from shared memory by two warps only (one per m_half).
+//           two m16 tiles) x k 16 k_slice .. + 16 of each stage (two k8 mma steps), all kN / 8 n8 tiles. Splitting
+//           the stage's K over warps (not M) reads each B element from shared memory by two warps only (one per
+//           m_half).
 //   k map:  the k of an mma step is a sum, so its 8 logical k may be any 8 physical ones as long as A and B agree:
 //           lane (g = lane / 4, t = lane % 4) holds physical k 16 k_slice + 4t .. + 4; step i in {0, 1} maps logical
 //           k t to physical 4t + 2i and logical t + 4 to 4t + 2i + 1. So a lane reads A with one 8-byte load per row
@@ -32,12 +32,13 @@
 //           c ^ ((n & 1) << 2): the 16-byte loads of rows 8j + {0, 1} (one phase of 8 lanes) hit 8 distinct bank quads.
 //   regs:   per thread (BLOCK_M / 32) x (kN / 8) x 4 FP32 accumulators (64 at kN = 32, BLOCK_M = 128) and
 //           BLOCK_M / 16 row sums of squares (rows g, g + 8 of its m16 tiles, over its k).
-//   epilogue: after the ring drains, its shared memory holds per k_slice warp the [BLOCK_M][kN + 4] FP32 partial D and the
-//           [BLOCK_M] row sums (each lane quad's sums reduced by two xor shuffles first); the 256 threads add the four
-//           k slices in order. Without a cluster they write D (coalesced rows of kN floats) and sqr_sum, rows < M.
+//   epilogue: after the ring drains, its shared memory holds per k_slice warp the [BLOCK_M][kN + 4] FP32 partial D
+//           and the [BLOCK_M] row sums (each lane quad's sums reduced by two xor shuffles first); the 256 threads add
+//           the four k slices in order. Without a cluster they write D (coalesced rows of kN floats) and sqr_sum,
+//           rows < M.
 //           In a cluster each CTA stores its sums in shared memory, the cluster syncs, CTA r adds rows
-//           [r BLOCK_M / S, (r + 1) BLOCK_M / S) of all S CTAs (ld.shared::cluster, ranks in order) and writes them, and a
-//           last cluster sync keeps every CTA's shared memory alive until its peers have read it.
+//           [r BLOCK_M / S, (r + 1) BLOCK_M / S) of all S CTAs (ld.shared::cluster, ranks in order) and writes
+//           them, and a last cluster sync keeps every CTA's shared memory alive until its peers have read it.
 // Limits: kN % 8 == 0 and kN <= 32, K % 64 == 0, A and B rows 16-byte aligned; ceil(M / BLOCK_M) <= 65535.
 #pragma once
 
@@ -252,7 +253,8 @@ sm90_tf32_hc_prenorm_gemm_kernel(const uint8_t* __restrict__ a, uint64_t lda, co
     #pragma unroll
     for (uint32_t i = 0; i + 1 < kNumStages; ++i) {
         if (i < num_local)
-            load_stage<kN, kBlockM>(smem_addr + i * Smem::SMEM_PER_STAGE, a, lda_bytes, b, ldb, m, m_begin, kb_begin + i);
+            load_stage<kN, kBlockM>(smem_addr + i * Smem::SMEM_PER_STAGE, a, lda_bytes, b, ldb, m, m_begin,
+                                    kb_begin + i);
         cp_async_commit();
     }
 
@@ -262,8 +264,8 @@ sm90_tf32_hc_prenorm_gemm_kernel(const uint8_t* __restrict__ a, uint64_t lda, co
         __syncthreads();
         const uint32_t next = i + kNumStages - 1;
         if (next < num_local)
-            load_stage<kN, kBlockM>(smem_addr + (next % kNumStages) * Smem::SMEM_PER_STAGE, a, lda_bytes, b, ldb, m, m_begin,
-                           kb_begin + next);
+            load_stage<kN, kBlockM>(smem_addr + (next % kNumStages) * Smem::SMEM_PER_STAGE, a, lda_bytes, b, ldb, m,
+                                    m_begin, kb_begin + next);
         cp_async_commit();
         compute_stage<kN, kBlockM>(smem + (i % kNumStages) * Smem::SMEM_PER_STAGE, m_half, k_slice, lane, acc, sq);
     }
