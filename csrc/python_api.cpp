@@ -200,7 +200,10 @@ PYBIND11_MODULE(_C, m) {
             "c: None, or d's dtype and shape [M, N], row-major, accumulated (D = C + the product); may be d itself\n"
             "    (in place) but may not otherwise overlap it.\n"
             "Any M, N, K >= 0 (M or N = 0: no-op; K = 0: d = c, or zeros); no alignment needed for BF16 / FP32.\n"
-            "Raises ValueError on a bad dtype, rank, shape, layout, overlap or device.";
+            "set_num_sms does not apply: the call goes through PyTorch's matmuls, whose only SM-count control is\n"
+            "torch._C._set_sm_carveout_experimental (cuBLASLt's SM_COUNT_TARGET, on PyTorch's cuBLASLt paths only).\n"
+            "Raises ValueError on a bad dtype, rank, shape, layout, overlap or device; NotImplementedError under\n"
+            "set_deterministic(True) (cuBLAS picks its own reduction order per shape).";
         m.def("cublaslt_gemm_nt", &dg::apis::cublaslt_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
               ("D = C + A @ B.T " + head + "a: [M, K]. b: [N, K].\n" + tail).c_str());
         m.def("cublaslt_gemm_nn", &dg::apis::cublaslt_gemm_nn, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),

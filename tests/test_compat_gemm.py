@@ -252,6 +252,34 @@ def test_heuristic_applies_block_size_multiple_of(bf16: bool) -> None:
         config(4096, 4096, 7168, bf16=bf16, gemm_type=1, block_size_multiple_of=(256, 0))
 
 
+@gpu
+@pytest.mark.parametrize("multiple", [(0, 64), (128, 0), (64, 128)], ids=lambda v: f"m{v[0]}-n{v[1]}")
+def test_gemms_run_with_block_size_multiple_of(multiple) -> None:
+    """The constrained tiles compute the same math: FP8 (1024 x 2112 x 7168, unconstrained BLOCK_N 144) against
+    float64 of the dequantized operands, BF16 against float64 of its operands; outputs poisoned."""
+    from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
+
+    m, n, k = 1024, 2112, 7168
+    torch.manual_seed(sum(multiple))
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a, sfa = per_token_cast_to_fp8(x, use_ue8m0=False)
+    b, sfb = per_block_cast_to_fp8(w, use_ue8m0=False)
+    try:
+        deep_gemm.set_block_size_multiple_of(multiple)
+        d8 = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d8)
+        d16 = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        deep_gemm.bf16_gemm_nt(x, w, d16)
+    finally:
+        deep_gemm.set_block_size_multiple_of(0)
+    a64 = a.double() * sfa.double().repeat_interleave(128, dim=1)[:, :k]
+    b64 = b.double() * sfb.double().repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[:n, :k]
+    assert torch.isfinite(d8).all() and torch.isfinite(d16).all()
+    assert calc_diff(d8, a64 @ b64.T) < 5e-6
+    assert calc_diff(d16, x.double() @ w.double().T) < 5e-6
+
+
 def mn_major(x: torch.Tensor) -> torch.Tensor:
     """The same values and shape, stored with stride 1 along the second-to-last dimension (x.T.contiguous().T)."""
     return x.transpose(-1, -2).contiguous().transpose(-1, -2)

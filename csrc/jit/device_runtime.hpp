@@ -91,8 +91,8 @@ public:
     void set_ignore_compile_dims(bool ignore) { ignore_compile_dims_ = ignore; }
     bool ignore_compile_dims() const { return ignore_compile_dims_; }
 
-    // set_block_size_multiple_of: a BLOCK_M / BLOCK_N multiple the caller asks for (the reference's SM90 heuristic
-    // applies the N one to its BLOCK_N choice). Stored for API compatibility; 0 means no constraint.
+    // set_block_size_multiple_of: the BLOCK_M / BLOCK_N multiples the GEMM heuristics keep to (0: no constraint;
+    // GemmOverrides::block_m_multiple / block_n_multiple, through gemm_settings_key).
     void set_block_size_multiple_of(int block_m_multiple, int block_n_multiple) {
         DG_CHECK_INPUT(block_m_multiple >= 0 && block_n_multiple >= 0,
                        "set_block_size_multiple_of: the multiples must be non-negative, got ({}, {})", block_m_multiple,
