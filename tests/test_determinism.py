@@ -7,7 +7,8 @@ Claims and their tests:
   repeatable: two calls, compared bit for bit, on shapes whose plans use split-K, stream-K and each HC tiling.
 - Batch invariance needs set_deterministic(True): the GEMM heuristic drops split-K and stream-K (the only choices that
   change a row's K order; BLOCK_M / BLOCK_N may still change with M, which leaves a row's sums alone), and the HC
-  pre-norm splits K by K alone. Test: rows computed with M = 1 and within M = 4096 (and M = 129) compared bit for bit.
+  pre-norm splits K by K alone. Test: rows computed with M = 1, 7 and 129 and within M = 4096 compared bit for bit;
+  the masked grouped GEMM's rows with expected_m = 1 and 4096.
 - Under set_deterministic(True) the cuBLAS-served calls raise NotImplementedError.
 
 CPU tier: the switch, its signature, the heuristic's choices under it, the errors. GPU tier (`gpu`): the claims above.
@@ -188,3 +189,25 @@ def test_einsum_cublaslt_raises_when_deterministic(deterministic) -> None:
         deep_gemm.einsum("bhr,hdr->bhd", a, b, d, use_cublaslt=True)
     deep_gemm.einsum("bhr,hdr->bhd", a, b, d)  # (the deep_gemm kernel path still runs)
     assert torch.isfinite(d).all()
+
+
+@gpu
+def test_masked_grouped_rows_do_not_depend_on_expected_m_when_deterministic(deterministic) -> None:
+    """m_grouped_fp8_gemm_nt_masked: the plan follows expected_m (64- or 128-row blocks); the valid rows of each
+    group are the same bits for expected_m = 1 and 4096, and for masked_m of 1 and of the full group (run-to-run of
+    the masked layout too: tests/test_grouped_gemm.py covers the contiguous and k-grouped ones)."""
+    from test_grouped_gemm import make_masked_inputs
+
+    groups, max_m, n, k = 4, 256, 4096, 7168
+    a, sfa, b, sfb = make_masked_inputs(groups, max_m, n, k)
+
+    def run(counts: list[int], expected_m: int) -> torch.Tensor:
+        d = torch.full((groups, max_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+        deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)
+        return d
+
+    full = run([max_m] * groups, max_m)
+    assert_same_bits(run([max_m] * groups, max_m), full, "masked: two runs")
+    one = run([1] * groups, 1)
+    assert_same_bits(one[:, :1], full[:, :1], "masked: row 0 with masked_m = 1 vs the full groups")
