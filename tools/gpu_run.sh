@@ -21,6 +21,9 @@
 #   DG_GPU_RUN_OLD_INCLUDE=".ab/include-COMMIT.tar.gz ..."  the dense bench again (ours only) with an earlier
 #                                           commit's kernel headers (tools/with_old_headers.sh), compared row by
 #                                           row with this tree's in ab.log (tools/bench_ab.py)
+#   DG_GPU_RUN_REFERENCE=WHEEL                 the reference package's wheel (e.g. .whl/sgl_deep_gemm-*.whl) timed
+#                                           against ours on issue #48's calls (tools/bench_vs_reference.py):
+#                                           vs-reference.md; DG_GPU_RUN_REFERENCE_FAMILIES=dense,... picks families
 #   DG_GPU_RUN_SWEEP="--shapes ... --configs ...; ..."      tools/sweep_fp8_gemm.py calls, as sweep-<i>.json
 set -uo pipefail
 OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
@@ -102,6 +105,32 @@ if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     done
     [[ ${#reports[@]} -gt 0 ]] && (cd /tmp && python3 -m deep_gemm.bench --from-json "${reports[@]}" \
         --markdown "$OUT/perf.md") >> "$L/bench-markdown.log" 2>&1
+fi
+
+if [[ -n "${DG_GPU_RUN_REFERENCE:-}" ]]; then
+    # The reference package (a wheel installing `deep_gemm`) in its own folder, timed in a separate process with
+    # its own kernel cache on the same calls as ours (tools/bench_vs_reference.py); ratio table in vs-reference.md
+    ref_dir=/tmp/dg-reference
+    python3 -m pip install -q --no-deps --target "$ref_dir" "$DG_GPU_RUN_REFERENCE" > "$L/reference-install.log" 2>&1
+    fams=${DG_GPU_RUN_REFERENCE_FAMILIES:-dense,contiguous,masked,wgrad,kgrouped,mqa,paged,bf16_contiguous,bf16_masked}
+    # JIT warm-up first: one process per family and package in parallel (the compiles dominate), then the timing
+    for fam in ${fams//,/ }; do
+        (cd /tmp && PYTHONPATH=$ref_dir DG_JIT_CACHE_DIR=/tmp/dg-reference-cache timeout 400 python3 \
+            "$ROOT/tools/bench_vs_reference.py" --warm-only --families "$fam") > "$L/reference-warm-$fam.log" 2>&1 &
+        (cd /tmp && timeout 400 python3 "$ROOT/tools/bench_vs_reference.py" --warm-only --families "$fam") \
+            > "$L/reference-warm-ours-$fam.log" 2>&1 &
+    done
+    wait
+    (cd /tmp && PYTHONPATH=$ref_dir DG_JIT_CACHE_DIR=/tmp/dg-reference-cache timeout 500 python3 \
+        "$ROOT/tools/bench_vs_reference.py" --label reference --families "$fams" --json "$OUT/vs-ref-reference.json") \
+        > "$L/reference-bench.log" 2>&1
+    note "reference bench rc=$?"
+    (cd /tmp && timeout 500 python3 "$ROOT/tools/bench_vs_reference.py" --label ours --families "$fams" \
+        --json "$OUT/vs-ref-ours.json") > "$L/reference-ours.log" 2>&1
+    note "ours on the reference calls rc=$?"
+    python3 tools/bench_vs_reference.py --compare "$OUT/vs-ref-reference.json" "$OUT/vs-ref-ours.json" \
+        --markdown "$OUT/vs-reference.md" > /dev/null 2>&1 && note "$(tail -12 "$OUT/vs-reference.md")"
+    pack
 fi
 
 if [[ -n "${DG_GPU_RUN_NCU:-}" ]]; then
