@@ -89,7 +89,7 @@ def _check_common(fn: str, y, sym_buffer, cumulative_local_expert_recv_stats, ac
 def _check_expert_ids(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
     """Raise when this rank's top-k ids hold a value outside [-1, E). One host sync, so skipped while a CUDA graph
     is captured (the kernels then ignore such ids: they route nowhere)."""
-    if num_tokens == 0 or torch.cuda.is_current_stream_capturing():
+    if num_tokens == 0 or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
         return
     ids = sym_buffer.topk_idx[:num_tokens]
     num_experts = sym_buffer.layout.num_experts
@@ -99,14 +99,19 @@ def _check_expert_ids(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
                          f"[0, num_experts = {num_experts}) or -1, got values in [{int(ids.min())}, {int(ids.max())}]")
 
 
+def _check_tokens_bound(fn: str, sym_buffer: SymmBuffer, num_tokens: int, num_tokens_bound) -> None:
+    if num_tokens_bound is None:
+        return
+    if isinstance(num_tokens_bound, bool) or not isinstance(num_tokens_bound, int):
+        raise TypeError(f"{fn}: num_tokens_bound must be an int or None, got {type(num_tokens_bound).__name__}")
+    limit = sym_buffer.layout.num_max_tokens_per_rank
+    if not num_tokens <= num_tokens_bound <= limit:
+        raise ValueError(f"{fn}: num_tokens_bound must be in [T = {num_tokens}, num_max_tokens_per_rank = {limit}], "
+                         f"got {num_tokens_bound}")
+
+
 def _rows_for_call(fn: str, sym_buffer: SymmBuffer, num_tokens: int, num_tokens_bound) -> int:
     layout = sym_buffer.layout
-    if num_tokens_bound is not None:
-        if isinstance(num_tokens_bound, bool) or not isinstance(num_tokens_bound, int):
-            raise TypeError(f"{fn}: num_tokens_bound must be an int or None, got {type(num_tokens_bound).__name__}")
-        if not num_tokens <= num_tokens_bound <= layout.num_max_tokens_per_rank:
-            raise ValueError(f"{fn}: num_tokens_bound must be in [T = {num_tokens}, num_max_tokens_per_rank = "
-                             f"{layout.num_max_tokens_per_rank}], got {num_tokens_bound}")
     # One rank: its own T bounds what it receives. Several: any peer may send up to the bound.
     bound = num_tokens if sym_buffer.num_ranks == 1 else (num_tokens_bound or layout.num_max_tokens_per_rank)
     alignment = _C.get_mk_alignment_for_contiguous_layout()
@@ -205,8 +210,9 @@ def fp8_mega_moe(
         NotImplementedError: off SM90 (from the kernels).
     """
     fn = "fp8_mega_moe"
-    _check_common(fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math,
-                  use_fp8=True)
+    num_tokens = _check_common(fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp,
+                               fast_math, use_fp8=True)
+    _check_tokens_bound(fn, sym_buffer, num_tokens, num_tokens_bound)
     if not isinstance(recipe, (tuple, list)) or tuple(recipe) != FP8_SM90_RECIPE:
         raise ValueError(f"{fn}: recipe must be {FP8_SM90_RECIPE} (128 x 128 weight blocks, 1 x 128 activations), "
                          f"got {recipe!r}")
