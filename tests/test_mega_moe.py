@@ -462,6 +462,19 @@ def test_mega_kernels_compile_without_spills(cache_dir: Path, family: str, param
     assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
 
 
+# ----------------------------------------------------------------------------- bench suite (CPU tier)
+def test_mega_moe_bench_suite_is_registered() -> None:
+    from deep_gemm.bench import get_suite
+    from deep_gemm.bench.mega_moe import MEGA_MOE_SHAPES
+
+    suite = get_suite("mega_moe")
+    assert suite.parse_shape("256x32x8x7168x2048") == (256, 32, 8, 7168, 2048)
+    assert [s[0] for s in MEGA_MOE_SHAPES] == [64, 256, 1024, 4096]
+    assert all(s[1:] == (32, 8, 7168, 2048) for s in MEGA_MOE_SHAPES)
+    with pytest.raises(ValueError):
+        suite.parse_shape("256x32x8x7168")
+
+
 # ----------------------------------------------------------------------------- GPU tier
 def ue_free_block_cast(w: torch.Tensor):
     """FP8 weights [E, N, K] with 128 x 128 block scales (the library's cast)."""
