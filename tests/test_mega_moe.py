@@ -373,7 +373,8 @@ def test_fp8_fp4_mega_moe_not_implemented_on_sm90() -> None:
         mega.fp8_fp4_mega_moe(torch.zeros(17, 256, dtype=torch.bfloat16), None, None, cpu_buffer())
 
 
-def test_expert_ids_out_of_range_raise() -> None:
+def test_expert_ids_out_of_range_raise_on_cpu_buffers() -> None:
+    # (CPU buffers are always checked; CUDA ones with DG_DEBUG_CHECKS=1: see test_mega_moe_bad_expert_ids)
     from deep_gemm.mega.moe import _check_expert_ids
 
     buffer = cpu_buffer()
@@ -644,13 +645,20 @@ def test_mega_moe_no_tokens(use_fp8: bool) -> None:
 
 @gpu
 @pytest.mark.parametrize("use_fp8", [True, False], ids=["fp8", "bf16"])
-def test_mega_moe_bad_expert_id_raises(use_fp8: bool) -> None:
+def test_mega_moe_bad_expert_ids(use_fp8: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     problem = Problem(use_fp8, 8, 32, 2, 256, 128)
-    problem.route(16)
+    problem.route(16, "dense")
     problem.buffer.topk_idx[5, 1] = 8
-    y = torch.empty(16, 256, dtype=torch.bfloat16, device="cuda")
+    problem.buffer.topk_idx[7, 0] = -5
+    y = torch.full((16, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    monkeypatch.setenv("DG_DEBUG_CHECKS", "1")
     with pytest.raises(ValueError, match=r"sym_buffer.topk_idx .* must hold expert ids in \[0, num_experts = 8\)"):
         problem.call(y)
+    # Default (no host sync): those slots route nowhere, the rest is computed as usual
+    monkeypatch.delenv("DG_DEBUG_CHECKS")
+    problem.call(y)
+    torch.cuda.synchronize()
+    check_against_reference(problem, y, 16)
 
 
 @gpu
