@@ -102,7 +102,7 @@ def test_buffer_layout_regions(use_fp8: bool, num_ranks: int) -> None:
     assert layout.num_local_experts == 32 // num_ranks
     assert layout.max_rows == received_rows_bound(num_ranks, 300, 6, 32 // num_ranks, 128)
     regions = sorted(layout.regions.values(), key=lambda r: r.offset)
-    for region, following in zip(regions, regions[1:]):
+    for region, following in zip(regions, regions[1:], strict=False):
         assert region.offset % REGION_ALIGNMENT == 0
         assert region.offset + region.nbytes <= following.offset  # no overlap
     assert regions[-1].offset + regions[-1].nbytes <= layout.num_bytes
@@ -111,14 +111,17 @@ def test_buffer_layout_regions(use_fp8: bool, num_ranks: int) -> None:
     assert r["x_sf"].shape == (300, 4 if use_fp8 else 0)
     assert r["topk_idx"].shape == (300, 6) and r["topk_idx"].dtype == "int64"
     assert r["l1_acts"].shape == (layout.max_rows, 512)
-    assert r["l1_out"].shape == (layout.max_rows, 768) and r["l1_out_up"].shape[0] == (layout.max_rows if use_fp8 else 0)
+    assert r["l1_out"].shape == (layout.max_rows, 768) and r["l1_out_up"].shape[0] == (
+        layout.max_rows if use_fp8 else 0
+    )
     assert r["l2_acts"].shape == (layout.max_rows, 384) and r["l2_out"].shape == (layout.max_rows, 512)
     assert r["l1_acts_sf"].mn_major and r["l1_acts_sf"].row_stride == (layout.max_rows + 3) // 4 * 4
     assert r["l1_acts_sf"].nbytes == (4 * r["l1_acts_sf"].row_stride * 4 if use_fp8 else 0)
     assert r["psum_ends"].shape == (32 // num_ranks,)
     kernel = layout.kernel_layout(num_ranks - 1)
-    assert kernel[:7] == [r[n].offset for n in ("num_tokens", "x", "x_sf", "topk_idx", "topk_weights", "combine_row",
-                                                "l2_out")]
+    assert kernel[:7] == [
+        r[n].offset for n in ("num_tokens", "x", "x_sf", "topk_idx", "topk_weights", "combine_row", "l2_out")
+    ]
     assert kernel[7:] == [300, 6, 512, 32, 32 // num_ranks, num_ranks - 1, num_ranks, int(use_fp8)]
 
 
@@ -135,8 +138,19 @@ def test_buffer_layout_regions(use_fp8: bool, num_ranks: int) -> None:
     ],
 )
 def test_buffer_layout_bad_arguments(kwargs: dict, error: type, pattern: str) -> None:
-    args = dict(num_ranks=1, num_experts=32, num_max_tokens_per_rank=64, num_topk=8, hidden=256,
-                intermediate_hidden=256, use_fp8=True, alignment=128) | kwargs
+    args = (
+        dict(
+            num_ranks=1,
+            num_experts=32,
+            num_max_tokens_per_rank=64,
+            num_topk=8,
+            hidden=256,
+            intermediate_hidden=256,
+            use_fp8=True,
+            alignment=128,
+        )
+        | kwargs
+    )
     with pytest.raises(error, match=pattern):
         mega_moe_buffer_layout(**args)
 
@@ -154,8 +168,10 @@ def test_buffer_layout_bad_arguments(kwargs: dict, error: type, pattern: str) ->
     ],
 )
 def test_get_symm_buffer_bad_arguments(kwargs: dict, error: type, pattern: str) -> None:
-    args = dict(group=None, num_experts=32, num_max_tokens_per_rank=64, num_topk=8, hidden=256,
-                intermediate_hidden=256) | kwargs
+    args = (
+        dict(group=None, num_experts=32, num_max_tokens_per_rank=64, num_topk=8, hidden=256, intermediate_hidden=256)
+        | kwargs
+    )
     with pytest.raises(error, match=pattern):
         mega.get_symm_buffer_for_mega_moe(**args)
 
@@ -242,7 +258,7 @@ def test_routing_model_invariants() -> None:
         ends, src, combine = expected_routing(topk_per_rank, rank, e_local, alignment)
         assert len(ends) == e_local and sorted(src) == sorted(combine.values())
         starts = [0] + [-(-end // alignment) * alignment for end in ends[:-1]]
-        for g, (start, end) in enumerate(zip(starts, ends)):
+        for g, (start, end) in enumerate(zip(starts, ends, strict=True)):
             assert start % alignment == 0 and start <= end
             for row in range(start, end):
                 s, t, j = src[row]
@@ -254,8 +270,9 @@ def test_routing_model_invariants() -> None:
 
 
 # ----------------------------------------------------------------------------- call arguments (CPU tier)
-def cpu_buffer(use_fp8: bool = True, e: int = 4, max_tokens: int = 16, topk: int = 2, hidden: int = 256,
-               inter: int = 128) -> SymmBuffer:
+def cpu_buffer(
+    use_fp8: bool = True, e: int = 4, max_tokens: int = 16, topk: int = 2, hidden: int = 256, inter: int = 128
+) -> SymmBuffer:
     """A SymmBuffer laid out as on a GPU but held in CPU memory: enough for the argument checks, which run
     before anything touches the device."""
     buffer = SymmBuffer.__new__(SymmBuffer)
@@ -420,8 +437,17 @@ def test_pre_dispatch_bad_arguments(case: str, error: type, pattern: str) -> Non
     elif case == "x_1d":
         x = x[0]
     with pytest.raises(error, match=pattern):
-        mega.mega_moe_pre_dispatch_sm90(x, idx, w, buffer.view("x"), buffer.view("x_sf"), buffer.view("topk_idx"),
-                                        buffer.view("topk_weights"), num_tokens, **kwargs)
+        mega.mega_moe_pre_dispatch_sm90(
+            x,
+            idx,
+            w,
+            buffer.view("x"),
+            buffer.view("x_sf"),
+            buffer.view("topk_idx"),
+            buffer.view("topk_weights"),
+            num_tokens,
+            **kwargs,
+        )
 
 
 def test_pre_dispatch_on_cpu_matches_the_cast() -> None:
@@ -429,8 +455,17 @@ def test_pre_dispatch_on_cpu_matches_the_cast() -> None:
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(5, 256, generator=gen).to(torch.bfloat16)
     idx, w = torch.tensor([[0, 1], [2, -1], [3, 3], [-1, -1], [1, 0]]), torch.rand(5, 2, generator=gen)
-    mega.mega_moe_pre_dispatch_sm90(x, idx, w, buffer.view("x"), buffer.view("x_sf"), buffer.view("topk_idx"),
-                                    buffer.view("topk_weights"), 5, routed_scaling_factor=2.5)
+    mega.mega_moe_pre_dispatch_sm90(
+        x,
+        idx,
+        w,
+        buffer.view("x"),
+        buffer.view("x_sf"),
+        buffer.view("topk_idx"),
+        buffer.view("topk_weights"),
+        5,
+        routed_scaling_factor=2.5,
+    )
     x_fp8, x_sf = per_token_cast_to_fp8(x, use_ue8m0=False)
     assert torch.equal(buffer.view("x")[:5].view(torch.uint8), x_fp8.view(torch.uint8))
     assert torch.equal(buffer.view("x_sf")[:5], x_sf)
@@ -501,11 +536,27 @@ def swiglu64(h: torch.Tensor, inter: int, clamp: float | None) -> torch.Tensor:
 class Problem:
     """One layer on one rank: random weights and routing, the buffer filled, the float64 reference."""
 
-    def __init__(self, use_fp8: bool, num_experts: int, max_tokens: int, topk: int, hidden: int, inter: int,
-                 seed: int = 0, clamp: float | None = None, group=None):
+    def __init__(
+        self,
+        use_fp8: bool,
+        num_experts: int,
+        max_tokens: int,
+        topk: int,
+        hidden: int,
+        inter: int,
+        seed: int = 0,
+        clamp: float | None = None,
+        group=None,
+    ):
         torch.manual_seed(seed)
-        self.use_fp8, self.e, self.max_tokens, self.topk, self.hidden, self.inter = (use_fp8, num_experts, max_tokens,
-                                                                                     topk, hidden, inter)
+        self.use_fp8, self.e, self.max_tokens, self.topk, self.hidden, self.inter = (
+            use_fp8,
+            num_experts,
+            max_tokens,
+            topk,
+            hidden,
+            inter,
+        )
         self.clamp = clamp
         w1 = torch.randn(num_experts, 2 * inter, hidden, device="cuda") / math.sqrt(hidden)
         w2 = torch.randn(num_experts, hidden, inter, device="cuda") / math.sqrt(inter)
@@ -517,8 +568,9 @@ class Problem:
         else:
             self.w1, self.w2 = w1.to(torch.bfloat16), w2.to(torch.bfloat16)
             self.l1, self.l2 = mega.transform_weights_for_mega_moe(self.w1, self.w2)
-            self.buffer = mega.get_symm_buffer_for_mega_moe(group, num_experts, max_tokens, topk, hidden, inter,
-                                                            mma_type="bf16xbf16")
+            self.buffer = mega.get_symm_buffer_for_mega_moe(
+                group, num_experts, max_tokens, topk, hidden, inter, mma_type="bf16xbf16"
+            )
 
     def route(self, num_tokens: int, pattern: str = "random", seed: int = 1) -> None:
         """Fill the buffer's first num_tokens rows: tokens, ids and weights."""
@@ -536,8 +588,16 @@ class Problem:
         self.topk_weights = torch.rand(t, k, generator=gen).cuda()
         self.x = (torch.randn(t, self.hidden, generator=gen) * 2).to(torch.bfloat16).cuda()
         if self.use_fp8:
-            mega.mega_moe_pre_dispatch_sm90(self.x, self.topk_idx, self.topk_weights, self.buffer.x, self.buffer.x_sf,
-                                            self.buffer.topk_idx, self.buffer.topk_weights, t)
+            mega.mega_moe_pre_dispatch_sm90(
+                self.x,
+                self.topk_idx,
+                self.topk_weights,
+                self.buffer.x,
+                self.buffer.x_sf,
+                self.buffer.topk_idx,
+                self.buffer.topk_weights,
+                t,
+            )
         else:
             self.buffer.x[:t].copy_(self.x)
             self.buffer.topk_idx[:t].copy_(self.topk_idx)
@@ -596,7 +656,7 @@ def check_routing_tables(problem: Problem, num_tokens: int) -> None:
     for row, (s, t, j) in src.items():
         assert rows[row] == (s * problem.max_tokens + t) * problem.topk + j, row
     combine_rows = problem.buffer.view("combine_row")
-    for (s, t, j), row in combine.items():
+    for (_s, t, j), row in combine.items():
         assert int(combine_rows[t, j]) == row
 
 
@@ -613,8 +673,9 @@ def check_routing_tables(problem: Problem, num_tokens: int) -> None:
     ],
     ids=["t-max", "skewed", "clamp", "one-token", "e32-top8"],
 )
-def test_mega_moe_against_float64(use_fp8, num_experts, max_tokens, num_tokens, topk, hidden, inter, pattern,
-                                  clamp) -> None:
+def test_mega_moe_against_float64(
+    use_fp8, num_experts, max_tokens, num_tokens, topk, hidden, inter, pattern, clamp
+) -> None:
     problem = Problem(use_fp8, num_experts, max_tokens, topk, hidden, inter, clamp=clamp)
     problem.route(num_tokens, pattern)
     stats = torch.full((num_experts,), 5, dtype=torch.int32, device="cuda")
@@ -697,8 +758,13 @@ def test_fp8_mega_moe_on_symmetric_memory_single_rank(monkeypatch: pytest.Monkey
     from deep_gemm.mega import buffer as buffer_module
 
     monkeypatch.setattr(buffer_module, "_SYMMETRIC_FOR_SINGLE_RANK", True)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", world_size=1, rank=0,
-                            device_id=torch.device("cuda", torch.cuda.current_device()))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{_free_port()}",
+        world_size=1,
+        rank=0,
+        device_id=torch.device("cuda", torch.cuda.current_device()),
+    )
     try:
         group = dist.group.WORLD
         if hasattr(symm_mem, "enable_symm_mem_for_group"):
@@ -714,4 +780,3 @@ def test_fp8_mega_moe_on_symmetric_memory_single_rank(monkeypatch: pytest.Monkey
         problem.buffer.destroy()
     finally:
         dist.destroy_process_group()
-

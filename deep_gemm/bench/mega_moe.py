@@ -148,8 +148,15 @@ def _bench_one(use_fp8: bool, t: int, e: int, k: int, h: int, inter: int, option
         weight_bytes_per_expert = 2 * (2 * inter * h + h * inter)
 
     active = int(torch.bincount(idx.flatten(), minlength=e).gt(0).sum())
-    row: dict[str, Any] = {"dtype": "fp8" if use_fp8 else "bf16", "t": t, "e": e, "k": k, "h": h, "i": inter,
-                           "weight_bytes": active * weight_bytes_per_expert}
+    row: dict[str, Any] = {
+        "dtype": "fp8" if use_fp8 else "bf16",
+        "t": t,
+        "e": e,
+        "k": k,
+        "h": h,
+        "i": inter,
+        "weight_bytes": active * weight_bytes_per_expert,
+    }
     out, row["ours_error"] = try_first_call(ours)
     ref, row["unfused_error"] = try_first_call(unfused)
     row["diff"] = float(calc_diff(out.float(), ref.float())) if out is not None and ref is not None else None

@@ -85,11 +85,32 @@ class SymmBuffer:
         mma_type="fp8xfp4",
         activation="swiglu",
     ):
-        self._init(group, num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden,
-                   num_ring_tokens, mma_type, activation, mma_type.startswith("fp8") if isinstance(mma_type, str) else True)
+        self._init(
+            group,
+            num_experts,
+            num_max_tokens_per_rank,
+            num_topk,
+            hidden,
+            intermediate_hidden,
+            num_ring_tokens,
+            mma_type,
+            activation,
+            mma_type.startswith("fp8") if isinstance(mma_type, str) else True,
+        )
 
-    def _init(self, group, num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden,
-              num_ring_tokens, mma_type, activation, use_fp8_dispatch) -> None:
+    def _init(
+        self,
+        group,
+        num_experts,
+        num_max_tokens_per_rank,
+        num_topk,
+        hidden,
+        intermediate_hidden,
+        num_ring_tokens,
+        mma_type,
+        activation,
+        use_fp8_dispatch,
+    ) -> None:
         fn = "SymmBuffer"
         check_mma_and_activation(fn, mma_type, activation)
         if isinstance(num_ring_tokens, bool) or not isinstance(num_ring_tokens, int) or num_ring_tokens < 0:
@@ -97,8 +118,15 @@ class SymmBuffer:
         rank, num_ranks = _group_rank_and_size(fn, group)
         alignment = get_mk_alignment_for_contiguous_layout()
         self.layout: MegaMoeBufferLayout = mega_moe_buffer_layout(
-            num_ranks, num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden,
-            use_fp8_dispatch, alignment)
+            num_ranks,
+            num_experts,
+            num_max_tokens_per_rank,
+            num_topk,
+            hidden,
+            intermediate_hidden,
+            use_fp8_dispatch,
+            alignment,
+        )
         self.group = group
         self.rank = rank
         self.num_ranks = num_ranks
@@ -152,8 +180,18 @@ class SymmBuffer:
         self.barrier()
         self._handle = None
         self.storage = None
-        for name in ("x", "x_sf", "topk_idx", "topk_weights", "l1_acts", "l1_acts_sf", "l2_acts", "l2_acts_sf",
-                     "num_tokens", "peers"):
+        for name in (
+            "x",
+            "x_sf",
+            "topk_idx",
+            "topk_weights",
+            "l1_acts",
+            "l1_acts_sf",
+            "l2_acts",
+            "l2_acts_sf",
+            "num_tokens",
+            "peers",
+        ):
             setattr(self, name, None)
 
 
@@ -186,8 +224,18 @@ def get_symm_buffer_for_mega_moe(
     if not use_fp8_dispatch and mma_type.startswith("fp8"):
         raise ValueError(f"{fn}: mma_type={mma_type!r} needs FP8 dispatch (use_fp8_dispatch=True or None), got False")
     buffer = SymmBuffer.__new__(SymmBuffer)
-    buffer._init(group, num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden, 0, mma_type,
-                 activation, use_fp8_dispatch)
+    buffer._init(
+        group,
+        num_experts,
+        num_max_tokens_per_rank,
+        num_topk,
+        hidden,
+        intermediate_hidden,
+        0,
+        mma_type,
+        activation,
+        use_fp8_dispatch,
+    )
     return buffer
 
 
@@ -206,7 +254,16 @@ def get_symm_buffer_for_sm90_mega_moe(
     See :class:`SymmBuffer` for the arguments, the views and what it raises."""
     if not isinstance(use_fp8_dispatch, bool):
         raise TypeError(
-            f"get_symm_buffer_for_sm90_mega_moe: use_fp8_dispatch must be a bool, got {type(use_fp8_dispatch).__name__}")
+            f"get_symm_buffer_for_sm90_mega_moe: use_fp8_dispatch must be a bool, got {type(use_fp8_dispatch).__name__}"
+        )
     return get_symm_buffer_for_mega_moe(
-        group, num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden, use_fp8_dispatch,
-        "fp8xfp8" if use_fp8_dispatch else "bf16xbf16", activation)
+        group,
+        num_experts,
+        num_max_tokens_per_rank,
+        num_topk,
+        hidden,
+        intermediate_hidden,
+        use_fp8_dispatch,
+        "fp8xfp8" if use_fp8_dispatch else "bf16xbf16",
+        activation,
+    )

@@ -50,36 +50,50 @@ def _check_pair(fn: str, name: str, pair: object) -> tuple[torch.Tensor, torch.T
     return pair[0], pair[1]
 
 
-def _check_common(fn: str, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math,
-                  use_fp8: bool) -> int:
+def _check_common(
+    fn: str, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math, use_fp8: bool
+) -> int:
     """Check what every Mega MoE call shares; return T."""
     if not isinstance(sym_buffer, SymmBuffer):
         raise TypeError(f"{fn}: sym_buffer must be a deep_gemm.mega.SymmBuffer, got {type(sym_buffer).__name__}")
     if sym_buffer.storage is None:
         raise ValueError(f"{fn}: sym_buffer was destroyed")
     if sym_buffer.use_fp8_dispatch != use_fp8:
-        raise ValueError(f"{fn}: sym_buffer must be allocated with use_fp8_dispatch={use_fp8} (mma_type "
-                         f"{'fp8xfp8' if use_fp8 else 'bf16xbf16'}), got mma_type={sym_buffer.mma_type!r}, "
-                         f"use_fp8_dispatch={sym_buffer.use_fp8_dispatch}")
+        raise ValueError(
+            f"{fn}: sym_buffer must be allocated with use_fp8_dispatch={use_fp8} (mma_type "
+            f"{'fp8xfp8' if use_fp8 else 'bf16xbf16'}), got mma_type={sym_buffer.mma_type!r}, "
+            f"use_fp8_dispatch={sym_buffer.use_fp8_dispatch}"
+        )
     layout = sym_buffer.layout
     if not isinstance(y, torch.Tensor):
         raise TypeError(f"{fn}: y must be a torch.Tensor, got {type(y).__name__}")
     if y.dtype != torch.bfloat16 or y.dim() != 2 or y.shape[1] != layout.hidden:
         raise ValueError(f"{fn}: y must be BF16 [T, hidden={layout.hidden}], got {y.dtype} {list(y.shape)}")
     if y.shape[0] > layout.num_max_tokens_per_rank:
-        raise ValueError(f"{fn}: y has T = {y.shape[0]} rows, more than the buffer's num_max_tokens_per_rank = "
-                         f"{layout.num_max_tokens_per_rank}")
+        raise ValueError(
+            f"{fn}: y has T = {y.shape[0]} rows, more than the buffer's num_max_tokens_per_rank = "
+            f"{layout.num_max_tokens_per_rank}"
+        )
     if y.shape[0] > 0 and (y.stride(1) != 1 or y.stride(0) % 8 != 0 or y.data_ptr() % 16 != 0):
         raise ValueError(f"{fn}: y must be row-major with 16-byte aligned rows, got strides {y.stride()}")
     if cumulative_local_expert_recv_stats is not None:
-        _check_tensor(fn, "cumulative_local_expert_recv_stats", cumulative_local_expert_recv_stats, torch.int32,
-                      (layout.num_local_experts,))
+        _check_tensor(
+            fn,
+            "cumulative_local_expert_recv_stats",
+            cumulative_local_expert_recv_stats,
+            torch.int32,
+            (layout.num_local_experts,),
+        )
         if not cumulative_local_expert_recv_stats.is_contiguous():
             raise ValueError(f"{fn}: cumulative_local_expert_recv_stats must be contiguous")
     if activation not in ACTIVATIONS:
         raise ValueError(f"{fn}: activation must be one of {ACTIVATIONS}, got {activation!r}")
     if activation_clamp is not None:
-        if isinstance(activation_clamp, bool) or not isinstance(activation_clamp, (int, float)) or not activation_clamp > 0:
+        if (
+            isinstance(activation_clamp, bool)
+            or not isinstance(activation_clamp, (int, float))
+            or not activation_clamp > 0
+        ):
             raise ValueError(f"{fn}: activation_clamp must be None or a positive number, got {activation_clamp!r}")
     if not isinstance(fast_math, bool):
         raise TypeError(f"{fn}: fast_math must be a bool, got {type(fast_math).__name__}")
@@ -99,8 +113,10 @@ def _check_expert_ids(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
     num_experts = sym_buffer.layout.num_experts
     bad = ((ids < -1) | (ids >= num_experts)).any()
     if bool(bad):
-        raise ValueError(f"{fn}: sym_buffer.topk_idx (the first T = {num_tokens} rows) must hold expert ids in "
-                         f"[0, num_experts = {num_experts}) or -1, got values in [{int(ids.min())}, {int(ids.max())}]")
+        raise ValueError(
+            f"{fn}: sym_buffer.topk_idx (the first T = {num_tokens} rows) must hold expert ids in "
+            f"[0, num_experts = {num_experts}) or -1, got values in [{int(ids.min())}, {int(ids.max())}]"
+        )
 
 
 def _check_tokens_bound(fn: str, sym_buffer: SymmBuffer, num_tokens: int, num_tokens_bound) -> None:
@@ -110,8 +126,10 @@ def _check_tokens_bound(fn: str, sym_buffer: SymmBuffer, num_tokens: int, num_to
         raise TypeError(f"{fn}: num_tokens_bound must be an int or None, got {type(num_tokens_bound).__name__}")
     limit = sym_buffer.layout.num_max_tokens_per_rank
     if not num_tokens <= num_tokens_bound <= limit:
-        raise ValueError(f"{fn}: num_tokens_bound must be in [T = {num_tokens}, num_max_tokens_per_rank = {limit}], "
-                         f"got {num_tokens_bound}")
+        raise ValueError(
+            f"{fn}: num_tokens_bound must be in [T = {num_tokens}, num_max_tokens_per_rank = {limit}], "
+            f"got {num_tokens_bound}"
+        )
 
 
 def _rows_for_call(fn: str, sym_buffer: SymmBuffer, num_tokens: int, num_tokens_bound) -> int:
@@ -121,27 +139,41 @@ def _rows_for_call(fn: str, sym_buffer: SymmBuffer, num_tokens: int, num_tokens_
     alignment = _C.get_mk_alignment_for_contiguous_layout()
     rows = received_rows_bound(sym_buffer.num_ranks, bound, layout.num_topk, layout.num_local_experts, alignment)
     if rows > layout.max_rows:
-        raise ValueError(f"{fn}: get_mk_alignment_for_contiguous_layout() is {alignment} but sym_buffer was sized for "
-                         f"{layout.alignment}: allocate the buffer after setting the alignment")
+        raise ValueError(
+            f"{fn}: get_mk_alignment_for_contiguous_layout() is {alignment} but sym_buffer was sized for "
+            f"{layout.alignment}: allocate the buffer after setting the alignment"
+        )
     return rows
 
 
 # ------------------------------------------------------------------------------------------------ the pipeline
-def _swiglu_and_quantize(sym_buffer: SymmBuffer, rows: int, gate_src: torch.Tensor, up_src: torch.Tensor,
-                         activation_clamp, fast_math: bool) -> None:
+def _swiglu_and_quantize(
+    sym_buffer: SymmBuffer, rows: int, gate_src: torch.Tensor, up_src: torch.Tensor, activation_clamp, fast_math: bool
+) -> None:
     """SwiGLU(gate, up) x routing weight of every received row into l2_acts (FP8 + 1x128 scales, or BF16).
 
     The one place stage 1 computes the activation: a fused silu_and_mul + quantize kernel can replace this body."""
     layout = sym_buffer.layout
     l2_acts = sym_buffer.view("l2_acts")[:rows]
     l2_sf = sym_buffer.view("l2_acts_sf", rows) if layout.use_fp8 else None
-    _C._mega_moe_swiglu(sym_buffer.peers, layout.kernel_layout(sym_buffer.rank), rows, layout.intermediate_hidden,
-                        sym_buffer.view("src_of_row"), gate_src, up_src, l2_acts, l2_sf,
-                        None if activation_clamp is None else float(activation_clamp), fast_math)
+    _C._mega_moe_swiglu(
+        sym_buffer.peers,
+        layout.kernel_layout(sym_buffer.rank),
+        rows,
+        layout.intermediate_hidden,
+        sym_buffer.view("src_of_row"),
+        gate_src,
+        up_src,
+        l2_acts,
+        l2_sf,
+        None if activation_clamp is None else float(activation_clamp),
+        fast_math,
+    )
 
 
-def _run_mega_moe(fn: str, y, l1_gemm, l2_gemm, sym_buffer: SymmBuffer, stats, activation_clamp, fast_math,
-                  num_tokens_bound) -> None:
+def _run_mega_moe(
+    fn: str, y, l1_gemm, l2_gemm, sym_buffer: SymmBuffer, stats, activation_clamp, fast_math, num_tokens_bound
+) -> None:
     """The stage-1 pipeline of one call (see the module docstring); l1_gemm(a, d_gate, d_up, ends, rows) and
     l2_gemm(a, d, ends, rows) run the grouped GEMMs on the received rows."""
     num_tokens = y.shape[0]
@@ -157,8 +189,17 @@ def _run_mega_moe(fn: str, y, l1_gemm, l2_gemm, sym_buffer: SymmBuffer, stats, a
     psum_ends = sym_buffer.view("psum_ends")
     l1_acts = sym_buffer.view("l1_acts")[:rows]
     l1_sf = sym_buffer.view("l1_acts_sf", rows) if layout.use_fp8 else None
-    _C._mega_moe_dispatch(sym_buffer.peers, kernel_layout, _C.get_mk_alignment_for_contiguous_layout(), rows,
-                          sym_buffer.view("src_of_row"), psum_ends, stats, l1_acts, l1_sf)
+    _C._mega_moe_dispatch(
+        sym_buffer.peers,
+        kernel_layout,
+        _C.get_mk_alignment_for_contiguous_layout(),
+        rows,
+        sym_buffer.view("src_of_row"),
+        psum_ends,
+        stats,
+        l1_acts,
+        l1_sf,
+    )
 
     l1_out = sym_buffer.view("l1_out")[:rows]
     l1_out_up = sym_buffer.view("l1_out_up")[:rows] if layout.use_fp8 else l1_out
@@ -214,12 +255,14 @@ def fp8_mega_moe(
         NotImplementedError: off SM90 (from the kernels).
     """
     fn = "fp8_mega_moe"
-    num_tokens = _check_common(fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp,
-                               fast_math, use_fp8=True)
+    num_tokens = _check_common(
+        fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math, use_fp8=True
+    )
     _check_tokens_bound(fn, sym_buffer, num_tokens, num_tokens_bound)
     if not isinstance(recipe, (tuple, list)) or tuple(recipe) != FP8_SM90_RECIPE:
-        raise ValueError(f"{fn}: recipe must be {FP8_SM90_RECIPE} (128 x 128 weight blocks, 1 x 128 activations), "
-                         f"got {recipe!r}")
+        raise ValueError(
+            f"{fn}: recipe must be {FP8_SM90_RECIPE} (128 x 128 weight blocks, 1 x 128 activations), got {recipe!r}"
+        )
     layout = sym_buffer.layout
     e_local, hidden, inter = layout.num_local_experts, layout.hidden, layout.intermediate_hidden
     w1, s1 = _check_pair(fn, "l1_weights", l1_weights)
@@ -228,9 +271,18 @@ def fp8_mega_moe(
     _check_tensor(fn, "l1_weights[1]", s1, torch.float32, (e_local, 2 * inter // 128, hidden // 128))
     _check_tensor(fn, "l2_weights[0]", w2, torch.float8_e4m3fn, (e_local, hidden, inter))
     _check_tensor(fn, "l2_weights[1]", s2, torch.float32, (e_local, hidden // 128, inter // 128))
-    _check_devices(fn, sym_buffer, {"y": y, "l1_weights[0]": w1, "l1_weights[1]": s1, "l2_weights[0]": w2,
-                                    "l2_weights[1]": s2,
-                                    "cumulative_local_expert_recv_stats": cumulative_local_expert_recv_stats})
+    _check_devices(
+        fn,
+        sym_buffer,
+        {
+            "y": y,
+            "l1_weights[0]": w1,
+            "l1_weights[1]": s1,
+            "l2_weights[0]": w2,
+            "l2_weights[1]": s2,
+            "cumulative_local_expert_recv_stats": cumulative_local_expert_recv_stats,
+        },
+    )
 
     # NOTES: a 128-row block of the interleaved L1 weight holds 64 gate rows and 64 up rows, whose scales differ;
     # the grouped GEMM applies one scale per 128 x 128 block, so stage 1 runs L1 twice: once with each block's gate
@@ -241,15 +293,26 @@ def fp8_mega_moe(
 
     def l1_gemm(a, a_sf, d_gate, d_up, ends):
         for d, sf in ((d_gate, s1_gate), (d_up, s1_up)):
-            _C.m_grouped_fp8_gemm_nt_contiguous((a, a_sf), (w1, sf), d, ends, use_psum_layout=True,
-                                                ensure_zero_padding=False)
+            _C.m_grouped_fp8_gemm_nt_contiguous(
+                (a, a_sf), (w1, sf), d, ends, use_psum_layout=True, ensure_zero_padding=False
+            )
 
     def l2_gemm(a, a_sf, d, ends):
-        _C.m_grouped_fp8_gemm_nt_contiguous((a, a_sf), (w2, s2), d, ends, use_psum_layout=True,
-                                            ensure_zero_padding=False)
+        _C.m_grouped_fp8_gemm_nt_contiguous(
+            (a, a_sf), (w2, s2), d, ends, use_psum_layout=True, ensure_zero_padding=False
+        )
 
-    _run_mega_moe(fn, y, l1_gemm, l2_gemm, sym_buffer, cumulative_local_expert_recv_stats, activation_clamp,
-                  fast_math, num_tokens_bound)
+    _run_mega_moe(
+        fn,
+        y,
+        l1_gemm,
+        l2_gemm,
+        sym_buffer,
+        cumulative_local_expert_recv_stats,
+        activation_clamp,
+        fast_math,
+        num_tokens_bound,
+    )
 
 
 def bf16_mega_moe(
@@ -280,24 +343,35 @@ def bf16_mega_moe(
         NotImplementedError: off SM90.
     """
     fn = "bf16_mega_moe"
-    _check_common(fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math,
-                  use_fp8=False)
+    _check_common(
+        fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math, use_fp8=False
+    )
     layout = sym_buffer.layout
     e_local, hidden, inter = layout.num_local_experts, layout.hidden, layout.intermediate_hidden
     _check_tensor(fn, "l1_weights", l1_weights, torch.bfloat16, (e_local, 2 * inter, hidden))
     _check_tensor(fn, "l2_weights", l2_weights, torch.bfloat16, (e_local, hidden, inter))
-    _check_devices(fn, sym_buffer, {"y": y, "l1_weights": l1_weights, "l2_weights": l2_weights,
-                                    "cumulative_local_expert_recv_stats": cumulative_local_expert_recv_stats})
+    _check_devices(
+        fn,
+        sym_buffer,
+        {
+            "y": y,
+            "l1_weights": l1_weights,
+            "l2_weights": l2_weights,
+            "cumulative_local_expert_recv_stats": cumulative_local_expert_recv_stats,
+        },
+    )
 
     def l1_gemm(a, a_sf, d_gate, d_up, ends):
-        _C.m_grouped_bf16_gemm_nt_contiguous(a, l1_weights, d_gate, ends, use_psum_layout=True,
-                                             ensure_zero_padding=False)
+        _C.m_grouped_bf16_gemm_nt_contiguous(
+            a, l1_weights, d_gate, ends, use_psum_layout=True, ensure_zero_padding=False
+        )
 
     def l2_gemm(a, a_sf, d, ends):
         _C.m_grouped_bf16_gemm_nt_contiguous(a, l2_weights, d, ends, use_psum_layout=True, ensure_zero_padding=False)
 
-    _run_mega_moe(fn, y, l1_gemm, l2_gemm, sym_buffer, cumulative_local_expert_recv_stats, activation_clamp,
-                  fast_math, None)
+    _run_mega_moe(
+        fn, y, l1_gemm, l2_gemm, sym_buffer, cumulative_local_expert_recv_stats, activation_clamp, fast_math, None
+    )
 
 
 def fp8_fp4_mega_moe(
@@ -320,11 +394,13 @@ def fp8_fp4_mega_moe(
         TypeError / ValueError: as :func:`fp8_mega_moe`, for ``y``, ``sym_buffer`` and the scalar arguments.
     """
     fn = "fp8_fp4_mega_moe"
-    _check_common(fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math,
-                  use_fp8=True)
+    _check_common(
+        fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math, use_fp8=True
+    )
     raise _C.NotImplementedError(
         f"{fn}: FP4 weights are not supported on SM90 yet (deep_gemm has no FP4 grouped GEMM); use fp8_mega_moe with "
-        "FP8 weights (transform_weights_for_mega_moe_sm90) or bf16_mega_moe")
+        "FP8 weights (transform_weights_for_mega_moe_sm90) or bf16_mega_moe"
+    )
 
 
 def mega_moe_pre_dispatch_sm90(
@@ -360,8 +436,15 @@ def mega_moe_pre_dispatch_sm90(
         raise TypeError(f"{fn}: num_tokens must be an int, got {type(num_tokens).__name__}")
     if group_size != 128:
         raise ValueError(f"{fn}: group_size must be 128 on SM90, got {group_size!r}")
-    for name, t in (("x", x), ("topk_idx", topk_idx), ("topk_weights", topk_weights), ("buf_x", buf_x),
-                    ("buf_x_sf", buf_x_sf), ("buf_topk_idx", buf_topk_idx), ("buf_topk_weights", buf_topk_weights)):
+    for name, t in (
+        ("x", x),
+        ("topk_idx", topk_idx),
+        ("topk_weights", topk_weights),
+        ("buf_x", buf_x),
+        ("buf_x_sf", buf_x_sf),
+        ("buf_topk_idx", buf_topk_idx),
+        ("buf_topk_weights", buf_topk_weights),
+    ):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise TypeError(f"{fn}: {name} must be a 2-D torch.Tensor, got {getattr(t, 'shape', type(t).__name__)}")
     if not 0 <= num_tokens <= buf_x.shape[0]:
@@ -370,11 +453,14 @@ def mega_moe_pre_dispatch_sm90(
     if x.dtype != torch.bfloat16 or x.shape[0] < num_tokens or x.shape[1] != hidden:
         raise ValueError(f"{fn}: x must be BF16 [>= {num_tokens}, {hidden}], got {x.dtype} {list(x.shape)}")
     if topk_idx.shape[0] < num_tokens or topk_idx.shape[1] != k or topk_idx.dtype.is_floating_point:
-        raise ValueError(f"{fn}: topk_idx must be integer [>= {num_tokens}, {k}], got {topk_idx.dtype} "
-                         f"{list(topk_idx.shape)}")
+        raise ValueError(
+            f"{fn}: topk_idx must be integer [>= {num_tokens}, {k}], got {topk_idx.dtype} {list(topk_idx.shape)}"
+        )
     if topk_weights.shape[0] < num_tokens or topk_weights.shape[1] != k or not topk_weights.dtype.is_floating_point:
-        raise ValueError(f"{fn}: topk_weights must be float [>= {num_tokens}, {k}], got {topk_weights.dtype} "
-                         f"{list(topk_weights.shape)}")
+        raise ValueError(
+            f"{fn}: topk_weights must be float [>= {num_tokens}, {k}], got {topk_weights.dtype} "
+            f"{list(topk_weights.shape)}"
+        )
     if buf_x.dtype != torch.float8_e4m3fn or buf_x_sf.dtype != torch.float32 or buf_x_sf.shape[1] != hidden // 128:
         raise ValueError(f"{fn}: buf_x must be FP8 and buf_x_sf FP32 [*, hidden / 128] (an FP8 SymmBuffer's views)")
     if num_tokens == 0:

@@ -30,8 +30,9 @@ def _check_rows(fn: str, name: str, t: object) -> torch.Tensor:
     if t.dim() != 3:
         raise ValueError(f"{fn}: {name} must be 3-D [E_local, 2 * I, ...], got shape {tuple(t.shape)}")
     if t.shape[1] % (2 * GATE_UP_INTERLEAVE) != 0:
-        raise ValueError(f"{fn}: {name} must have 2 * I rows with I a multiple of {GATE_UP_INTERLEAVE}, got "
-                         f"{t.shape[1]} rows")
+        raise ValueError(
+            f"{fn}: {name} must have 2 * I rows with I a multiple of {GATE_UP_INTERLEAVE}, got {t.shape[1]} rows"
+        )
     return t
 
 
@@ -43,34 +44,48 @@ def interleave_gate_up(t: torch.Tensor) -> torch.Tensor:
     """
     _check_rows("interleave_gate_up", "t", t)
     e, rows, cols = t.shape
-    return t.reshape(e, 2, rows // (2 * GATE_UP_INTERLEAVE), GATE_UP_INTERLEAVE, cols).transpose(1, 2).reshape(e, rows, cols)
+    return (
+        t.reshape(e, 2, rows // (2 * GATE_UP_INTERLEAVE), GATE_UP_INTERLEAVE, cols)
+        .transpose(1, 2)
+        .reshape(e, rows, cols)
+    )
 
 
 def deinterleave_gate_up(t: torch.Tensor) -> torch.Tensor:
     """The inverse of :func:`interleave_gate_up` (a new tensor)."""
     _check_rows("deinterleave_gate_up", "t", t)
     e, rows, cols = t.shape
-    return t.reshape(e, rows // (2 * GATE_UP_INTERLEAVE), 2, GATE_UP_INTERLEAVE, cols).transpose(1, 2).reshape(e, rows, cols)
+    return (
+        t.reshape(e, rows // (2 * GATE_UP_INTERLEAVE), 2, GATE_UP_INTERLEAVE, cols)
+        .transpose(1, 2)
+        .reshape(e, rows, cols)
+    )
 
 
 def _transform_l1(fn: str, l1_weights, keep_block_scales: bool):
     if isinstance(l1_weights, torch.Tensor):
         return interleave_gate_up(_check_rows(fn, "l1_weights", l1_weights))
     if not isinstance(l1_weights, (tuple, list)) or len(l1_weights) != 2:
-        raise TypeError(f"{fn}: l1_weights must be a tensor or a (weights, scales) pair, got {type(l1_weights).__name__}")
+        raise TypeError(
+            f"{fn}: l1_weights must be a tensor or a (weights, scales) pair, got {type(l1_weights).__name__}"
+        )
     data, sf = l1_weights
     _check_rows(fn, "l1_weights[0]", data)
     if not isinstance(sf, torch.Tensor) or sf.dim() != 3 or sf.shape[0] != data.shape[0]:
-        raise ValueError(f"{fn}: l1_weights[1] must be a 3-D scale tensor with l1_weights[0]'s E_local = "
-                         f"{data.shape[0]}, got {getattr(sf, 'shape', type(sf).__name__)}")
+        raise ValueError(
+            f"{fn}: l1_weights[1] must be a 3-D scale tensor with l1_weights[0]'s E_local = "
+            f"{data.shape[0]}, got {getattr(sf, 'shape', type(sf).__name__)}"
+        )
     if sf.shape[1] == data.shape[1]:
         # Per-row scales (1 x 32 or 1 x 128 along K): the rows move with the weights
         return interleave_gate_up(data), interleave_gate_up(sf)
     if keep_block_scales and sf.shape[1] * 128 == data.shape[1]:
         # 128 x 128 block scales: unchanged (the kernels read the gate and up blocks' scales separately)
         return interleave_gate_up(data), sf
-    raise ValueError(f"{fn}: l1_weights[1] must have one row per weight row ({data.shape[1]}) or, for 128 x 128 "
-                     f"blocks, {data.shape[1] // 128}; got {sf.shape[1]}")
+    raise ValueError(
+        f"{fn}: l1_weights[1] must have one row per weight row ({data.shape[1]}) or, for 128 x 128 "
+        f"blocks, {data.shape[1] // 128}; got {sf.shape[1]}"
+    )
 
 
 def transform_weights_for_mega_moe(l1_weights, l2_weights, activation="swiglu"):
@@ -114,6 +129,8 @@ def transform_weights_for_mega_moe_sm90(l1_weights, l2_weights):
         raise TypeError(f"{fn}: l1_weights must be a (weights, scales) pair, got {type(l1_weights).__name__}")
     if len(l1_weights) == 2 and isinstance(l1_weights[1], torch.Tensor) and l1_weights[1].dim() == 3:
         if l1_weights[1].shape[1] * 128 != getattr(l1_weights[0], "shape", (0, 0))[1]:
-            raise ValueError(f"{fn}: l1_weights[1] must be 128 x 128 block scales [E_local, 2 I / 128, hidden / 128],"
-                             f" got shape {tuple(l1_weights[1].shape)}")
+            raise ValueError(
+                f"{fn}: l1_weights[1] must be 128 x 128 block scales [E_local, 2 I / 128, hidden / 128],"
+                f" got shape {tuple(l1_weights[1].shape)}"
+            )
     return _transform_l1(fn, l1_weights, keep_block_scales=True), l2_weights
