@@ -171,6 +171,14 @@ __all__ = [
     "set_block_size_multiple_of",
     "get_block_size_multiple_of",
     "mega",
+    "SymmBuffer",
+    "bf16_mega_moe",
+    "fp8_fp4_mega_moe",
+    "fp8_mega_moe",
+    "get_symm_buffer_for_mega_moe",
+    "get_symm_buffer_for_sm90_mega_moe",
+    "mega_moe_pre_dispatch_sm90",
+    "transform_weights_for_mega_moe",
+    "transform_weights_for_mega_moe_sm90",
 ]
-__all__ += mega.__all__
 __all__ += sorted(set(utils.__all__) - set(__all__))
