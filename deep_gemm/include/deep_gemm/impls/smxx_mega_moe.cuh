@@ -118,7 +118,7 @@ mega_moe_route_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout la
     }
 
     // Padding rows up to the next expert's start (the last expert: up to every row the GEMMs see)
-    const uint32_t pad_end = expert + 1 == gridDim.x ? num_rows : start + align_up(count, alignment);
+    const uint32_t pad_end = expert + 1 == gridDim.x ? num_rows : min(start + align_up(count, alignment), num_rows);
     for (uint32_t row = start + count + threadIdx.x; row < pad_end; row += blockDim.x)
         src_of_row[row] = -1;
     if (threadIdx.x == 0) {
