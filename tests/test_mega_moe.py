@@ -281,7 +281,10 @@ def cpu_buffer(
     buffer.use_fp8_dispatch = use_fp8
     buffer.mma_type = "fp8xfp8" if use_fp8 else "bf16xbf16"
     buffer.rank, buffer.num_ranks, buffer._handle = 0, 1, None
-    buffer.topk_idx = buffer.view("topk_idx")
+    for name in ("x", "x_sf", "topk_idx", "topk_weights", "l1_acts", "l1_acts_sf", "l2_acts", "l2_acts_sf"):
+        setattr(buffer, name, buffer.view(name))
+    buffer.num_tokens = buffer.view("num_tokens")
+    buffer.peers = torch.tensor([buffer.storage.data_ptr()], dtype=torch.int64)
     return buffer
 
 
@@ -547,6 +550,7 @@ class Problem:
         seed: int = 0,
         clamp: float | None = None,
         group=None,
+        device: str = "cuda",
     ):
         torch.manual_seed(seed)
         self.use_fp8, self.e, self.max_tokens, self.topk, self.hidden, self.inter = (
@@ -557,17 +561,21 @@ class Problem:
             hidden,
             inter,
         )
-        self.clamp = clamp
-        w1 = torch.randn(num_experts, 2 * inter, hidden, device="cuda") / math.sqrt(hidden)
-        w2 = torch.randn(num_experts, hidden, inter, device="cuda") / math.sqrt(inter)
+        self.clamp, self.device = clamp, device
+        w1 = torch.randn(num_experts, 2 * inter, hidden, device=device) / math.sqrt(hidden)
+        w2 = torch.randn(num_experts, hidden, inter, device=device) / math.sqrt(inter)
         if use_fp8:
             self.w1, self.s1 = ue_free_block_cast(w1)
             self.w2, self.s2 = ue_free_block_cast(w2)
             self.l1, self.l2 = mega.transform_weights_for_mega_moe_sm90((self.w1, self.s1), (self.w2, self.s2))
-            self.buffer = mega.get_symm_buffer_for_sm90_mega_moe(group, num_experts, max_tokens, topk, hidden, inter)
         else:
             self.w1, self.w2 = w1.to(torch.bfloat16), w2.to(torch.bfloat16)
             self.l1, self.l2 = mega.transform_weights_for_mega_moe(self.w1, self.w2)
+        if device == "cpu":  # (the CPU emulation of the kernels: test_pipeline_plumbing_on_emulated_kernels)
+            self.buffer = cpu_buffer(use_fp8, num_experts, max_tokens, topk, hidden, inter)
+        elif use_fp8:
+            self.buffer = mega.get_symm_buffer_for_sm90_mega_moe(group, num_experts, max_tokens, topk, hidden, inter)
+        else:
             self.buffer = mega.get_symm_buffer_for_mega_moe(
                 group, num_experts, max_tokens, topk, hidden, inter, mma_type="bf16xbf16"
             )
@@ -584,9 +592,9 @@ class Problem:
         if pattern in ("random", "skewed"):
             idx[torch.rand(t, k, generator=gen) < 0.2] = -1  # masked slots
             idx[: min(t, 3)] = -1  # tokens routed to no expert
-        self.topk_idx = idx.cuda()
-        self.topk_weights = torch.rand(t, k, generator=gen).cuda()
-        self.x = (torch.randn(t, self.hidden, generator=gen) * 2).to(torch.bfloat16).cuda()
+        self.topk_idx = idx.to(self.device)
+        self.topk_weights = torch.rand(t, k, generator=gen).to(self.device)
+        self.x = (torch.randn(t, self.hidden, generator=gen) * 2).to(torch.bfloat16).to(self.device)
         if self.use_fp8:
             mega.mega_moe_pre_dispatch_sm90(
                 self.x,
@@ -618,7 +626,7 @@ class Problem:
         else:
             x = self.buffer.x[:t].double()
             w1, w2 = self.w1.double(), self.w2.double()
-        y = torch.zeros(t, self.hidden, dtype=torch.float64, device="cuda")
+        y = torch.zeros(t, self.hidden, dtype=torch.float64, device=self.device)
         ids, weights = self.buffer.topk_idx[:t], self.buffer.topk_weights[:t].double()
         for expert in range(self.e):
             tok, slot = (ids == expert).nonzero(as_tuple=True)
@@ -634,6 +642,112 @@ class Problem:
             out = (a @ w2[expert].T).to(torch.bfloat16).double()  # L2's BF16 output
             y.index_add_(0, tok, out)
         return y
+
+
+# ----------------------------------------------------------------------------- emulated pipeline (CPU tier)
+class EmulatedExtension:
+    """The extension's Mega MoE steps and grouped GEMMs as plain PyTorch on CPU tensors, each doing what its kernel
+    is specified to do (impls/smxx_mega_moe.cuh, the psum layout): runs the Python pipeline's plumbing (row bounds,
+    views, MN-major scale strides, segment ends) on a machine without a GPU."""
+
+    NotImplementedError = NotImplementedError
+
+    def __init__(self, buffer: SymmBuffer) -> None:
+        self.buffer = buffer
+
+    @staticmethod
+    def get_mk_alignment_for_contiguous_layout() -> int:
+        return 128
+
+    def _check_layout(self, layout: list[int]) -> None:
+        assert layout == self.buffer.layout.kernel_layout(0)
+
+    def _mega_moe_dispatch(self, peers, layout, alignment, num_rows, src_of_row, psum_ends, stats, l1_acts, l1_sf):
+        self._check_layout(layout)
+        assert peers.tolist() == [self.buffer.storage.data_ptr()] and num_rows % alignment == 0
+        b = self.buffer
+        t = int(b.num_tokens[0])
+        ends, src, combine = expected_routing([b.topk_idx[:t]], 0, b.layout.num_local_experts, alignment)
+        psum_ends.copy_(torch.tensor(ends, dtype=torch.int32))
+        src_of_row[:num_rows] = -1
+        for row, (s, tok, j) in src.items():
+            assert row < num_rows, "the host's row bound is too small"
+            src_of_row[row] = (s * b.layout.num_max_tokens_per_rank + tok) * b.layout.num_topk + j
+            l1_acts[row] = b.x[tok]
+            if l1_sf is not None:
+                l1_sf[row] = b.x_sf[tok]
+        for (_s, tok, j), row in combine.items():
+            b.view("combine_row")[tok, j] = row
+        if stats is not None:
+            stats += torch.tensor([ends[0]] + [e - -(-p // alignment) * alignment for p, e in zip(ends, ends[1:])],
+                                  dtype=torch.int32)  # fmt: skip
+
+    def _mega_moe_swiglu(self, peers, layout, num_rows, inter, src_of_row, gate_src, up_src, l2_acts, l2_sf, clamp,
+                         fast_math):  # fmt: skip
+        self._check_layout(layout)
+        b = self.buffer
+        for row in range(num_rows):
+            code = int(src_of_row[row])
+            if code < 0:
+                continue
+            w = float(b.topk_weights.flatten()[code])
+            cols = torch.arange(inter)
+            gate_cols = (cols // 8) * 16 + cols % 8
+            g, u = gate_src[row, gate_cols].double(), up_src[row, gate_cols + 8].double()
+            a = swiglu64(torch.cat([g, u]), inter, clamp) * w
+            if l2_sf is not None:
+                q, sf = per_token_cast_to_fp8(a.float()[None], use_ue8m0=False)
+                l2_acts[row], l2_sf[row] = q[0], sf[0]
+            else:
+                l2_acts[row] = a.to(torch.bfloat16)
+
+    def _mega_moe_combine(self, peers, layout, y):
+        self._check_layout(layout)
+        b = self.buffer
+        out = b.view("l2_out")
+        for t in range(y.shape[0]):
+            acc = torch.zeros(y.shape[1], dtype=torch.float32)
+            for j in range(b.layout.num_topk):
+                if int(b.topk_idx[t, j]) >= 0:
+                    acc += out[int(b.view("combine_row")[t, j])].float()
+            y[t] = acc.to(torch.bfloat16)
+
+    @staticmethod
+    def _grouped(a, b, d, ends) -> None:
+        start = 0
+        for g, end in enumerate(ends.tolist()):
+            if end > start:
+                d[start:end] = (a[start:end] @ b[g].T).to(torch.bfloat16)
+            start = -(-end // 128) * 128
+
+    def m_grouped_fp8_gemm_nt_contiguous(self, a_pair, b_pair, d, ends, use_psum_layout, ensure_zero_padding):
+        assert use_psum_layout and not ensure_zero_padding
+        (a, sfa), (b, sfb) = a_pair, b_pair
+        assert sfa.stride() == (1, (a.shape[0] + 3) // 4 * 4), "the scales must already be MN-major TMA-aligned"
+        self._grouped(dequant_rows(a, sfa), dequant_blocks(b, sfb), d, ends)
+
+    def m_grouped_bf16_gemm_nt_contiguous(self, a, b, d, ends, use_psum_layout, ensure_zero_padding):
+        assert use_psum_layout and not ensure_zero_padding
+        self._grouped(a.double(), b.double(), d, ends)
+
+
+@pytest.mark.parametrize("use_fp8", [True, False], ids=["fp8", "bf16"])
+@pytest.mark.parametrize(("num_tokens", "pattern"), [(13, "random"), (16, "skewed"), (1, "dense")])
+def test_pipeline_plumbing_on_emulated_kernels(use_fp8, num_tokens, pattern, monkeypatch) -> None:
+    from deep_gemm.mega import moe
+
+    problem = Problem(use_fp8, 8, 16, 3, 256, 128, clamp=2.0, device="cpu")
+    problem.route(num_tokens, pattern)
+    monkeypatch.setattr(moe, "_C", EmulatedExtension(problem.buffer))
+    monkeypatch.setattr(moe, "_check_devices", lambda *args: None)
+    stats = torch.full((8,), 2, dtype=torch.int32)
+    y = torch.full((num_tokens, 256), float("nan"), dtype=torch.bfloat16)
+    problem.call(y, stats)
+    ref = problem.reference(num_tokens)
+    assert not y.isnan().any()
+    assert deep_gemm.testing.calc_diff(y.double(), ref) < 1e-4 or not ref.any()
+    ids = problem.buffer.topk_idx[:num_tokens]
+    assert torch.equal(stats.long(), 2 + torch.bincount(ids[ids >= 0], minlength=8))
 
 
 def check_against_reference(problem: Problem, y: torch.Tensor, num_tokens: int) -> None:
