@@ -679,7 +679,7 @@ class EmulatedExtension:
         for (_s, tok, j), row in combine.items():
             b.view("combine_row")[tok, j] = row
         if stats is not None:
-            stats += torch.tensor([ends[0]] + [e - -(-p // alignment) * alignment for p, e in zip(ends, ends[1:])],
+            stats += torch.tensor([ends[0]] + [e - -(-p // alignment) * alignment for p, e in zip(ends, ends[1:], strict=False)],
                                   dtype=torch.int32)  # fmt: skip
 
     def _mega_moe_swiglu(self, peers, layout, num_rows, inter, src_of_row, gate_src, up_src, l2_acts, l2_sf, clamp,
