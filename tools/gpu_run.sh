@@ -8,7 +8,8 @@
 # Offline machines: wheels of what the image lacks in .whl/ (the README's `pip download` list); a carried
 # .jit-prebuilt/kernels.tar.gz (tools/prebuild_jit_cache.py) is unpacked into the kernel cache first.
 # Environment (all optional):
-#   DG_GPU_RUN_SKIP_TESTS=1 / DG_GPU_RUN_SKIP_JIT=1 / DG_GPU_RUN_SKIP_BENCH=1   skip that step
+#   DG_GPU_RUN_SKIP_INSTALL=1   keep the package an earlier call installed (a warm machine; source unchanged)
+#   DG_GPU_RUN_SKIP_TESTS=1 / DG_GPU_RUN_SKIP_JIT=1 / DG_GPU_RUN_SKIP_BENCH=1 / DG_GPU_RUN_SKIP_SMOKE=1   skip that step
 #   DG_GPU_RUN_TEST_PATHS="test_a.py ..."   test files (default: all); pytest runs `-m gpu` plus the given args
 #   DG_GPU_RUN_TEST_WORKERS=N               N pytest-xdist processes (wheels in .whl/); they share the GPU and
 #                                           compile kernels in parallel (the tests assert no timing)
@@ -48,19 +49,21 @@ trap pack EXIT
 } > "$L/env.txt" 2>&1
 note "$(sed -n 2p "$L/env.txt")"
 
-if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$L/install.log" 2>&1 || {
+if [[ -n "${DG_GPU_RUN_SKIP_INSTALL:-}" ]] && (cd /tmp && python3 -c "import deep_gemm") 2>/dev/null; then
+    note "install skipped (DG_GPU_RUN_SKIP_INSTALL: the package a previous call installed on this warm machine)"
+elif [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh > "$L/install.log" 2>&1; else ./install.sh > "$L/install.log" 2>&1; fi || {
     note "install failed"; tail -50 "$L/install.log"; exit 1; }
 jit_cache_unpack | tee -a "$OUT/summary.txt"
 
 # Smoke: one call per GEMM kind under a short timeout, so that a hanging or wrong kernel stops the run in a
 # minute instead of at every later step's timeout
-for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "4096 4096 7168" "300 2112 7168 --bf16" \
+[[ -n "${DG_GPU_RUN_SKIP_SMOKE:-}" ]] || for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "4096 4096 7168" "300 2112 7168 --bf16" \
              "1000 1000 1024 --bf16 --fp32-c" "4096 7168 2048 --per-row --fp32-c"; do
     if ! DG_PRINT_CONFIGS=1 timeout 90 python3 tools/profile_gemm.py $smoke --calls 2 >> "$L/smoke.log" 2>&1; then
         note "smoke call failed: $smoke"; tail -20 "$L/smoke.log"; exit 1
     fi
 done
-note "smoke: $(grep -c calc_diff "$L/smoke.log") calls checked"
+[[ -n "${DG_GPU_RUN_SKIP_SMOKE:-}" ]] || note "smoke: $(grep -c calc_diff "$L/smoke.log") calls checked"
 pack
 
 if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
