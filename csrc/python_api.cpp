@@ -16,6 +16,7 @@
 #include "apis/jit.hpp"
 #include "apis/k_grouped_gemm.hpp"
 #include "apis/layout.hpp"
+#include "apis/mega_moe.hpp"
 #include "apis/precompile.hpp"
 #include "apis/runtime.hpp"
 #include "apis/skip_head_mid.hpp"
@@ -632,6 +633,18 @@ PYBIND11_MODULE(_C, m) {
           "'family:key=value[,key=value...][;family:...]', families fp8_gemm, bf16_gemm, mqa_logits,\n"
           "paged_mqa_logits. Returns {family: {key: value}} for the families it sets. Raises ValueError naming\n"
           "the unknown family or key, or the value out of its range.");
+    // Mega MoE stage 1: internal steps, called by deep_gemm.mega (which checks the public arguments)
+    m.def("_mega_moe_dispatch", &dg::apis::mega_moe_dispatch, "peers"_a, "layout"_a, "alignment"_a, "num_rows"_a,
+          "src_of_row"_a, "psum_ends"_a, "recv_stats"_a, "l1_acts"_a, "l1_acts_sf"_a,
+          "Internal (deep_gemm.mega): route every rank's top-k entries to this rank's experts (psum_ends, src_of_row,\n"
+          "the source ranks' combine rows, recv_stats) and gather the routed rows into l1_acts (+ l1_acts_sf).");
+    m.def("_mega_moe_swiglu", &dg::apis::mega_moe_swiglu, "peers"_a, "layout"_a, "num_rows"_a, "intermediate"_a,
+          "src_of_row"_a, "gate_src"_a, "up_src"_a, "l2_acts"_a, "l2_acts_sf"_a, "activation_clamp"_a,
+          "fast_math"_a,
+          "Internal (deep_gemm.mega): SwiGLU of L1's gate/up-interleaved output, clamped, times the routing weight,\n"
+          "quantized to FP8 with 1x128 scales (l2_acts_sf given) or rounded to BF16.");
+    m.def("_mega_moe_combine", &dg::apis::mega_moe_combine, "peers"_a, "layout"_a, "y"_a,
+          "Internal (deep_gemm.mega): y[t] = the sum of token t's expert outputs, read from the experts' ranks.");
     dg::apis::bind_precompile(m);  // (the ahead-of-time builds' renderers and cache lookup)
     m.def("kernel_families", [] {
               std::vector<std::string> names;

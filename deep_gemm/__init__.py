@@ -83,6 +83,20 @@ from deep_gemm.precompile import precompile  # noqa: E402
 # The reference's deep_gemm.legacy (its Triton functions), served by the kernels above
 from deep_gemm import legacy  # noqa: E402
 
+# Mega MoE (the reference's deep_gemm.mega names and the SGLang fork's SM90 ones), also at the top level
+from deep_gemm import mega  # noqa: E402
+from deep_gemm.mega import (  # noqa: E402
+    SymmBuffer,
+    bf16_mega_moe,
+    fp8_fp4_mega_moe,
+    fp8_mega_moe,
+    get_symm_buffer_for_mega_moe,
+    get_symm_buffer_for_sm90_mega_moe,
+    mega_moe_pre_dispatch_sm90,
+    transform_weights_for_mega_moe,
+    transform_weights_for_mega_moe_sm90,
+)
+
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
 m_grouped_fp8_fp4_gemm_nt_contiguous = m_grouped_fp8_gemm_nt_contiguous
@@ -160,5 +174,15 @@ __all__ = [
     "get_block_size_multiple_of",
     "set_deterministic",
     "get_deterministic",
+    "mega",
+    "SymmBuffer",
+    "bf16_mega_moe",
+    "fp8_fp4_mega_moe",
+    "fp8_mega_moe",
+    "get_symm_buffer_for_mega_moe",
+    "get_symm_buffer_for_sm90_mega_moe",
+    "mega_moe_pre_dispatch_sm90",
+    "transform_weights_for_mega_moe",
+    "transform_weights_for_mega_moe_sm90",
 ]
 __all__ += sorted(set(utils.__all__) - set(__all__))

@@ -1,0 +1,121 @@
+// Host side of deep_gemm/include/deep_gemm/impls/smxx_mega_moe.cuh (Mega MoE stage 1: route, gather, SwiGLU,
+// combine): render each kernel, load it once per device and variant, launch on the current stream.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+
+#include <deep_gemm/common/mega_moe_types.hpp>
+
+#include "../../jit/device_runtime.hpp"
+#include "../../jit/kernel_runtime.hpp"
+
+namespace dg::kernels {
+
+enum class MegaMoeKernel { kRoute, kGather, kSwiglu, kCombine };
+
+constexpr uint32_t kMegaMoeRouteThreads = 512;
+constexpr uint32_t kMegaMoeCombineThreads = 256;
+constexpr uint32_t kMegaMoeWarps = 8;          // gather and SwiGLU: a warp per unit, 8 a CTA
+constexpr uint32_t kMegaMoeMaxCtas = 8192;     // past a few waves the grid-stride loops take over
+
+inline const char* mega_moe_kernel_name(MegaMoeKernel kernel) {
+    switch (kernel) {
+        case MegaMoeKernel::kRoute: return "smxx_mega_moe_route";
+        case MegaMoeKernel::kGather: return "smxx_mega_moe_gather";
+        case MegaMoeKernel::kSwiglu: return "smxx_mega_moe_swiglu";
+        default: return "smxx_mega_moe_combine";
+    }
+}
+
+// fp8_out, fast_math: the SwiGLU kernel's variant (ignored by the others).
+inline jit::KernelSource render_mega_moe_kernel(MegaMoeKernel kernel, bool fp8_out = true, bool fast_math = true) {
+    std::string instance;
+    switch (kernel) {
+        case MegaMoeKernel::kRoute: instance = fmt::format("mega_moe_route_kernel<{}>", kMegaMoeRouteThreads); break;
+        case MegaMoeKernel::kGather: instance = fmt::format("mega_moe_gather_kernel<{}>", kMegaMoeWarps); break;
+        case MegaMoeKernel::kSwiglu:
+            instance = fmt::format("mega_moe_swiglu_kernel<{}, {}, {}>", kMegaMoeWarps, fp8_out ? "true" : "false",
+                                   fast_math ? "true" : "false");
+            break;
+        case MegaMoeKernel::kCombine: instance = fmt::format("mega_moe_combine_kernel<{}>", kMegaMoeCombineThreads); break;
+    }
+    return {mega_moe_kernel_name(kernel),
+            fmt::format("#include <deep_gemm/impls/smxx_mega_moe.cuh>\n\n"
+                        "using namespace deep_gemm;\n\n"
+                        "static void __instantiate_kernel() {{\n"
+                        "    auto ptr = reinterpret_cast<void*>(&{});\n"
+                        "}}\n",
+                        instance)};
+}
+
+inline const jit::Kernel& mega_moe_kernel(int device_index, MegaMoeKernel kernel, bool fp8_out = true,
+                                          bool fast_math = true) {
+    static jit::KernelCache<std::tuple<int, int, bool, bool>> kernels;
+    return kernels.get({device_index, static_cast<int>(kernel), fp8_out, fast_math}, [&]() -> const jit::Kernel& {
+        const auto arch = jit::DeviceRuntime::instance().properties(device_index).arch();
+        return jit::get_kernel(render_mega_moe_kernel(kernel, fp8_out, fast_math), arch, device_index,
+                               jit::current_stream(device_index));
+    });
+}
+
+inline uint32_t mega_moe_grid(uint64_t units, uint32_t per_cta) {
+    return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>((units + per_cta - 1) / per_cta, kMegaMoeMaxCtas)));
+}
+
+// Steps 1 and 2 of the kernel file's pipeline: route (one CTA per local expert), then gather (a warp per row).
+// l1_acts_sf may be null (BF16 dispatch).
+inline void launch_mega_moe_dispatch(int device_index, const uint64_t* peers, const deep_gemm::MegaMoeLayout& layout,
+                                     uint32_t alignment, uint32_t num_rows, int32_t* src_of_row, int32_t* psum_ends,
+                                     int32_t* recv_stats, void* l1_acts, float* l1_acts_sf, uint32_t sf_stride) {
+    const auto stream = jit::current_stream(device_index);
+    jit::LaunchConfig route;
+    route.grid = {layout.num_local_experts, 1, 1};
+    route.num_threads = kMegaMoeRouteThreads;
+    route.stream = stream;
+    mega_moe_kernel(device_index, MegaMoeKernel::kRoute)
+        .launch(device_index, route, peers, layout, alignment, num_rows, src_of_row, psum_ends, recv_stats);
+    if (num_rows == 0)
+        return;
+    jit::LaunchConfig gather;
+    gather.grid = {mega_moe_grid(num_rows, kMegaMoeWarps), 1, 1};
+    gather.num_threads = kMegaMoeWarps * 32;
+    gather.stream = stream;
+    auto* acts = static_cast<uint8_t*>(l1_acts);
+    mega_moe_kernel(device_index, MegaMoeKernel::kGather)
+        .launch(device_index, gather, peers, layout, num_rows, src_of_row, acts, l1_acts_sf, sf_stride);
+}
+
+// Step 4: gate_src / up_src BF16 [num_rows, 2I] (interleaved by 8), l2_acts [num_rows, I] (FP8 with l2_acts_sf, or
+// BF16 when l2_acts_sf is null).
+inline void launch_mega_moe_swiglu(int device_index, const uint64_t* peers, const deep_gemm::MegaMoeLayout& layout,
+                                   uint32_t num_rows, uint32_t intermediate, const int32_t* src_of_row,
+                                   const void* gate_src, const void* up_src, void* l2_acts, float* l2_acts_sf,
+                                   uint32_t sf_stride, bool has_clamp, float clamp_value, bool fast_math) {
+    if (num_rows == 0)
+        return;
+    const bool fp8_out = l2_acts_sf != nullptr;
+    jit::LaunchConfig config;
+    config.grid = {mega_moe_grid(static_cast<uint64_t>(num_rows) * (intermediate / 128), kMegaMoeWarps), 1, 1};
+    config.num_threads = kMegaMoeWarps * 32;
+    config.stream = jit::current_stream(device_index);
+    mega_moe_kernel(device_index, MegaMoeKernel::kSwiglu, fp8_out, fast_math)
+        .launch(device_index, config, peers, layout, num_rows, intermediate, src_of_row, gate_src, up_src, l2_acts,
+                l2_acts_sf, sf_stride, has_clamp, clamp_value);
+}
+
+// Step 6: y BF16 [num_tokens, hidden], row stride y_stride elements.
+inline void launch_mega_moe_combine(int device_index, const uint64_t* peers, const deep_gemm::MegaMoeLayout& layout,
+                                    uint32_t num_tokens, void* y, uint64_t y_stride) {
+    if (num_tokens == 0)
+        return;
+    jit::LaunchConfig config;
+    config.grid = {std::min(num_tokens, kMegaMoeMaxCtas), 1, 1};
+    config.num_threads = kMegaMoeCombineThreads;
+    config.stream = jit::current_stream(device_index);
+    mega_moe_kernel(device_index, MegaMoeKernel::kCombine)
+        .launch(device_index, config, peers, layout, num_tokens, y, y_stride);
+}
+
+}  // namespace dg::kernels
