@@ -643,6 +643,10 @@ PYBIND11_MODULE(_C, m) {
           "fast_math"_a,
           "Internal (deep_gemm.mega): SwiGLU of L1's gate/up-interleaved output, clamped, times the routing weight,\n"
           "quantized to FP8 with 1x128 scales (l2_acts_sf given) or rounded to BF16.");
+    m.def("_mega_moe_pre_dispatch", &dg::apis::mega_moe_pre_dispatch, "x"_a, "topk_idx"_a, "topk_weights"_a,
+          "buf_x"_a, "buf_x_sf"_a, "buf_topk_idx"_a, "buf_topk_weights"_a, "num_tokens"_a,
+          "routed_scaling_factor"_a,
+          "Internal (deep_gemm.mega): mega_moe_pre_dispatch_sm90's kernel on CUDA tensors.");
     m.def("_mega_moe_combine", &dg::apis::mega_moe_combine, "peers"_a, "layout"_a, "y"_a,
           "Internal (deep_gemm.mega): y[t] = the sum of token t's expert outputs, read from the experts' ranks.");
     dg::apis::bind_precompile(m);  // (the ahead-of-time builds' renderers and cache lookup)

@@ -25,6 +25,7 @@ import deep_gemm
 from deep_gemm import mega
 from deep_gemm.mega.buffer import SymmBuffer
 from deep_gemm.mega.layout import REGION_ALIGNMENT, mega_moe_buffer_layout, received_rows_bound
+from deep_gemm.mega.moe import pre_dispatch_reference
 from deep_gemm.mega.weights import deinterleave_gate_up, interleave_gate_up
 from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
 
@@ -415,8 +416,12 @@ def test_expert_ids_out_of_range_raise_on_cpu_buffers() -> None:
         ("num_tokens_range", ValueError, r"num_tokens must be in \[0, 16\]"),
         ("group_size", ValueError, r"group_size must be 128 on SM90"),
         ("x_dtype", ValueError, r"x must be BF16 \[>= 4, 256\]"),
-        ("topk_idx_float", ValueError, r"topk_idx must be integer"),
-        ("topk_weights_shape", ValueError, r"topk_weights must be float \[>= 4, 2\]"),
+        ("topk_idx_float", ValueError, r"topk_idx must be int64 or int32"),
+        ("topk_idx_int16", ValueError, r"topk_idx must be int64 or int32"),
+        ("topk_weights_shape", ValueError, r"topk_weights must be FP32, BF16 or FP16 \[>= 4, 2\]"),
+        ("topk_weights_float64", ValueError, r"topk_weights must be FP32, BF16 or FP16"),
+        ("scaling_type", TypeError, r"routed_scaling_factor must be a number"),
+        ("devices", ValueError, r"every tensor must be on one device"),
         ("x_1d", TypeError, r"x must be a 2-D torch.Tensor"),
     ],
 )
@@ -435,8 +440,16 @@ def test_pre_dispatch_bad_arguments(case: str, error: type, pattern: str) -> Non
         x = x.float()
     elif case == "topk_idx_float":
         idx = idx.float()
+    elif case == "topk_idx_int16":
+        idx = idx.to(torch.int16)
     elif case == "topk_weights_shape":
         w = w[:, :1]
+    elif case == "topk_weights_float64":
+        w = w.double()
+    elif case == "scaling_type":
+        kwargs["routed_scaling_factor"] = "2"
+    elif case == "devices":
+        x = x.to("meta")
     elif case == "x_1d":
         x = x[0]
     with pytest.raises(error, match=pattern):
@@ -490,6 +503,7 @@ MEGA_KERNELS = [
     ("smxx_mega_moe_swiglu", {"fp8_out": 1, "fast_math": 1}),
     ("smxx_mega_moe_swiglu", {"fp8_out": 0, "fast_math": 0}),
     ("smxx_mega_moe_combine", {}),
+    ("smxx_mega_moe_pre_dispatch", {}),
 ]
 
 
@@ -784,8 +798,9 @@ def check_routing_tables(problem: Problem, num_tokens: int) -> None:
         (16, 200, 129, 6, 512, 384, "random", 3.0),  # clamp
         (4, 64, 1, 2, 128, 128, "dense", None),  # one token
         (32, 256, 256, 8, 1024, 512, "skewed", None),
+        (1, 160, 150, 1, 512, 384, "random", 2.0),  # one local expert, top-1
     ],
-    ids=["t-max", "skewed", "clamp", "one-token", "e32-top8"],
+    ids=["t-max", "skewed", "clamp", "one-token", "e32-top8", "one-expert"],
 )
 def test_mega_moe_against_float64(
     use_fp8, num_experts, max_tokens, num_tokens, topk, hidden, inter, pattern, clamp
@@ -894,3 +909,34 @@ def test_fp8_mega_moe_on_symmetric_memory_single_rank(monkeypatch: pytest.Monkey
         problem.buffer.destroy()
     finally:
         dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------- pre-dispatch kernel (GPU)
+@gpu
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("w_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("num_tokens", "scaling"), [(37, 2.5), (64, 1.0), (1, 0.37), (0, 1.0)])
+def test_pre_dispatch_kernel_is_bit_exact(idx_dtype, w_dtype, num_tokens: int, scaling: float) -> None:
+    # The kernel against the PyTorch ops it replaces, byte for byte, inputs with padded rows; rows past num_tokens
+    # untouched
+    gen = torch.Generator(device="cuda").manual_seed(num_tokens)
+    buffer = mega.get_symm_buffer_for_sm90_mega_moe(None, 8, 64, 6, 1024, 256)
+    ref_storage = buffer.storage.clone()
+    x = (torch.randn(70, 1040, device="cuda", generator=gen) * 3).to(torch.bfloat16)[:, :1024]
+    x[0, :128] = 0  # an all-zero block: the amax floor
+    x[1 % max(num_tokens, 1), 128:256] *= 1e4
+    idx = torch.randint(-1, 8, (70, 6), device="cuda", generator=gen).to(idx_dtype)
+    w = torch.rand(70, 9, device="cuda", generator=gen).to(w_dtype)[:, 2:8]  # strided
+    views = [buffer.view(n) for n in ("x", "x_sf", "topk_idx", "topk_weights")]
+    for v in views:
+        v.view(torch.uint8).fill_(0xFF) if v.dtype == torch.float8_e4m3fn else v.fill_(-7)
+    ref_views = [buffer.layout.regions[n] for n in ("x", "x_sf", "topk_idx", "topk_weights")]
+    mega.mega_moe_pre_dispatch_sm90(x, idx, w, *views, num_tokens, routed_scaling_factor=scaling)
+    expected = [ref_storage[r.offset : r.offset + r.nbytes].clone() for r in ref_views]
+    exp_views = [e.view(v.dtype).view(v.shape) for e, v in zip(expected, views, strict=True)]
+    for v in exp_views:
+        v.view(torch.uint8).fill_(0xFF) if v.dtype == torch.float8_e4m3fn else v.fill_(-7)
+    pre_dispatch_reference(x, idx, w, *exp_views, num_tokens, 128, scaling)
+    torch.cuda.synchronize()
+    for got, want in zip(views, exp_views, strict=True):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -140,6 +141,62 @@ inline void mega_moe_swiglu(const at::Tensor& peers, const std::vector<int64_t>&
                                     gate_src.data_ptr(), up_src.data_ptr(), l2_acts.data_ptr(), sf, sf_stride,
                                     activation_clamp.has_value(),
                                     static_cast<float>(activation_clamp.value_or(0)), fast_math);
+}
+
+// mega_moe_pre_dispatch_sm90 on CUDA tensors (deep_gemm.mega checks the public arguments; these are the kernel's
+// bounds): x[:num_tokens] to FP8 with 1x128 scales into buf_x / buf_x_sf, the routing into buf_topk_idx /
+// buf_topk_weights (times routed_scaling_factor).
+inline void mega_moe_pre_dispatch(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
+                                  const at::Tensor& buf_x, const at::Tensor& buf_x_sf, const at::Tensor& buf_topk_idx,
+                                  const at::Tensor& buf_topk_weights, int64_t num_tokens,
+                                  double routed_scaling_factor) {
+    for (const auto* t : {&x, &topk_idx, &topk_weights, &buf_x, &buf_x_sf, &buf_topk_idx, &buf_topk_weights})
+        DG_CHECK_INPUT(t->dim() == 2, "every tensor must be 2-D, got a {}", describe(*t));
+    const int64_t hidden = buf_x.size(1), k = buf_topk_idx.size(1);
+    DG_CHECK_INPUT(num_tokens >= 0 && num_tokens <= buf_x.size(0) && num_tokens <= INT32_MAX,
+                   "num_tokens must be in [0, {}], got {}", buf_x.size(0), num_tokens);
+    DG_CHECK_INPUT(hidden % 128 == 0 && hidden > 0, "buf_x must have hidden a positive multiple of 128, got a {}",
+                   describe(buf_x));
+    check_dtype(x, at::kBFloat16, "x");
+    check_dtype(buf_x, at::kFloat8_e4m3fn, "buf_x");
+    check_dtype(buf_x_sf, at::kFloat, "buf_x_sf");
+    check_dtype(buf_topk_idx, at::kLong, "buf_topk_idx");
+    check_dtype(buf_topk_weights, at::kFloat, "buf_topk_weights");
+    DG_CHECK_INPUT(topk_idx.scalar_type() == at::kLong || topk_idx.scalar_type() == at::kInt,
+                   "topk_idx must be int64 or int32, got a {}", describe(topk_idx));
+    const auto wt = topk_weights.scalar_type();
+    DG_CHECK_INPUT(wt == at::kFloat || wt == at::kBFloat16 || wt == at::kHalf,
+                   "topk_weights must be FP32, BF16 or FP16, got a {}", describe(topk_weights));
+    DG_CHECK_INPUT(x.size(0) >= num_tokens && x.size(1) == hidden && (x.stride(1) == 1 || hidden == 1) &&
+                   x.stride(0) % 4 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 8 == 0,
+                   "x must be [>= {}, {}] with unit column stride, 8-byte aligned rows, got a {}", num_tokens, hidden,
+                   describe(x));
+    DG_CHECK_INPUT(buf_x.stride(1) == 1 && buf_x.stride(0) % 4 == 0 && reinterpret_cast<uintptr_t>(buf_x.data_ptr()) % 4 == 0,
+                   "buf_x must have unit column stride and 4-byte aligned rows, got a {}", describe(buf_x));
+    DG_CHECK_INPUT(buf_x_sf.size(0) >= num_tokens && buf_x_sf.size(1) == hidden / 128,
+                   "buf_x_sf must be [>= {}, {}], got a {}", num_tokens, hidden / 128, describe(buf_x_sf));
+    for (const auto& [t, name] : {std::pair{&topk_idx, "topk_idx"}, std::pair{&topk_weights, "topk_weights"},
+                                  std::pair{&buf_topk_idx, "buf_topk_idx"}, std::pair{&buf_topk_weights, "buf_topk_weights"}})
+        DG_CHECK_INPUT(t->size(0) >= num_tokens && t->size(1) == k, "{} must be [>= {}, {}], got a {}", name, num_tokens,
+                       k, describe(*t));
+    DG_CHECK_INPUT(std::isfinite(routed_scaling_factor), "routed_scaling_factor must be finite, got {}",
+                   routed_scaling_factor);
+    check_same_cuda_device(buf_x, "buf_x", {{&x, "x"}, {&topk_idx, "topk_idx"}, {&topk_weights, "topk_weights"},
+                                            {&buf_x_sf, "buf_x_sf"}, {&buf_topk_idx, "buf_topk_idx"},
+                                            {&buf_topk_weights, "buf_topk_weights"}});
+    check_sm90(buf_x, "mega_moe_pre_dispatch_sm90");
+    const jit::DeviceScope device_scope(buf_x.device().index());
+    const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+    kernels::MegaMoePreDispatchArgs args{
+        x.data_ptr(), u(x.stride(0)), topk_idx.data_ptr(), u(topk_idx.stride(0)), u(topk_idx.stride(1)),
+        topk_weights.data_ptr(), u(topk_weights.stride(0)), u(topk_weights.stride(1)), buf_x.data_ptr(),
+        u(buf_x.stride(0)), buf_x_sf.data_ptr<float>(), u(buf_x_sf.stride(0)), u(buf_x_sf.stride(1)),
+        buf_topk_idx.data_ptr<int64_t>(), u(buf_topk_idx.stride(0)), u(buf_topk_idx.stride(1)),
+        buf_topk_weights.data_ptr<float>(), u(buf_topk_weights.stride(0)), u(buf_topk_weights.stride(1)),
+        static_cast<uint32_t>(num_tokens), static_cast<uint32_t>(hidden), static_cast<uint32_t>(k),
+        topk_idx.scalar_type() == at::kLong ? 1u : 0u, wt == at::kFloat ? 0u : wt == at::kBFloat16 ? 1u : 2u,
+        static_cast<float>(routed_scaling_factor)};
+    kernels::launch_mega_moe_pre_dispatch(buf_x.device().index(), args);
 }
 
 // y[t] = the sum of token t's top-k expert outputs, read from the experts' ranks (kernel step 6).

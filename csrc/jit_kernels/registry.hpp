@@ -151,6 +151,8 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
               return render_mega_moe_kernel(MegaMoeKernel::kSwiglu, param_or(p, "fp8_out", 1) != 0,
                                             param_or(p, "fast_math", 1) != 0);
           }}},
+        {"smxx_mega_moe_pre_dispatch",
+         {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kPreDispatch); }}},
         {"smxx_mega_moe_combine", {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kCombine); }}},
         {"smxx_zero_padding_rows",
          {{{"psum_layout", "1: the cumulative-ends layout (default 0: per-row ids)"}},

@@ -9,7 +9,9 @@ The reference's names (``SymmBuffer``, ``get_symm_buffer_for_mega_moe``, ``trans
 """
 
 from deep_gemm.mega.buffer import SymmBuffer, get_symm_buffer_for_mega_moe, get_symm_buffer_for_sm90_mega_moe
-from deep_gemm.mega.moe import bf16_mega_moe, fp8_fp4_mega_moe, fp8_mega_moe, mega_moe_pre_dispatch_sm90
+
+# (the public functions: torch.library ops under torch.compile, the eager implementations in moe.py otherwise)
+from deep_gemm.mega.ops import bf16_mega_moe, fp8_fp4_mega_moe, fp8_mega_moe, mega_moe_pre_dispatch_sm90
 from deep_gemm.mega.weights import transform_weights_for_mega_moe, transform_weights_for_mega_moe_sm90
 
 __all__ = [

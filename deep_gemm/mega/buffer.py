@@ -8,13 +8,26 @@ communication layer. A group of size 1 (or ``group=None``) uses a plain device a
 
 from __future__ import annotations
 
+import itertools
+import weakref
+
 import torch
 import torch.distributed as dist
 
 from deep_gemm._C import get_mk_alignment_for_contiguous_layout
 from deep_gemm.mega.layout import MegaMoeBufferLayout, Region, mega_moe_buffer_layout
 
-__all__ = ["SymmBuffer", "get_symm_buffer_for_mega_moe", "get_symm_buffer_for_sm90_mega_moe"]
+__all__ = ["SymmBuffer", "buffer_by_handle", "get_symm_buffer_for_mega_moe", "get_symm_buffer_for_sm90_mega_moe"]
+
+# Every SymmBuffer by its op handle (an int a torch.library op can take; deep_gemm.mega.ops), weakly.
+_BUFFERS: weakref.WeakValueDictionary[int, SymmBuffer] = weakref.WeakValueDictionary()
+_NEXT_HANDLE = itertools.count(1)
+
+
+def buffer_by_handle(handle: int) -> SymmBuffer | None:
+    """The live SymmBuffer with this ``op_handle``, or None."""
+    return _BUFFERS.get(handle)
+
 
 MMA_TYPES = ("fp8xfp4", "fp8xfp8", "bf16xbf16")
 ACTIVATIONS = ("swiglu",)
@@ -153,6 +166,9 @@ class SymmBuffer:
         for name in ("x", "x_sf", "topk_idx", "topk_weights", "l1_acts", "l1_acts_sf", "l2_acts", "l2_acts_sf"):
             setattr(self, name, self.view(name))
         self.num_tokens = self.view("num_tokens")
+        # (the integer the Mega MoE custom ops name this buffer by)
+        self.op_handle = next(_NEXT_HANDLE)
+        _BUFFERS[self.op_handle] = self
         self.barrier()
 
     def view(self, name: str, rows: int | None = None) -> torch.Tensor:

@@ -174,8 +174,8 @@ def _swiglu_and_quantize(
 def _run_mega_moe(
     fn: str, y, l1_gemm, l2_gemm, sym_buffer: SymmBuffer, stats, activation_clamp, fast_math, num_tokens_bound
 ) -> None:
-    """The stage-1 pipeline of one call (see the module docstring); l1_gemm(a, d_gate, d_up, ends, rows) and
-    l2_gemm(a, d, ends, rows) run the grouped GEMMs on the received rows."""
+    """The stage-1 pipeline of one call (see the module docstring); l1_gemm(a, a_sf, d_gate, d_up, ends) and
+    l2_gemm(a, a_sf, d, ends) run the grouped GEMMs on the received rows."""
     num_tokens = y.shape[0]
     rows = _rows_for_call(fn, sym_buffer, num_tokens, num_tokens_bound)
     _check_expert_ids(fn, sym_buffer, num_tokens)
@@ -286,7 +286,8 @@ def fp8_mega_moe(
 
     # NOTES: a 128-row block of the interleaved L1 weight holds 64 gate rows and 64 up rows, whose scales differ;
     # the grouped GEMM applies one scale per 128 x 128 block, so stage 1 runs L1 twice: once with each block's gate
-    # scales (its gate columns are right), once with its up scales. Stage 2's epilogue reads both scales instead.
+    # scales (its gate columns are right), once with its up scales. One pass needs per-row B scales in the
+    # m-grouped GEMM (docs/design.md, "Mega MoE"); stage 2's epilogue reads both scales instead.
     half_blocks = torch.arange(2 * inter // 128, device=s1.device) // 2
     s1_gate = s1.index_select(1, half_blocks)
     s1_up = s1.index_select(1, half_blocks + inter // 128)
@@ -418,18 +419,21 @@ def mega_moe_pre_dispatch_sm90(
     """Quantize ``x[:num_tokens]`` to FP8 with FP32 1 x ``group_size`` scales into ``buf_x`` / ``buf_x_sf``, and copy
     the routing into ``buf_topk_idx`` / ``buf_topk_weights`` (the weights times ``routed_scaling_factor``).
 
-    Stage 1 runs this as a few PyTorch ops (the fork fuses it into one kernel).
+    On CUDA tensors one kernel (impls/smxx_mega_moe.cuh, step 0) does it all, with the bytes of
+    :func:`deep_gemm.utils.per_token_cast_to_fp8` and of ``topk_weights.float() * routed_scaling_factor`` (an FP32
+    product); CPU tensors (the buffer emulated in tests) take those PyTorch ops.
 
     Args:
-        x: BF16 ``[>= num_tokens, hidden]``. topk_idx: integer ``[>= num_tokens, k]``. topk_weights: float
-            ``[>= num_tokens, k]``.
+        x: BF16 ``[>= num_tokens, hidden]``, unit column stride. topk_idx: int64 or int32 ``[>= num_tokens, k]``.
+            topk_weights: FP32, BF16 or FP16 ``[>= num_tokens, k]``.
         buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights: the buffer's views (``SymmBuffer.x`` and so on).
         num_tokens: T, an int in ``[0, buf_x.shape[0]]``.
         group_size: 128 (the SM90 activation recipe).
-        routed_scaling_factor: multiplies the routing weights.
+        routed_scaling_factor: multiplies the routing weights (in FP32).
 
     Raises:
-        TypeError / ValueError: naming the argument of the wrong type, dtype or shape.
+        TypeError / ValueError: naming the argument of the wrong type, dtype, shape, stride or device.
+        NotImplementedError: CUDA tensors off SM90.
     """
     fn = "mega_moe_pre_dispatch_sm90"
     if isinstance(num_tokens, bool) or not isinstance(num_tokens, int):
@@ -452,17 +456,72 @@ def mega_moe_pre_dispatch_sm90(
     hidden, k = buf_x.shape[1], buf_topk_idx.shape[1]
     if x.dtype != torch.bfloat16 or x.shape[0] < num_tokens or x.shape[1] != hidden:
         raise ValueError(f"{fn}: x must be BF16 [>= {num_tokens}, {hidden}], got {x.dtype} {list(x.shape)}")
-    if topk_idx.shape[0] < num_tokens or topk_idx.shape[1] != k or topk_idx.dtype.is_floating_point:
+    if topk_idx.shape[0] < num_tokens or topk_idx.shape[1] != k or topk_idx.dtype not in (torch.int64, torch.int32):
         raise ValueError(
-            f"{fn}: topk_idx must be integer [>= {num_tokens}, {k}], got {topk_idx.dtype} {list(topk_idx.shape)}"
+            f"{fn}: topk_idx must be int64 or int32 [>= {num_tokens}, {k}], got {topk_idx.dtype} {list(topk_idx.shape)}"
         )
-    if topk_weights.shape[0] < num_tokens or topk_weights.shape[1] != k or not topk_weights.dtype.is_floating_point:
+    if (
+        topk_weights.shape[0] < num_tokens
+        or topk_weights.shape[1] != k
+        or topk_weights.dtype not in (torch.float32, torch.bfloat16, torch.float16)
+    ):
         raise ValueError(
-            f"{fn}: topk_weights must be float [>= {num_tokens}, {k}], got {topk_weights.dtype} "
+            f"{fn}: topk_weights must be FP32, BF16 or FP16 [>= {num_tokens}, {k}], got {topk_weights.dtype} "
             f"{list(topk_weights.shape)}"
         )
+    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, (int, float)):
+        raise TypeError(f"{fn}: routed_scaling_factor must be a number, got {type(routed_scaling_factor).__name__}")
+    if buf_topk_idx.dtype != torch.int64 or buf_topk_weights.dtype != torch.float32:
+        raise ValueError(
+            f"{fn}: buf_topk_idx must be int64 and buf_topk_weights FP32 (the buffer's views), got "
+            f"{buf_topk_idx.dtype} and {buf_topk_weights.dtype}"
+        )
+    devices = {t.device for t in (x, topk_idx, topk_weights, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights)}
+    if len(devices) != 1:
+        raise ValueError(f"{fn}: every tensor must be on one device (the buffer's), got {sorted(map(str, devices))}")
     if buf_x.dtype != torch.float8_e4m3fn or buf_x_sf.dtype != torch.float32 or buf_x_sf.shape[1] != hidden // 128:
         raise ValueError(f"{fn}: buf_x must be FP8 and buf_x_sf FP32 [*, hidden / 128] (an FP8 SymmBuffer's views)")
+    if buf_x.is_cuda:
+        _C._mega_moe_pre_dispatch(
+            x,
+            topk_idx,
+            topk_weights,
+            buf_x,
+            buf_x_sf,
+            buf_topk_idx,
+            buf_topk_weights,
+            num_tokens,
+            float(routed_scaling_factor),
+        )
+        return
+    pre_dispatch_reference(
+        x,
+        topk_idx,
+        topk_weights,
+        buf_x,
+        buf_x_sf,
+        buf_topk_idx,
+        buf_topk_weights,
+        num_tokens,
+        group_size,
+        routed_scaling_factor,
+    )
+
+
+def pre_dispatch_reference(
+    x,
+    topk_idx,
+    topk_weights,
+    buf_x,
+    buf_x_sf,
+    buf_topk_idx,
+    buf_topk_weights,
+    num_tokens,
+    group_size=128,
+    routed_scaling_factor=1.0,
+) -> None:
+    """:func:`mega_moe_pre_dispatch_sm90` as PyTorch ops (arguments already checked): the CPU path, and what the
+    kernel is tested against bit for bit."""
     if num_tokens == 0:
         return
     x_fp8, x_sf = per_token_cast_to_fp8(x[:num_tokens], use_ue8m0=False, gran_k=group_size)

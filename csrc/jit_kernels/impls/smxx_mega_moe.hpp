@@ -13,7 +13,7 @@
 
 namespace dg::kernels {
 
-enum class MegaMoeKernel { kRoute, kGather, kSwiglu, kCombine };
+enum class MegaMoeKernel { kRoute, kGather, kSwiglu, kCombine, kPreDispatch };
 
 constexpr uint32_t kMegaMoeRouteThreads = 512;
 constexpr uint32_t kMegaMoeCombineThreads = 256;
@@ -25,6 +25,7 @@ inline const char* mega_moe_kernel_name(MegaMoeKernel kernel) {
         case MegaMoeKernel::kRoute: return "smxx_mega_moe_route";
         case MegaMoeKernel::kGather: return "smxx_mega_moe_gather";
         case MegaMoeKernel::kSwiglu: return "smxx_mega_moe_swiglu";
+        case MegaMoeKernel::kPreDispatch: return "smxx_mega_moe_pre_dispatch";
         default: return "smxx_mega_moe_combine";
     }
 }
@@ -38,6 +39,9 @@ inline jit::KernelSource render_mega_moe_kernel(MegaMoeKernel kernel, bool fp8_o
         case MegaMoeKernel::kSwiglu:
             instance = fmt::format("mega_moe_swiglu_kernel<{}, {}, {}>", kMegaMoeWarps, fp8_out ? "true" : "false",
                                    fast_math ? "true" : "false");
+            break;
+        case MegaMoeKernel::kPreDispatch:
+            instance = fmt::format("mega_moe_pre_dispatch_kernel<{}>", kMegaMoeWarps);
             break;
         case MegaMoeKernel::kCombine: instance = fmt::format("mega_moe_combine_kernel<{}>", kMegaMoeCombineThreads); break;
     }
@@ -116,6 +120,43 @@ inline void launch_mega_moe_combine(int device_index, const uint64_t* peers, con
     config.stream = jit::current_stream(device_index);
     mega_moe_kernel(device_index, MegaMoeKernel::kCombine)
         .launch(device_index, config, peers, layout, num_tokens, y, y_stride);
+}
+
+// The inputs of one call (mega_moe_pre_dispatch_sm90): pointers, row and column strides in elements, dtype codes.
+struct MegaMoePreDispatchArgs {
+    const void* x;  // BF16 [num_tokens, hidden], unit column stride
+    uint64_t x_stride;
+    const void* topk_idx;  // int64 (idx_is_64) or int32
+    uint64_t idx_row_stride, idx_col_stride;
+    const void* topk_weights;  // FP32 (0), BF16 (1) or FP16 (2): weights_dtype
+    uint64_t w_row_stride, w_col_stride;
+    void* buf_x;  // FP8 [>= num_tokens, hidden], unit column stride
+    uint64_t buf_x_stride;
+    float* buf_x_sf;  // FP32 [>= num_tokens, hidden / 128]
+    uint64_t sf_row_stride, sf_col_stride;
+    int64_t* buf_topk_idx;
+    uint64_t buf_idx_row_stride, buf_idx_col_stride;
+    float* buf_topk_weights;
+    uint64_t buf_w_row_stride, buf_w_col_stride;
+    uint32_t num_tokens, hidden, num_topk, idx_is_64, weights_dtype;
+    float routed_scaling_factor;
+};
+
+// A warp per (token, 128 columns); the first block's warp of each token also copies its routing.
+inline void launch_mega_moe_pre_dispatch(int device_index, const MegaMoePreDispatchArgs& args) {
+    if (args.num_tokens == 0)
+        return;
+    jit::LaunchConfig config;
+    config.grid = {mega_moe_grid(static_cast<uint64_t>(args.num_tokens) * (args.hidden / 128), kMegaMoeWarps), 1, 1};
+    config.num_threads = kMegaMoeWarps * 32;
+    config.stream = jit::current_stream(device_index);
+    mega_moe_kernel(device_index, MegaMoeKernel::kPreDispatch)
+        .launch(device_index, config, args.x, args.x_stride, args.topk_idx, args.idx_row_stride, args.idx_col_stride,
+                args.topk_weights, args.w_row_stride, args.w_col_stride, args.buf_x, args.buf_x_stride,
+                args.buf_x_sf, args.sf_row_stride, args.sf_col_stride, args.buf_topk_idx, args.buf_idx_row_stride,
+                args.buf_idx_col_stride, args.buf_topk_weights, args.buf_w_row_stride, args.buf_w_col_stride,
+                args.num_tokens, args.hidden, args.num_topk, args.idx_is_64, args.weights_dtype,
+                args.routed_scaling_factor);
 }
 
 }  // namespace dg::kernels

@@ -21,11 +21,17 @@
 //   6. combine (a CTA per own token, 256 threads, 8 columns each per step): y[t] = bf16(sum_j l2_out_s[row_tj]),
 //              s the owner of expert e = topk_idx[t, j] (ids outside [0, E) are skipped: masked slots), rows read
 //              from the peer s at the row it wrote in step 1; slots summed in j order (deterministic).
+//   0. pre-dispatch (mega_moe_pre_dispatch_sm90, before a call; a warp per (token, 128 columns)): x's 1x128
+//              block to FP8 as deep_gemm.utils.per_token_cast_to_fp8 does (amax floored at 1e-4, sf = amax / 448,
+//              q = e4m3(x / sf), true divisions: the same bytes) into the buffer's x / x_sf; the warp of a token's
+//              first block also copies its top-k ids (int32 or int64 in, int64 out) and weights (FP32, BF16 or
+//              FP16 in, FP32 out, times routed_scaling_factor in FP32).
 // Limits: hidden and I multiples of 128, at most kMaxLocalExperts local experts, num_max_tokens_per_rank * num_topk *
 // num_ranks below 2^31. Stage 2 fuses 4 into L1's epilogue and 6 into L2's (docs/design.md).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <deep_gemm/common/types.cuh>
@@ -49,6 +55,72 @@ __device__ __forceinline__ int32_t mega_local_expert(const MegaMoeLayout& layout
 __device__ __forceinline__ uint32_t mega_num_tokens(const uint64_t* peers, const MegaMoeLayout& layout, uint32_t rank) {
     const int32_t t = *mega_region<const int32_t>(peers, rank, layout.num_tokens_offset);
     return min(static_cast<uint32_t>(max(t, 0)), layout.max_tokens);
+}
+
+// ------------------------------------------------------------------------------------------------ 0. pre-dispatch
+// The 1x128 FP8 quantization of 4 values per lane over a warp's 128 columns: this lane's 4 bytes and the scale.
+__device__ __forceinline__ uint32_t mega_quantize_128(const float (&a)[4], float& sf) {
+    float amax = 0.0f;
+    #pragma unroll
+    for (uint32_t k = 0; k < 4; ++k)
+        amax = fmaxf(amax, fabsf(a[k]));
+    #pragma unroll
+    for (uint32_t mask = 16; mask > 0; mask /= 2)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, mask));
+    // NOTES: true division (not a reciprocal multiply), as deep_gemm.utils.casts quantizes: same FP8 bytes.
+    sf = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+    uint32_t packed = 0;
+    #pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+        const float q = fminf(fmaxf(__fdiv_rn(a[k], sf), -448.0f), 448.0f);
+        const __nv_fp8_storage_t byte = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
+        packed |= static_cast<uint32_t>(byte) << (8 * k);
+    }
+    return packed;
+}
+
+template <uint32_t kNumWarps>
+__global__ void __launch_bounds__(kNumWarps * 32, 1)
+mega_moe_pre_dispatch_kernel(const __nv_bfloat16* __restrict__ x, uint64_t x_stride, const void* __restrict__ topk_idx,
+                             uint64_t idx_row_stride, uint64_t idx_col_stride, const void* __restrict__ topk_weights,
+                             uint64_t w_row_stride, uint64_t w_col_stride, uint8_t* __restrict__ buf_x,
+                             uint64_t buf_x_stride, float* __restrict__ buf_x_sf, uint64_t sf_row_stride,
+                             uint64_t sf_col_stride, int64_t* __restrict__ buf_topk_idx, uint64_t buf_idx_row_stride,
+                             uint64_t buf_idx_col_stride, float* __restrict__ buf_topk_weights,
+                             uint64_t buf_w_row_stride, uint64_t buf_w_col_stride, uint32_t num_tokens,
+                             uint32_t hidden, uint32_t num_topk, uint32_t idx_is_64, uint32_t weights_dtype,
+                             float routed_scaling_factor) {
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, blocks_per_row = hidden / 128;
+    const uint64_t units = static_cast<uint64_t>(num_tokens) * blocks_per_row;
+    for (uint64_t unit = static_cast<uint64_t>(blockIdx.x) * kNumWarps + warp; unit < units;
+         unit += static_cast<uint64_t>(gridDim.x) * kNumWarps) {
+        const uint32_t token = static_cast<uint32_t>(unit / blocks_per_row), block = static_cast<uint32_t>(unit % blocks_per_row);
+        const uint32_t col = block * 128 + lane * 4;
+        // NOTES: the host checked x's rows and pointer 8-byte aligned, buf_x's 4-byte aligned.
+        const uint2 raw = *reinterpret_cast<const uint2*>(x + token * x_stride + col);
+        const __nv_bfloat16* v = reinterpret_cast<const __nv_bfloat16*>(&raw);
+        float a[4];
+        #pragma unroll
+        for (uint32_t k = 0; k < 4; ++k)
+            a[k] = __bfloat162float(v[k]);
+        float sf;
+        const uint32_t packed = mega_quantize_128(a, sf);
+        *reinterpret_cast<uint32_t*>(buf_x + token * buf_x_stride + col) = packed;
+        if (lane == 0)
+            buf_x_sf[token * sf_row_stride + block * sf_col_stride] = sf;
+        if (block != 0)
+            continue;
+        for (uint32_t j = lane; j < num_topk; j += 32) {
+            const uint64_t i = token * idx_row_stride + j * idx_col_stride;
+            buf_topk_idx[token * buf_idx_row_stride + j * buf_idx_col_stride] =
+                idx_is_64 ? static_cast<const int64_t*>(topk_idx)[i] : static_cast<const int32_t*>(topk_idx)[i];
+            const uint64_t w = token * w_row_stride + j * w_col_stride;
+            const float weight = weights_dtype == 0 ? static_cast<const float*>(topk_weights)[w]
+                                 : weights_dtype == 1 ? __bfloat162float(static_cast<const __nv_bfloat16*>(topk_weights)[w])
+                                                      : __half2float(static_cast<const __half*>(topk_weights)[w]);
+            buf_topk_weights[token * buf_w_row_stride + j * buf_w_col_stride] = __fmul_rn(weight, routed_scaling_factor);
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------------ 1. route
@@ -190,7 +262,6 @@ mega_moe_swiglu_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout l
         const __nv_bfloat16* g = reinterpret_cast<const __nv_bfloat16*>(&g_raw);
         const __nv_bfloat16* u = reinterpret_cast<const __nv_bfloat16*>(&u_raw);
         float a[4];
-        float amax = 0.0f;
         #pragma unroll
         for (uint32_t k = 0; k < 4; ++k) {
             float gk = __bfloat162float(g[k]), uk = __bfloat162float(u[k]);
@@ -199,22 +270,11 @@ mega_moe_swiglu_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout l
                 uk = fminf(fmaxf(uk, -clamp_value), clamp_value);
             }
             a[k] = mega_silu(gk, kFastMath) * uk * weight;
-            amax = fmaxf(amax, fabsf(a[k]));
         }
         const uint64_t out = static_cast<uint64_t>(row) * intermediate + i0;
         if constexpr (kFp8Out) {
-            #pragma unroll
-            for (uint32_t mask = 16; mask > 0; mask /= 2)
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, mask));
-            // NOTES: true division (not a reciprocal multiply), as deep_gemm.utils.casts quantizes: same FP8 bytes.
-            const float sf = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
-            uint32_t packed = 0;
-            #pragma unroll
-            for (uint32_t k = 0; k < 4; ++k) {
-                const float q = fminf(fmaxf(__fdiv_rn(a[k], sf), -448.0f), 448.0f);
-                const __nv_fp8_storage_t byte = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
-                packed |= static_cast<uint32_t>(byte) << (8 * k);
-            }
+            float sf;
+            const uint32_t packed = mega_quantize_128(a, sf);
             *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(l2_acts) + out) = packed;
             if (lane == 0)
                 l2_acts_sf[static_cast<uint64_t>(block) * sf_stride + row] = sf;
