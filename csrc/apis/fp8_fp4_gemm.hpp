@@ -1,0 +1,115 @@
+// FP8 x FP4 GEMM API on SM90 (fp8_fp4_gemm_nt with a packed FP4 B): validate every input, bring B's scales into the
+// kernel's layout (UE8M0 exponents packed four to a word, MN-major), launch the SM90 GEMM in its FP8 x FP4 mode.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+
+#include "gemm.hpp"
+#include "value_checks.hpp"
+
+namespace dg::apis {
+
+// Whether `b` of fp8_gemm_nt / fp8_fp4_gemm_nt is packed FP4 (two e2m1 values a byte) rather than e4m3.
+inline bool is_packed_fp4(const at::Tensor& b) {
+    return b.defined() && (b.scalar_type() == at::kChar || b.scalar_type() == at::kByte);
+}
+
+// FP32 scales [N, ceil(K/32)] -> their UE8M0 exponents packed four to an int32 [N, ceil(K/128)] (the first 1x32
+// group in the low byte). As the reference casts FP32 scales to UE8M0, only the exponent is kept: the scales of
+// per_token_cast_to_fp4(..., use_ue8m0=True) are powers of two. DG_DEBUG_CHECKS=1 checks that they are (one
+// synchronization; off by default, as every value check).
+inline at::Tensor pack_fp4_scales(const at::Tensor& sf, int64_t packed_k) {
+    const at::Tensor bits = sf.contiguous().view(at::kInt);
+    if (wants_value_check(sf)) {
+        DG_CHECK_INPUT(!bits.bitwise_and(static_cast<int64_t>(0x807FFFFF)).ne(0).any().item<bool>(),
+                       "b[1] (sfb): FP32 scales of FP4 B must be positive powers of two (UE8M0), got other values");
+    }
+    const int64_t n = sf.size(0), pad = packed_k * 4 - sf.size(1);
+    at::Tensor exponents = bits.bitwise_right_shift(23).bitwise_and(0xFF).to(at::kLong);
+    exponents = at::constant_pad_nd(exponents, {0, pad}).view({n, packed_k, 4});
+    at::Tensor word = exponents.select(2, 0) + exponents.select(2, 1) * 256 + exponents.select(2, 2) * 65536 +
+                      exponents.select(2, 3) * 16777216;
+    // (two's complement: words from 2^31 up are negative int32)
+    word = at::where(word.ge(int64_t(1) << 31), word - (int64_t(1) << 32), word);
+    return word.to(at::kInt);
+}
+
+// fp8_fp4_gemm_nt's checks that need no device: A e4m3 [M, K] with FP32 sfa [M, ceil(K/128)]; B packed e2m1
+// int8/uint8 [N, K/2] with sfb FP32 [N, ceil(K/32)] or packed UE8M0 int32 [N, ceil(K/128)]; BF16 D; no C.
+inline Fp8GemmNtProblem check_fp8_fp4_gemm_nt_host(const at::Tensor& a, const at::Tensor& sfa, const at::Tensor& b,
+                                                   const at::Tensor& sfb, const at::Tensor& d,
+                                                   const std::optional<at::Tensor>& c, const Recipe& recipe,
+                                                   const Recipe& recipe_a, const Recipe& recipe_b,
+                                                   const std::string& compiled_dims) {
+    check_fp8_operand(a, "a[0] (A)");
+    check_dim(b, 2, "b[0] (B, packed FP4)");
+    check_defined(d, "d");
+    check_dim(d, 2, "d");
+    const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+    DG_CHECK_INPUT(k % 32 == 0, "K (a[0]'s columns) must be a multiple of 32 with a packed FP4 B (16-byte rows of B for "
+                   "TMA), got K = {}", k);
+    DG_CHECK_INPUT(b.size(1) * 2 == k, "b[0] (B, packed FP4) must be [N, K / 2] = [N, {}] (two e2m1 values a byte, A's "
+                   "K = {}), got a {}", k / 2, k, describe(b));
+    check_k_major_tma(b, "b[0] (B, packed FP4)");
+    check_dtype(d, at::kBFloat16, "d (FP8 x FP4 writes BF16)");
+    DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
+    DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
+    DG_CHECK_INPUT(!c.has_value(), "c must be None with a packed FP4 B (BF16 output)");
+    DG_CHECK_INPUT(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "M, N and K must each be below 2^31");
+    const auto cdims = parse_compiled_dims(compiled_dims);
+    // Scale granularity: A per 1x128, B per 1x32 (given as recipe_a / recipe_b, or implied)
+    DG_CHECK_INPUT(!recipe, "recipe must be None with a packed FP4 B: give recipe_a=(1, 128) and recipe_b=(1, 32), or "
+                   "neither");
+    if (recipe_a || recipe_b) {
+        DG_CHECK_INPUT(recipe_a && recipe_b, "recipe_a and recipe_b must be given together");
+        DG_CHECK_INPUT(*recipe_a == std::vector<int64_t>({1, 128}), "recipe_a must be (1, 128) with a packed FP4 B "
+                       "(sfa per row and 128 of K), got ({})", fmt::join(*recipe_a, ", "));
+        DG_CHECK_INPUT(*recipe_b == std::vector<int64_t>({1, 32}), "recipe_b must be (1, 32) for a packed FP4 B (sfb per "
+                       "row and 32 of K), got ({})", fmt::join(*recipe_b, ", "));
+    }
+    check_scales(sfa, "a[1] (sfa)", {m, (k + 127) / 128}, "[M, ceil(K/128)]");
+    check_defined(sfb, "b[1] (sfb)");
+    if (sfb.scalar_type() == at::kInt) {
+        DG_CHECK_INPUT(sfb.dim() == 2 && sfb.size(0) == n && sfb.size(1) == (k + 127) / 128,
+                       "b[1] (sfb) as packed UE8M0 int32 must be [N, ceil(K/128)] = [{}, {}], got a {}", n,
+                       (k + 127) / 128, describe(sfb));
+    } else {
+        DG_CHECK_INPUT(sfb.scalar_type() == at::kFloat, "b[1] (sfb) must be FP32 [N, ceil(K/32)] or packed UE8M0 "
+                       "int32 [N, ceil(K/128)], got a {}", describe(sfb));
+        DG_CHECK_INPUT(sfb.dim() == 2 && sfb.size(0) == n && sfb.size(1) == (k + 31) / 32,
+                       "b[1] (sfb) as FP32 must be [N, ceil(K/32)] = [{}, {}], got a {}", n, (k + 31) / 32, describe(sfb));
+    }
+    check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa, "a[1] (sfa)"}, {&sfb, "b[1] (sfb)"}});
+    return {m, n, k, false, cdims};
+}
+
+// D = A @ B.T with A e4m3 and B packed FP4 (see check_fp8_fp4_gemm_nt_host); SM90 converts B to e4m3 in shared
+// memory, folding its power-of-two 1x32 scales into the conversion.
+inline void fp8_fp4_gemm_nt_packed(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b,
+                                   const at::Tensor& sfb_in, const at::Tensor& d, const std::optional<at::Tensor>& c,
+                                   const Recipe& recipe, const Recipe& recipe_a, const Recipe& recipe_b,
+                                   const std::string& compiled_dims) {
+    const auto problem = check_fp8_fp4_gemm_nt_host(a, sfa_in, b, sfb_in, d, c, recipe, recipe_a, recipe_b,
+                                                    compiled_dims);
+    const auto [m, n, k] = std::make_tuple(problem.m, problem.n, problem.k);
+    check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"}});
+    check_sm90(a, "fp8_fp4_gemm_nt");
+    const jit::DeviceScope device_scope(a.device().index());
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0)
+        return write_empty_k(d, c);
+
+    at::Tensor sfa_storage, sfb_storage;
+    const at::Tensor& sfa = mn_major_tma_aligned(sfa_in, sfa_storage);
+    // B's exponent words, MN-major [ceil(K/128)][align(N, 4)] (moved as FP32 bit patterns by the layout kernel)
+    const at::Tensor words = sfb_in.scalar_type() == at::kInt ? sfb_in : pack_fp4_scales(sfb_in, (k + 127) / 128);
+    const at::Tensor sfb = get_mn_major_tma_aligned_tensor(words.view(at::kFloat));
+    kernels::Sm90GemmRunner::run({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), problem.dims.m,
+                                  problem.dims.n, problem.dims.k});
+}
+
+}  // namespace dg::apis

@@ -1,0 +1,262 @@
+"""fp8_fp4_gemm_nt with a packed FP4 B on SM90: the kernel mode compiles cleanly, bad inputs raise naming the argument;
+on a GPU, results against float64.
+
+Oracle: the float64 product of exactly the quantized operands: A e4m3 times its 1x128 FP32 scales, B's e2m1 values
+times their 1x32 UE8M0 scales, with B's scales folded per 128-wide K block as the kernel folds them (each value
+rounded to e4m3(v * 2^(e - e_max)), then times 2^e_max: the identity wherever a block's exponents span at most 8
+binades, which every random-normal case here satisfies; the exponent test crosses the limit on purpose).
+Bounds as tests/test_fp8_gemm.py: calc_diff < 5e-6, every element within 2^-7 |ref| + 2^-7 rms(ref); D poisoned
+around and inside, the padding untouched; two runs bitwise equal."""
+
+import random
+
+import pytest
+import torch
+
+import deep_gemm
+from deep_gemm.testing import calc_diff
+from deep_gemm.utils import cast_back_from_fp4, ceil_div, per_token_cast_to_fp4, per_token_cast_to_fp8
+from deep_gemm.utils.casts import pack_scales_along_k
+from jit_helpers import dump_sass
+
+gpu = pytest.mark.gpu
+
+
+# ----------------------------------------------------------------------------- compile (CPU tier)
+# One large-M tile with overlapped promotion, one decode tile with split-K
+COMPILE_CONFIGS = [
+    dict(fp4_b=1, shape_n=7168, shape_k=7168, block_m=128, block_n=128, num_stages=4, overlap_promotion=1),
+    dict(fp4_b=1, shape_n=2112, shape_k=7168, block_m=64, block_n=64, num_stages=8, num_splits=2),
+]
+
+
+@pytest.mark.parametrize("cfg", COMPILE_CONFIGS, ids=["b128x128-overlap", "b64x64-split2"])
+def test_fp4_mode_compiles_without_spills(cfg: dict, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    result = deep_gemm.compile_kernel("sm90_gemm", cfg)
+    assert result["registers"] > 0, result["ptxas_report"]
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    sass = dump_sass(result["cubin_path"])
+    # FP8 wgmma on the converted tile; the converter's byte permutes
+    assert "QGMMA" in sass, "no FP8 wgmma in the SASS"
+    assert "PRMT" in sass, "no byte permute (the e2m1 -> e4m3 table lookup) in the SASS"
+
+
+# ----------------------------------------------------------------------------- the conversion's arithmetic (CPU)
+def e4m3_magnitude_pool(shift: int) -> list[int]:
+    """The kernel's table (Fp4ToE4m3::magnitude_pool): e4m3 bytes of e2m1 magnitudes 0..7 times 2^-shift."""
+    if shift <= 5:
+        lo = 0x3C383000 - shift * 0x08080800
+        hi = 0x4C484440 - shift * 0x08080808
+        return [(lo >> (8 * i)) & 0xFF for i in range(4)] + [(hi >> (8 * i)) & 0xFF for i in range(4)]
+    grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]) * 2.0**-shift
+    return grid.to(torch.float8_e4m3fn).view(torch.uint8).tolist()
+
+
+def test_magnitude_pool_is_the_rounded_e4m3_of_each_code() -> None:
+    grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+    for shift in range(0, 20):
+        pool = torch.tensor(e4m3_magnitude_pool(shift), dtype=torch.uint8).view(torch.float8_e4m3fn).double()
+        expected = (grid * 2.0**-shift).float().to(torch.float8_e4m3fn).double()
+        assert torch.equal(pool, expected), shift
+        if shift <= 8:  # the fold is exact up to 8 binades
+            assert torch.equal(pool, grid * 2.0**-shift), shift
+
+
+# ----------------------------------------------------------------------------- validation (CPU tier)
+def cpu_operands(m: int = 64, n: int = 128, k: int = 256):
+    a = torch.zeros(m, k, dtype=torch.float8_e4m3fn)
+    sfa = torch.ones(m, ceil_div(k, 128))
+    b = torch.zeros(n, k // 2, dtype=torch.int8)
+    sfb = torch.ones(n, ceil_div(k, 32))
+    d = torch.empty(m, n, dtype=torch.bfloat16)
+    return a, sfa, b, sfb, d
+
+
+@pytest.mark.parametrize(
+    ("case", "pattern"),
+    [
+        ("a_dtype", r"a\[0\] \(A\) must have dtype torch.float8_e4m3fn"),
+        ("b_dtype", r"b\[0\] \(B\) must have dtype torch.float8_e4m3fn"),
+        ("b_rank", r"b\[0\] \(B, packed FP4\) must be 2-D"),
+        ("b_k", r"b\[0\] \(B, packed FP4\) must be \[N, K / 2\] = \[N, 128\]"),
+        ("k_not_32", r"K \(a\[0\]'s columns\) must be a multiple of 32"),
+        ("b_not_k_major", r"b\[0\] \(B, packed FP4\) must be contiguous in its last dimension"),
+        ("d_dtype", r"d \(FP8 x FP4 writes BF16\) must have dtype torch.bfloat16"),
+        ("d_shape", r"d must be \[M, N\] = \[64, 128\]"),
+        ("with_c", r"c must be None with a packed FP4 B"),
+        ("recipe", r"recipe must be None with a packed FP4 B"),
+        ("recipe_a", r"recipe_a must be \(1, 128\) with a packed FP4 B"),
+        ("recipe_b", r"recipe_b must be \(1, 32\) for a packed FP4 B"),
+        ("sfa_shape", r"a\[1\] \(sfa\) must be \[M, ceil\(K/128\)\] = \[64, 2\]"),
+        ("sfb_fp32_shape", r"b\[1\] \(sfb\) as FP32 must be \[N, ceil\(K/32\)\] = \[128, 8\]"),
+        ("sfb_packed_shape", r"b\[1\] \(sfb\) as packed UE8M0 int32 must be \[N, ceil\(K/128\)\] = \[128, 2\]"),
+        ("sfb_dtype", r"b\[1\] \(sfb\) must be FP32 \[N, ceil\(K/32\)\] or packed UE8M0 int32"),
+        ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
+    ],
+)
+@pytest.mark.parametrize("fn", ["fp8_fp4_gemm_nt", "fp8_gemm_nt"])
+def test_bad_inputs_raise(fn: str, case: str, pattern: str) -> None:
+    a, sfa, b, sfb, d = cpu_operands()
+    kwargs = {}
+    if case == "a_dtype":
+        a = a.to(torch.bfloat16)
+    elif case == "b_dtype":
+        b = b.to(torch.int16)
+    elif case == "b_rank":
+        b = b[None]
+    elif case == "b_k":
+        b = torch.zeros(128, 64, dtype=torch.uint8)
+    elif case == "k_not_32":
+        a, sfa = torch.zeros(64, 272, dtype=torch.float8_e4m3fn), torch.ones(64, 3)
+        b, sfb = torch.zeros(128, 136, dtype=torch.int8), torch.ones(128, 9)
+    elif case == "b_not_k_major":
+        b = torch.zeros(128, 128, dtype=torch.int8).t()
+    elif case == "d_dtype":
+        d = d.float()
+    elif case == "d_shape":
+        d = d[:, :64]
+    elif case == "with_c":
+        kwargs["c"] = d.clone()
+    elif case == "recipe":
+        kwargs["recipe"] = (1, 1, 128)
+    elif case == "recipe_a":
+        kwargs.update(recipe_a=(1, 32), recipe_b=(1, 32))
+    elif case == "recipe_b":
+        kwargs.update(recipe_a=(1, 128), recipe_b=(1, 128))
+    elif case == "sfa_shape":
+        sfa = torch.ones(64, 3)
+    elif case == "sfb_fp32_shape":
+        sfb = torch.ones(128, 2)
+    elif case == "sfb_packed_shape":
+        sfb = torch.ones(128, 8, dtype=torch.int32)
+    elif case == "sfb_dtype":
+        sfb = sfb.double()
+    with pytest.raises(ValueError, match=pattern):
+        getattr(deep_gemm, fn)((a, sfa), (b, sfb), d, **kwargs)
+
+
+def test_valid_recipes_reach_the_device_check() -> None:
+    a, sfa, b, sfb, d = cpu_operands()
+    packed = torch.zeros(128, 2, dtype=torch.int32)
+    for scales, kwargs in ((sfb, {}), (sfb, dict(recipe_a=(1, 128), recipe_b=(1, 32))), (packed, {})):
+        with pytest.raises(ValueError, match=r"must be on a CUDA device"):
+            deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b.view(torch.uint8), scales), d, **kwargs)
+
+
+# ----------------------------------------------------------------------------- GPU tier
+def folded_fp4_values(b: torch.Tensor, sfb: torch.Tensor, k: int) -> torch.Tensor:
+    """B [N, K] float64 as the kernel multiplies it: per 128-K block, e4m3(v * 2^(e - e_max)) * 2^e_max."""
+    n = b.shape[0]
+    values = cast_back_from_fp4(b, torch.ones_like(sfb), gran_k=32).double()  # e2m1 values, unscaled
+    blocks = ceil_div(k, 128)
+    exps = torch.log2(sfb.double()).round()
+    exps = torch.nn.functional.pad(exps, (0, blocks * 4 - exps.shape[1]), value=-127.0).view(n, blocks, 4)
+    e_max = exps.amax(dim=-1, keepdim=True)
+    shift = torch.exp2(exps - e_max).repeat_interleave(32, dim=-1).view(n, blocks * 128)[:, :k]
+    folded = (values * shift).float().to(torch.float8_e4m3fn).double()
+    return folded * torch.exp2(e_max).repeat_interleave(128, dim=-1).view(n, blocks * 128)[:, :k]
+
+
+def make_inputs(m: int, n: int, k: int):
+    a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    b, sfb = per_token_cast_to_fp4(torch.randn(n, k, device="cuda"), use_ue8m0=True, gran_k=32)
+    return a, sfa, b, sfb
+
+
+def reference(a, sfa, b, sfb) -> torch.Tensor:
+    m, k = a.shape
+    sfa_full = sfa.double().repeat_interleave(128, dim=1)[:, :k]
+    return (a.double() * sfa_full) @ folded_fp4_values(b, sfb, k).t()
+
+
+def check_result(d: torch.Tensor, ref64: torch.Tensor, case: str) -> None:
+    assert d.shape == ref64.shape and d.dtype == torch.bfloat16
+    assert torch.isfinite(d).all(), f"{case}: non-finite (unwritten?) outputs"
+    err = (d.double() - ref64).abs()
+    tol = 2.0**-7 * ref64.abs() + 2.0**-7 * ref64.pow(2).mean().sqrt()
+    worst = (err - tol).argmax()
+    assert (err <= tol).all(), (
+        f"{case}: element {divmod(worst.item(), d.shape[1])} = {d.flatten()[worst].item()}, "
+        f"reference {ref64.flatten()[worst].item()}"
+    )
+    diff = calc_diff(d, ref64)
+    assert diff < 5e-6, f"{case}: calc_diff vs float64 = {diff}"
+
+
+def run_case(m: int, n: int, k: int, row_pad: int = 3, col_pad: int = 8, packed_sf: bool = False) -> None:
+    case = f"m{m}-n{n}-k{k}{'-packed' if packed_sf else ''}"
+    a, sfa, b, sfb = make_inputs(m, n, k)
+    # D a window of a larger NaN-poisoned buffer: exactly [M, N] must be written
+    buffer = torch.full((m + row_pad, n + col_pad), float("nan"), device="cuda", dtype=torch.bfloat16)
+    d = buffer[:m, :n]
+    b_sf = pack_scales_along_k(sfb) if packed_sf else sfb
+    deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, b_sf), d)
+    check_result(d, reference(a, sfa, b, sfb), case)
+    assert torch.isnan(buffer[m:]).all() and torch.isnan(buffer[:, n:]).all(), f"{case}: padding written"
+    again = torch.empty_like(d)
+    deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, b_sf), again)
+    assert torch.equal(again, d), f"{case}: two runs differ"
+
+
+@gpu
+@pytest.mark.parametrize("m", [1, 7, 64, 129, 1000, 4096])
+@pytest.mark.parametrize("nk", [(2112, 7168), (576, 7168), (7168, 2048), (4096, 512)], ids=lambda x: f"n{x[0]}-k{x[1]}")
+def test_fp8_fp4_gemm_shapes(m: int, nk: tuple[int, int]) -> None:
+    run_case(m, *nk)
+
+
+@gpu
+@pytest.mark.parametrize("seed", range(6))
+def test_fp8_fp4_gemm_random_odd_shapes(seed: int) -> None:
+    # Unaligned M and N, K tails of 32, packed UE8M0 scales half the time
+    rng = random.Random(seed)
+    m = rng.choice([1, 3, rng.randint(1, 300), rng.randint(300, 3000)])
+    n = rng.choice([rng.randint(1, 200) * 8 + rng.randint(1, 7), rng.randint(16, 3000)])
+    k = 32 * rng.randint(1, 100)
+    run_case(m, n, k, packed_sf=seed % 2 == 1)
+
+
+@gpu
+def test_fp8_fp4_gemm_every_code_and_exponent_span() -> None:
+    # Every e2m1 code in every group, and blocks whose four exponents span 0 .. 15 binades (past the exact fold at 8)
+    m, n, k = 64, 256, 1024
+    torch.manual_seed(0)
+    a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    codes = torch.arange(256, dtype=torch.int32, device="cuda").repeat(n * k // 2 // 256).view(n, k // 2)
+    codes = codes[torch.randperm(n, device="cuda")]
+    b = codes.to(torch.uint8).view(torch.int8)
+    spans = torch.arange(n * k // 128, device="cuda").view(n, k // 128, 1) % 16
+    group = torch.tensor([0, 1, 2, 3], device="cuda").view(1, 1, 4)
+    exps = 100 - (spans * group / 3).round().to(torch.int64) + torch.randint(-3, 4, (n, 1, 1), device="cuda")
+    sfb = torch.exp2(exps.double() - 127).float().view(n, k // 32)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
+    check_result(d, reference(a, sfa, b, sfb), "every code and span")
+
+
+@gpu
+def test_fp8_fp4_gemm_graph_capture() -> None:
+    m, n, k = 64, 2112, 7168
+    a, sfa, b, sfb = make_inputs(m, n, k)
+    packed = pack_scales_along_k(sfb)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, packed), d)  # compile and plan outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, packed), d)
+    d.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check_result(d, reference(a, sfa, b, sfb), "graph")
+
+
+@gpu
+def test_fp32_scales_must_be_powers_of_two_with_debug_checks(monkeypatch) -> None:
+    a, sfa, b, sfb = make_inputs(8, 128, 256)
+    d = torch.empty(8, 128, device="cuda", dtype=torch.bfloat16)
+    sfb[3, 2] *= 1.5
+    monkeypatch.setenv("DG_DEBUG_CHECKS", "1")
+    with pytest.raises(ValueError, match=r"b\[1\] \(sfb\): FP32 scales of FP4 B must be positive powers of two"):
+        deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
