@@ -298,7 +298,7 @@ PYBIND11_MODULE(_C, m) {
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
              uint32_t grouped_alignment, bool bf16, bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c,
              int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups, int32_t stream_k,
-             bool multicast_on_a, std::optional<bool> allow_multicast_arg, const std::string& tune) {
+             bool multicast_on_a, std::optional<bool> allow_multicast_arg, const std::string& tune, bool fp4_b) {
               DG_CHECK_INPUT(cluster_ctas.empty() || cluster_ctas.size() == dg::kernels::kMaxSplits,
                              "cluster_ctas must list the CTAs that whole clusters of 1 .. {} CTAs fill ({} values), got {}",
                              dg::kernels::kMaxSplits, dg::kernels::kMaxSplits, cluster_ctas.size());
@@ -312,9 +312,12 @@ PYBIND11_MODULE(_C, m) {
               DG_CHECK_INPUT(!(bf16 && per_row_sfb), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
               DG_CHECK_INPUT(bf16 || (!mn_major_a && !mn_major_b && !fp32_out),
                              "mn_major_a, mn_major_b and fp32_out describe BF16 GEMMs (bf16=True)");
-              const auto operands = bf16 ? dg::kernels::GemmOperands{dg::kernels::OperandKind::kBf16, mn_major_a,
-                                                                       mn_major_b, fp32_out, has_c}
-                                         : dg::kernels::fp8_operands(per_row_sfb, has_c);
+              DG_CHECK_INPUT(!fp4_b || (!bf16 && !per_row_sfb && !has_c), "fp4_b (FP8 x FP4, BF16 D) excludes bf16, "
+                             "per_row_sfb and has_c");
+              const auto operands = bf16    ? dg::kernels::GemmOperands{dg::kernels::OperandKind::kBf16, mn_major_a,
+                                                                          mn_major_b, fp32_out, has_c}
+                                    : fp4_b ? dg::kernels::fp8_fp4_operands()
+                                            : dg::kernels::fp8_operands(per_row_sfb, has_c);
               // DG_TUNE-style `tune`: its section of this GEMM's family, then the explicit arguments over it
               auto forced = dg::kernels::gemm_overrides(dg::parse_tune(tune).of(
                   bf16 ? dg::TuneFamily::kBf16Gemm : dg::TuneFamily::kFp8Gemm));
@@ -341,7 +344,7 @@ PYBIND11_MODULE(_C, m) {
           "per_row_sfb"_a = false, "gemm_type"_a = 0, "grouped_alignment"_a = 128, "bf16"_a = false,
           "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false, "overlap"_a = -1,
           "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1, "stream_k"_a = -1, "multicast_on_a"_a = false,
-          "allow_multicast"_a = py::none(), "tune"_a = "",
+          "allow_multicast"_a = py::none(), "tune"_a = "", "fp4_b"_a = false,
           "The config the SM90 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
           "block_m, block_n, num_splits force those choices (0: the heuristic decides); per_row_sfb: FP8 recipe\n"
           "(1, 1, 128); bf16: BF16 operands (mn_major_a / mn_major_b: A stored [K, M] / B stored [K, N];\n"
@@ -359,8 +362,8 @@ PYBIND11_MODULE(_C, m) {
           "2-CTA clusters sharing B (None: the tune's multicast key, else the library's default, off).\n"
           "tune: a DG_TUNE value (docs/design.md, 'Forcing kernel configurations') whose fp8_gemm or bf16_gemm section (by `bf16`) forces\n"
           "choices as it does at run time; the explicit arguments above win over it; other families' sections\n"
-          "are parsed but do not apply. The environment's DG_TUNE is not read. Raises ValueError when no config\n"
-          "fits or `tune` is malformed.");
+          "are parsed but do not apply. The environment's DG_TUNE is not read. fp4_b: FP8 A x packed FP4 B\n"
+          "(fp8_fp4_gemm_nt's SM90 mode, BF16 D). Raises ValueError when no config fits or `tune` is malformed.");
 
     // BF16 GEMMs
     m.def("bf16_gemm_nt", &dg::apis::bf16_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "nk",

@@ -214,6 +214,7 @@ def get_gemm_config(
     multicast_on_a: bool = False,
     allow_multicast: bool | None = None,
     tune: str = "",
+    fp4_b: bool = False,
 ) -> dict[str, Any]: ...
 def bf16_gemm_nt(
     a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None, compiled_dims: str = "nk"

@@ -17,7 +17,7 @@ import deep_gemm
 from deep_gemm.testing import calc_diff
 from deep_gemm.utils import cast_back_from_fp4, ceil_div, per_token_cast_to_fp4, per_token_cast_to_fp8
 from deep_gemm.utils.casts import pack_scales_along_k
-from jit_helpers import dump_sass
+from jit_helpers import compile_params, dump_sass
 
 gpu = pytest.mark.gpu
 
@@ -41,6 +41,27 @@ def test_fp4_mode_compiles_without_spills(cfg: dict, tmp_path, monkeypatch) -> N
     # FP8 wgmma on the converted tile; the converter's byte permutes
     assert "QGMMA" in sass, "no FP8 wgmma in the SASS"
     assert "PRMT" in sass, "no byte permute (the e2m1 -> e4m3 table lookup) in the SASS"
+
+
+@pytest.mark.parametrize("mnk", [(1, 7168, 2048), (64, 2112, 7168), (4096, 7168, 7168), (4096, 24576, 1536)],
+                         ids=lambda x: "m{}-n{}-k{}".format(*x))
+def test_heuristic_picks_fit(mnk: tuple[int, int, int]) -> None:
+    # B is never multicast (its packed tile has its own barrier); the shared memory counts the packed tiles
+    m, n, k = mnk
+    cfg = deep_gemm._C.get_gemm_config(m, n, k, fp4_b=True)
+    assert cfg["num_multicast"] == 1 or cfg["is_multicast_on_a"], cfg
+    assert cfg["smem_bytes"] <= 232448, cfg
+    per_stage = (cfg["block_m"] + cfg["block_n"]) * 128 + cfg["block_n"] * 64
+    assert cfg["smem_bytes"] >= cfg["num_stages"] * per_stage, cfg
+    with pytest.raises(ValueError, match="fp4_b .* excludes"):
+        deep_gemm._C.get_gemm_config(m, n, k, fp4_b=True, per_row_sfb=True)
+
+
+def test_decode_pick_compiles_without_spills(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = deep_gemm._C.get_gemm_config(1, 7168, 2048, fp4_b=True)
+    result = deep_gemm.compile_kernel("sm90_gemm", compile_params(cfg, 7168, 2048, fp4_b=1))
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
 
 
 # ----------------------------------------------------------------------------- the conversion's arithmetic (CPU)
