@@ -23,14 +23,15 @@ gpu = pytest.mark.gpu
 
 
 # ----------------------------------------------------------------------------- compile (CPU tier)
-# One large-M tile with overlapped promotion, one decode tile with split-K
+# One large-M tile with overlapped promotion, one decode tile with split-K, one masked (m-grouped) tile
 COMPILE_CONFIGS = [
     dict(fp4_b=1, shape_n=7168, shape_k=7168, block_m=128, block_n=128, num_stages=4, overlap_promotion=1),
     dict(fp4_b=1, shape_n=2112, shape_k=7168, block_m=64, block_n=64, num_stages=8, num_splits=2),
+    dict(fp4_b=1, shape_n=2112, shape_k=2048, block_m=64, block_n=128, num_stages=6, gemm_type=3),
 ]
 
 
-@pytest.mark.parametrize("cfg", COMPILE_CONFIGS, ids=["b128x128-overlap", "b64x64-split2"])
+@pytest.mark.parametrize("cfg", COMPILE_CONFIGS, ids=["b128x128-overlap", "b64x64-split2", "masked-b64x128"])
 def test_fp4_mode_compiles_without_spills(cfg: dict, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
     result = deep_gemm.compile_kernel("sm90_gemm", cfg)
@@ -101,7 +102,7 @@ def cpu_operands(m: int = 64, n: int = 128, k: int = 256):
         ("a_dtype", r"a\[0\] \(A\) must have dtype torch.float8_e4m3fn"),
         ("b_dtype", r"b\[0\] \(B\) must have dtype torch.float8_e4m3fn"),
         ("b_rank", r"b\[0\] \(B, packed FP4\) must be 2-D"),
-        ("b_k", r"b\[0\] \(B, packed FP4\) must be \[N, K / 2\] = \[N, 128\]"),
+        ("b_k", r"b\[0\] \(B, packed FP4\) must be \[N, K / 2\] with K / 2 = 128"),
         ("k_not_32", r"K \(a\[0\]'s columns\) must be a multiple of 32"),
         ("b_not_k_major", r"b\[0\] \(B, packed FP4\) must be contiguous in its last dimension"),
         ("d_dtype", r"d \(FP8 x FP4 writes BF16\) must have dtype torch.bfloat16"),
@@ -281,3 +282,94 @@ def test_fp32_scales_must_be_powers_of_two_with_debug_checks(monkeypatch) -> Non
     monkeypatch.setenv("DG_DEBUG_CHECKS", "1")
     with pytest.raises(ValueError, match=r"b\[1\] \(sfb\): FP32 scales of FP4 B must be positive powers of two"):
         deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
+
+
+# ----------------------------------------------------------------------------- m-grouped (contiguous, masked)
+def grouped_fp4_b(num_groups: int, n: int, k: int, packed_sf: bool):
+    """B [G, N, K / 2] packed FP4 and its scales (FP32 [G, N, K/32] or packed int32 [G, N, K/128]), plus the FP32
+    scales the reference uses."""
+    b, sfb = per_token_cast_to_fp4(torch.randn(num_groups * n, k, device="cuda"), use_ue8m0=True, gran_k=32)
+    b, sfb = b.view(num_groups, n, k // 2), sfb.view(num_groups, n, -1)
+    return b, (pack_scales_along_k(sfb) if packed_sf else sfb), sfb
+
+
+@pytest.mark.parametrize(
+    ("case", "pattern"),
+    [
+        ("b_groups", r"b\[0\] \(B, packed FP4\) must be 3-D"),
+        ("sfb_shape", r"b\[1\] \(sfb\) as FP32 must be \[G, N, ceil\(K/32\)\] = \[2, 128, 8\]"),
+        ("recipe", r"recipe must be None with a packed FP4 B"),
+        ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
+    ],
+)
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_grouped_bad_inputs_raise(layout: str, case: str, pattern: str) -> None:
+    k, n, groups = 256, 128, 2
+    b = torch.zeros(groups, n, k // 2, dtype=torch.int8)
+    sfb = torch.ones(groups, n, k // 32)
+    kwargs = {}
+    if case == "b_groups":
+        b = b[0]
+    elif case == "sfb_shape":
+        sfb = torch.ones(groups, n, 2)
+    elif case == "recipe":
+        kwargs["recipe"] = (1, 128, 128)
+    with pytest.raises(ValueError, match=pattern):
+        if layout == "contiguous":
+            a, sfa = torch.zeros(256, k, dtype=torch.float8_e4m3fn), torch.ones(256, 2)
+            d = torch.empty(256, n, dtype=torch.bfloat16)
+            layout_ids = torch.zeros(256, dtype=torch.int32)
+            deep_gemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout_ids, **kwargs)
+        else:
+            a, sfa = torch.zeros(groups, 64, k, dtype=torch.float8_e4m3fn), torch.ones(groups, 64, 2)
+            d = torch.empty(groups, 64, n, dtype=torch.bfloat16)
+            masked_m = torch.zeros(groups, dtype=torch.int32)
+            deep_gemm.m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 32, **kwargs)
+
+
+@gpu
+@pytest.mark.parametrize("psum", [False, True], ids=["per_row", "psum"])
+@pytest.mark.parametrize(("num_groups", "expected_m", "n", "k"), [(4, 512, 4096, 7168), (16, 64, 576, 1056)])
+def test_m_grouped_fp8_fp4_contiguous(psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
+    rng = random.Random(num_groups + k)
+    alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    sizes = [0 if rng.random() < 0.2 else int(expected_m * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
+    segments, row = [], 0
+    for size in sizes:
+        segments.append((row, row + size))
+        row = ceil_div(row + size, alignment) * alignment
+    m = max(row, alignment)
+    a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    b, b_sf, sfb = grouped_fp4_b(num_groups, n, k, packed_sf=psum)
+    per_row = torch.full((m,), -1, device="cuda", dtype=torch.int32)
+    for g, (s, e) in enumerate(segments):
+        per_row[s:e] = g
+    layout = torch.tensor([e for _, e in segments], device="cuda", dtype=torch.int32) if psum else per_row
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, b_sf), d, layout, use_psum_layout=psum,
+                                                   ensure_zero_padding=False)  # fmt: skip
+    written = torch.zeros(m, dtype=torch.bool, device="cuda")
+    for g, (s, e) in enumerate(segments):
+        if s < e:
+            check_result(d[s:e], reference(a[s:e], sfa[s:e], b[g], sfb[g]), f"group {g}")
+            written[s:e] = True
+    assert d[~written].isnan().all(), "padding rows of d were written"
+
+
+@gpu
+@pytest.mark.parametrize(("num_groups", "expected_m"), [(8, 20), (4, 300), (16, 1)])
+def test_m_grouped_fp8_fp4_masked(num_groups: int, expected_m: int) -> None:
+    rng = random.Random(num_groups * 1000 + expected_m)
+    max_m, n, k = 512, 2112, 2048
+    a, sfa = per_token_cast_to_fp8(torch.randn(num_groups * max_m, k, device="cuda", dtype=torch.bfloat16))
+    a, sfa = a.view(num_groups, max_m, k), sfa.view(num_groups, max_m, -1)
+    b, b_sf, sfb = grouped_fp4_b(num_groups, n, k, packed_sf=num_groups % 2 == 0)
+    counts = [0 if rng.random() < 0.15 else min(max_m, int(expected_m * rng.uniform(0.7, 1.3)) + 1)
+              for _ in range(num_groups)]  # fmt: skip
+    masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+    d = torch.full((num_groups, max_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), (b, b_sf), d, masked_m, expected_m)
+    for g, rows in enumerate(counts):
+        if rows:
+            check_result(d[g, :rows], reference(a[g, :rows], sfa[g, :rows], b[g], sfb[g]), f"group {g}")
+        assert d[g, rows:].isnan().all(), f"group {g}: rows past masked_m were written"

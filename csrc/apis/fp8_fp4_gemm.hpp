@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gemm.hpp"
 #include "value_checks.hpp"
@@ -17,8 +18,8 @@ inline bool is_packed_fp4(const at::Tensor& b) {
     return b.defined() && (b.scalar_type() == at::kChar || b.scalar_type() == at::kByte);
 }
 
-// FP32 scales [N, ceil(K/32)] -> their UE8M0 exponents packed four to an int32 [N, ceil(K/128)] (the first 1x32
-// group in the low byte). As the reference casts FP32 scales to UE8M0, only the exponent is kept: the scales of
+// FP32 scales [..., N, ceil(K/32)] -> their UE8M0 exponents packed four to an int32 [..., N, ceil(K/128)] (the first
+// 1x32 group in the low byte). As the reference casts FP32 scales to UE8M0, only the exponent is kept: the scales of
 // per_token_cast_to_fp4(..., use_ue8m0=True) are powers of two. DG_DEBUG_CHECKS=1 checks that they are (one
 // synchronization; off by default, as every value check).
 inline at::Tensor pack_fp4_scales(const at::Tensor& sf, int64_t packed_k) {
@@ -27,14 +28,63 @@ inline at::Tensor pack_fp4_scales(const at::Tensor& sf, int64_t packed_k) {
         DG_CHECK_INPUT(!bits.bitwise_and(static_cast<int64_t>(0x807FFFFF)).ne(0).any().item<bool>(),
                        "b[1] (sfb): FP32 scales of FP4 B must be positive powers of two (UE8M0), got other values");
     }
-    const int64_t n = sf.size(0), pad = packed_k * 4 - sf.size(1);
-    at::Tensor exponents = bits.bitwise_right_shift(23).bitwise_and(0xFF).to(at::kLong);
-    exponents = at::constant_pad_nd(exponents, {0, pad}).view({n, packed_k, 4});
+    const int64_t rows = sf.numel() / sf.size(-1), pad = packed_k * 4 - sf.size(-1);
+    at::Tensor exponents = bits.reshape({rows, sf.size(-1)}).bitwise_right_shift(23).bitwise_and(0xFF).to(at::kLong);
+    exponents = at::constant_pad_nd(exponents, {0, pad}).view({rows, packed_k, 4});
     at::Tensor word = exponents.select(2, 0) + exponents.select(2, 1) * 256 + exponents.select(2, 2) * 65536 +
                       exponents.select(2, 3) * 16777216;
     // (two's complement: words from 2^31 up are negative int32)
     word = at::where(word.ge(int64_t(1) << 31), word - (int64_t(1) << 32), word);
-    return word.to(at::kInt);
+    std::vector<int64_t> sizes(sf.sizes().begin(), sf.sizes().end());
+    sizes.back() = packed_k;
+    return word.to(at::kInt).view(sizes);
+}
+
+// A packed FP4 B, [N, K / 2] (groups == 0) or [G, N, K / 2], with its scales: FP32 [(G,) N, ceil(K/32)] or packed
+// UE8M0 int32 [(G,) N, ceil(K/128)]. K (A's) a multiple of 32: B's rows are 16-byte multiples for TMA.
+inline void check_fp4_b(const at::Tensor& b, const at::Tensor& sfb, int64_t groups, int64_t n, int64_t k) {
+    DG_CHECK_INPUT(k % 32 == 0, "K (a[0]'s columns) must be a multiple of 32 with a packed FP4 B (16-byte rows of B for "
+                   "TMA), got K = {}", k);
+    const char* shape = groups == 0 ? "[N, K / 2]" : "[G, N, K / 2]";
+    DG_CHECK_INPUT(b.size(-1) * 2 == k, "b[0] (B, packed FP4) must be {} with K / 2 = {} (two e2m1 values a byte, A's "
+                   "K = {}), got a {}", shape, k / 2, k, describe(b));
+    check_k_major_tma(b, "b[0] (B, packed FP4)");
+    if (groups > 0)
+        check_groups_stacked(b, "b[0] (B, packed FP4)");
+    check_defined(sfb, "b[1] (sfb)");
+    const auto expect = [&](int64_t cols) {
+        return groups == 0 ? std::vector<int64_t>{n, cols} : std::vector<int64_t>{groups, n, cols};
+    };
+    const char* prefix = groups == 0 ? "" : "G, ";
+    if (sfb.scalar_type() == at::kInt) {
+        DG_CHECK_INPUT(sfb.sizes().equals(expect((k + 127) / 128)), "b[1] (sfb) as packed UE8M0 int32 must be [{}N, "
+                       "ceil(K/128)] = [{}], got a {}", prefix, fmt::join(expect((k + 127) / 128), ", "), describe(sfb));
+    } else {
+        DG_CHECK_INPUT(sfb.scalar_type() == at::kFloat, "b[1] (sfb) must be FP32 [{}N, ceil(K/32)] or packed UE8M0 "
+                       "int32 [{}N, ceil(K/128)], got a {}", prefix, prefix, describe(sfb));
+        DG_CHECK_INPUT(sfb.sizes().equals(expect((k + 31) / 32)), "b[1] (sfb) as FP32 must be [{}N, ceil(K/32)] = [{}], "
+                       "got a {}", prefix, fmt::join(expect((k + 31) / 32), ", "), describe(sfb));
+    }
+}
+
+// Recipe of an FP8 x FP4 call: None, or recipe_a (1, 128) with recipe_b (1, 32).
+inline void check_fp4_recipe(const Recipe& recipe, const Recipe& recipe_a, const Recipe& recipe_b) {
+    DG_CHECK_INPUT(!recipe, "recipe must be None with a packed FP4 B: give recipe_a=(1, 128) and recipe_b=(1, 32), or "
+                   "neither");
+    if (recipe_a || recipe_b) {
+        DG_CHECK_INPUT(recipe_a && recipe_b, "recipe_a and recipe_b must be given together");
+        DG_CHECK_INPUT(*recipe_a == std::vector<int64_t>({1, 128}), "recipe_a must be (1, 128) with a packed FP4 B "
+                       "(sfa per row and 128 of K), got ({})", fmt::join(*recipe_a, ", "));
+        DG_CHECK_INPUT(*recipe_b == std::vector<int64_t>({1, 32}), "recipe_b must be (1, 32) for a packed FP4 B (sfb per "
+                       "row and 32 of K), got ({})", fmt::join(*recipe_b, ", "));
+    }
+}
+
+// B's exponent words in the kernel's layout, MN-major [(G,)][ceil(K/128)][align(N, 4)] (moved as FP32 bit patterns by
+// the layout kernel).
+inline at::Tensor fp4_b_scale_words(const at::Tensor& sfb, int64_t k) {
+    const at::Tensor words = sfb.scalar_type() == at::kInt ? sfb : pack_fp4_scales(sfb, (k + 127) / 128);
+    return get_mn_major_tma_aligned_tensor(words.view(at::kFloat));
 }
 
 // fp8_fp4_gemm_nt's checks that need no device: A e4m3 [M, K] with FP32 sfa [M, ceil(K/128)]; B packed e2m1
@@ -49,39 +99,15 @@ inline Fp8GemmNtProblem check_fp8_fp4_gemm_nt_host(const at::Tensor& a, const at
     check_defined(d, "d");
     check_dim(d, 2, "d");
     const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
-    DG_CHECK_INPUT(k % 32 == 0, "K (a[0]'s columns) must be a multiple of 32 with a packed FP4 B (16-byte rows of B for "
-                   "TMA), got K = {}", k);
-    DG_CHECK_INPUT(b.size(1) * 2 == k, "b[0] (B, packed FP4) must be [N, K / 2] = [N, {}] (two e2m1 values a byte, A's "
-                   "K = {}), got a {}", k / 2, k, describe(b));
-    check_k_major_tma(b, "b[0] (B, packed FP4)");
+    check_fp4_b(b, sfb, 0, n, k);
     check_dtype(d, at::kBFloat16, "d (FP8 x FP4 writes BF16)");
     DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
     DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
     DG_CHECK_INPUT(!c.has_value(), "c must be None with a packed FP4 B (BF16 output)");
     DG_CHECK_INPUT(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "M, N and K must each be below 2^31");
     const auto cdims = parse_compiled_dims(compiled_dims);
-    // Scale granularity: A per 1x128, B per 1x32 (given as recipe_a / recipe_b, or implied)
-    DG_CHECK_INPUT(!recipe, "recipe must be None with a packed FP4 B: give recipe_a=(1, 128) and recipe_b=(1, 32), or "
-                   "neither");
-    if (recipe_a || recipe_b) {
-        DG_CHECK_INPUT(recipe_a && recipe_b, "recipe_a and recipe_b must be given together");
-        DG_CHECK_INPUT(*recipe_a == std::vector<int64_t>({1, 128}), "recipe_a must be (1, 128) with a packed FP4 B "
-                       "(sfa per row and 128 of K), got ({})", fmt::join(*recipe_a, ", "));
-        DG_CHECK_INPUT(*recipe_b == std::vector<int64_t>({1, 32}), "recipe_b must be (1, 32) for a packed FP4 B (sfb per "
-                       "row and 32 of K), got ({})", fmt::join(*recipe_b, ", "));
-    }
+    check_fp4_recipe(recipe, recipe_a, recipe_b);
     check_scales(sfa, "a[1] (sfa)", {m, (k + 127) / 128}, "[M, ceil(K/128)]");
-    check_defined(sfb, "b[1] (sfb)");
-    if (sfb.scalar_type() == at::kInt) {
-        DG_CHECK_INPUT(sfb.dim() == 2 && sfb.size(0) == n && sfb.size(1) == (k + 127) / 128,
-                       "b[1] (sfb) as packed UE8M0 int32 must be [N, ceil(K/128)] = [{}, {}], got a {}", n,
-                       (k + 127) / 128, describe(sfb));
-    } else {
-        DG_CHECK_INPUT(sfb.scalar_type() == at::kFloat, "b[1] (sfb) must be FP32 [N, ceil(K/32)] or packed UE8M0 "
-                       "int32 [N, ceil(K/128)], got a {}", describe(sfb));
-        DG_CHECK_INPUT(sfb.dim() == 2 && sfb.size(0) == n && sfb.size(1) == (k + 31) / 32,
-                       "b[1] (sfb) as FP32 must be [N, ceil(K/32)] = [{}, {}], got a {}", n, (k + 31) / 32, describe(sfb));
-    }
     check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa, "a[1] (sfa)"}, {&sfb, "b[1] (sfb)"}});
     return {m, n, k, false, cdims};
 }
@@ -103,11 +129,9 @@ inline void fp8_fp4_gemm_nt_packed(const at::Tensor& a, const at::Tensor& sfa_in
     if (k == 0)
         return write_empty_k(d, c);
 
-    at::Tensor sfa_storage, sfb_storage;
+    at::Tensor sfa_storage;
     const at::Tensor& sfa = mn_major_tma_aligned(sfa_in, sfa_storage);
-    // B's exponent words, MN-major [ceil(K/128)][align(N, 4)] (moved as FP32 bit patterns by the layout kernel)
-    const at::Tensor words = sfb_in.scalar_type() == at::kInt ? sfb_in : pack_fp4_scales(sfb_in, (k + 127) / 128);
-    const at::Tensor sfb = get_mn_major_tma_aligned_tensor(words.view(at::kFloat));
+    const at::Tensor sfb = fp4_b_scale_words(sfb_in, k);
     kernels::Sm90GemmRunner::run({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), problem.dims.m,
                                   problem.dims.n, problem.dims.k});
 }

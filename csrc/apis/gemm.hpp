@@ -218,11 +218,11 @@ inline Fp8GemmNtProblem check_fp8_gemm_nt_host(const at::Tensor& a, const at::Te
 }
 
 // FP8 x FP4 (a packed FP4 B: csrc/apis/fp8_fp4_gemm.hpp, included below)
-bool is_packed_fp4(const at::Tensor& b);
-void fp8_fp4_gemm_nt_packed(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b,
-                            const at::Tensor& sfb_in, const at::Tensor& d, const std::optional<at::Tensor>& c,
-                            const Recipe& recipe, const Recipe& recipe_a, const Recipe& recipe_b,
-                            const std::string& compiled_dims);
+inline bool is_packed_fp4(const at::Tensor& b);
+inline void fp8_fp4_gemm_nt_packed(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b,
+                                   const at::Tensor& sfb_in, const at::Tensor& d, const std::optional<at::Tensor>& c,
+                                   const Recipe& recipe, const Recipe& recipe_a, const Recipe& recipe_b,
+                                   const std::string& compiled_dims);
 
 // (A and sfa, B and sfb, the Python API's pairs a and b, by reference: a copy of a tensor handle cost ~0.13 us of
 // host time, measured with tools/measure_binding_overhead.py and PyTorch 2.13 on a CPU machine)

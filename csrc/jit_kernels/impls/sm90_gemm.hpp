@@ -107,7 +107,8 @@ public:
         // With one K block the stride of an MN-major scale tensor's K dimension is meaningless: use the
         // aligned row length
         const int64_t sfa_stride = !fp8 ? 0 : args.sfa->size(1) > 1 ? args.sfa->stride(1) : (m + 3) / 4 * 4;
-        const int64_t sfb_stride = !sfb_by_tma ? 0 : args.sfb->size(1) > 1 ? args.sfb->stride(1) : (n + 3) / 4 * 4;
+        // (FP8 x FP4 m-grouped: [G, N, ceil(K/128)] MN-major, the K-block stride the last dimension's)
+        const int64_t sfb_stride = !sfb_by_tma ? 0 : args.sfb->size(-1) > 1 ? args.sfb->stride(-1) : (n + 3) / 4 * 4;
         // Row strides: between K rows of an MN-major operand, between MN rows of a K-major one
         const uint32_t num_groups = args.b.dim() == 3 ? static_cast<uint32_t>(args.b.size(0)) : 1;
         const int64_t lda = operands.mn_major_a ? row_stride(args.a, 1, k, m) : row_stride(args.a, 0, m, k);
@@ -298,7 +299,9 @@ private:
             plan.tma_bases[2] = args.sfa->data_ptr();
         }
         if (operands.sfb_by_tma()) {
-            plan.tma[3] = scale_map(args.sfb->data_ptr(), sig.n, sf_k, sig.sfb_stride, c.block_n);
+            // (m-grouped FP8 x FP4: the groups' K-block rows one after another)
+            plan.tma[3] = scale_map(args.sfb->data_ptr(), sig.n, sf_k * (operands.fp4_b() ? sig.num_groups : 1),
+                                    sig.sfb_stride, c.block_n);
             plan.tma_bases[3] = args.sfb->data_ptr();
         }
         if (c.use_tma_store) {

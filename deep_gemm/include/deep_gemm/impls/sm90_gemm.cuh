@@ -9,7 +9,8 @@
 // FP8 x FP4 (kFp4B): as FP8 with A's sfa per 1x128, B e2m1 packed two a byte along K (low nibble first) [N, K / 2]
 //       with UE8M0 exponents per 1x32 (the host packs them four to a word, MN-major [ceil(K/128)][align(N, 4)]);
 //       BF16 D. B is converted to e4m3 in shared memory with the 1x32 scales folded in relative to the K block's
-//       largest, which is promoted as a per-row sfb (common/fp4_conversion.cuh).
+//       largest, which is promoted as a per-row sfb (common/fp4_conversion.cuh). M-grouped: B [groups, N, K / 2], its
+//       exponent words [groups][ceil(K/128)][align(N, 4)].
 // BF16: D[m, n] = C[m, n] + sum_k A[m, k] * B[n, k], A and B BF16, each K-major ([M, K] / [N, K] rows) or
 //       MN-major ([K, M] / [K, N] rows: wgmma reads it transposed); D BF16 or FP32, C (D's type) optional.
 //
@@ -213,8 +214,8 @@ struct Sm90Gemm {
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores D directly, not through TMA");
     static_assert(kOperands == OperandKind::kFp8RowScaled ? kFp32Out : kBlockSfb || kFp4B ? !kFp32Out : true,
                   "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) and FP8 x FP4 BF16; BF16 GEMMs either");
-    static_assert(!kFp4B || ((kNumMulticast == 1 || kIsMulticastOnA) && kGemmType == GemmType::kNormal),
-                  "FP8 x FP4: B is not multicast (its packed tile has its own barrier); normal GEMMs only");
+    static_assert(!kFp4B || ((kNumMulticast == 1 || kIsMulticastOnA) && !kIsKGrouped),
+                  "FP8 x FP4: B is not multicast (its packed tile has its own barrier); normal or m-grouped GEMMs");
     static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % Fp32Epilogue::kChunkCols == 0,
                   "FP32 TMA stores go in 32-column chunks: BLOCK_N must be a multiple of 32");
     static_assert(kFp32TmaStore ? kNumFp32Buffers >= 1 && kNumFp32Buffers <= BLOCK_N / Fp32Epilogue::kChunkCols
@@ -381,7 +382,9 @@ struct Sm90Gemm {
                     uint64_t* loaded = s.b_loaded(pipe.stage);
                     ptx::mbarrier_arrive_expect_tx(loaded, SMEM_B_PACKED_SIZE_PER_STAGE + BLOCK_N * 4);
                     ptx::tma_load_2d(s.b_packed(pipe.stage), tma_b, loaded, k_block * (BLOCK_K / 2), b_row);
-                    ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, loaded, n_block * BLOCK_N, k_block);
+                    // (m-grouped: the exponent words are [groups][K blocks][N], one map of groups x K blocks rows)
+                    ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, loaded, n_block * BLOCK_N,
+                                     tile.group * num_k_blocks + k_block);
                 } else if constexpr (kNumMulticast > 1 && !kIsMulticastOnA) {
                     // Same n_block in both CTAs: each loads half of B's rows into both
                     constexpr uint32_t kHalf = BLOCK_N / 2;
