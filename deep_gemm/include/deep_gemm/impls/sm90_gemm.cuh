@@ -43,9 +43,9 @@
 //   128B-swizzled as TMA writes them and as wgmma reads them: K-major tiles one box of rows x 128 bytes;
 //   MN-major tiles boxes of 64 elements (128 bytes) x 64 rows of K, one after another (the descriptor's
 //   leading byte offset steps between them). full[s] (TMA bytes + 1, or 2 with the sfb loader, or 4 with the
-//   FP4 converter) and empty[s] (4 * kNumMathWarpgroups arrivals per CTA of the cluster: a multicast stage is free only when both CTAs
-//   consumed it). Both roles walk the same tile sequence, so the ring runs on across tiles without
-//   draining. Clusters sync after barrier init and before exit.
+//   FP4 converter) and empty[s] (4 * kNumMathWarpgroups arrivals per CTA of the cluster: a multicast stage is
+//   free only when both CTAs consumed it). All roles walk the same tile sequence, so the ring runs on across
+//   tiles without draining. Clusters sync after barrier init and before exit.
 // sfb (1d2d): a tile of BLOCK_N columns spans at most two 128-column scale blocks (the host picks BLOCK_N
 //   so); columns left of `boundary` take the first, the others the second (TileSfb). `boundary` takes
 //   one of 128 / gcd(BLOCK_N, 128) values, and the promotion is compiled once per value (selected per
