@@ -8,7 +8,10 @@ binades, which every random-normal case here satisfies; the exponent test crosse
 Bounds as tests/test_fp8_gemm.py: calc_diff < 5e-6, every element within 2^-7 |ref| + 2^-7 rms(ref); D poisoned
 around and inside, the padding untouched; two runs bitwise equal."""
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -84,6 +87,44 @@ def test_magnitude_pool_is_the_rounded_e4m3_of_each_code() -> None:
         assert torch.equal(pool, expected), shift
         if shift <= 8:  # the fold is exact up to 8 binades
             assert torch.equal(pool, grid * 2.0**-shift), shift
+
+
+def prmt(a: int, b: int, selectors: int) -> int:
+    """PTX prmt.b32 (default mode) with selectors below 8: byte i of the result is byte selectors[i] of {b, a}."""
+    pool = a | (b << 32)
+    return sum(((pool >> (8 * ((selectors >> (4 * i)) & 0x7))) & 0xFF) << (8 * i) for i in range(4))
+
+
+def convert_word(x: int, pool: list[int]) -> tuple[int, int]:
+    """Fp4ToE4m3::convert_word step by step: eight e2m1 nibbles -> eight e4m3 bytes (values 0..3, 4..7)."""
+    lo_pool = sum(byte << (8 * i) for i, byte in enumerate(pool[:4]))
+    hi_pool = sum(byte << (8 * i) for i, byte in enumerate(pool[4:]))
+
+    def spread(y: int) -> int:
+        t = (y | (y << 8)) & 0x00FF00FF
+        return (t | (t << 4)) & 0x0F0F0F0F
+
+    magnitudes = x & 0x77777777
+    lo = prmt(lo_pool, hi_pool, magnitudes) | ((spread(x & 0xFFFF) << 4) & 0x80808080)
+    hi = prmt(lo_pool, hi_pool, magnitudes >> 16) | ((spread(x >> 16) << 4) & 0x80808080)
+    return lo, hi
+
+
+def test_convert_word_decodes_every_byte_at_every_shift() -> None:
+    # The conversion's bit arithmetic against cast_back_from_fp4's decoding: every byte value in every position
+    values = torch.arange(256, dtype=torch.int64)
+    words = (values | ((values + 37) % 256) << 8 | ((values + 101) % 256) << 16 | ((values + 199) % 256) << 24).tolist()
+    packed = torch.tensor(words, dtype=torch.int64).view(-1, 1)
+    packed = torch.cat([(packed >> (8 * i)) & 0xFF for i in range(4)], dim=1).to(torch.uint8).view(torch.int8)
+    for shift in (0, 3, 5, 7, 8, 11):
+        expected = cast_back_from_fp4(packed, torch.full((256, 1), 2.0**-shift), gran_k=8).double()
+        expected = expected.float().to(torch.float8_e4m3fn).double()
+        got = []
+        for x in words:
+            lo, hi = convert_word(x, e4m3_magnitude_pool(shift))
+            got.append(list((lo | (hi << 32)).to_bytes(8, "little")))
+        got = torch.tensor(got, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
+        assert torch.equal(got, expected), shift
 
 
 # ----------------------------------------------------------------------------- validation (CPU tier)
@@ -373,3 +414,41 @@ def test_m_grouped_fp8_fp4_masked(num_groups: int, expected_m: int) -> None:
         if rows:
             check_result(d[g, :rows], reference(a[g, :rows], sfa[g, :rows], b[g], sfb[g]), f"group {g}")
         assert d[g, rows:].isnan().all(), f"group {g}: rows past masked_m were written"
+
+
+# ----------------------------------------------------------------------------- forced configs (GPU)
+FORCED_SHAPES = [(4096, 7168, 2048), (300, 2112, 7168), (1000, 4104, 1056), (1, 2112, 7168), (7, 1000, 7200),
+                 (64, 255, 4128)]  # fmt: skip
+# name: (DG_TUNE, what DG_PRINT_CONFIGS shows for every plan)
+FORCED_TUNES = {
+    "bm192": ("fp8_gemm:block_m=192", "BLOCK_M=192 "),
+    "multicast_on_a": ("fp8_gemm:multicast_on_a=1", "multicast=2(A) "),
+    "split_k3": ("fp8_gemm:split_k=3", "split_k=3 "),
+    "overlap_off": ("fp8_gemm:overlap=0", "overlap=false "),
+    "stream_k1": ("fp8_gemm:stream_k=1,split_k=1,multicast=0", "split_k=1 "),
+}
+
+
+@gpu
+@pytest.mark.parametrize("name", FORCED_TUNES)
+def test_fp8_fp4_gemm_forced_configs(name: str) -> None:
+    # DG_TUNE is read when a shape's plan is made (once per shape and process): a new process each
+    tune, expected = FORCED_TUNES[name]
+    shapes = ", ".join(f"({m}, {n}, {k})" for m, n, k in FORCED_SHAPES)
+    script = (
+        "import torch, test_fp4_gemm as t\n"
+        f"for i, (m, n, k) in enumerate([{shapes}]):\n"
+        "    torch.manual_seed(i)\n"
+        "    t.run_case(m, n, k, packed_sf=i % 2 == 1)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__), capture_output=True, text=True,
+                         env=dict(os.environ, DG_TUNE=tune, DG_PRINT_CONFIGS="1"), timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    plans = [line for line in out.stderr.splitlines() if line.startswith("[deep_gemm] sm90_gemm m=")]
+    assert len(plans) >= len(FORCED_SHAPES), out.stderr
+    assert all("operands=fp8 x fp4 " in line for line in plans), out.stderr
+    if name == "multicast_on_a":
+        # (pairs along N need two column blocks and no split-K)
+        assert any(expected in line for line in plans), out.stderr
+    else:
+        assert all(expected in line for line in plans), out.stderr
