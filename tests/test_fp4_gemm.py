@@ -15,12 +15,12 @@ import sys
 
 import pytest
 import torch
+from jit_helpers import compile_params, dump_sass
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
 from deep_gemm.utils import cast_back_from_fp4, ceil_div, per_token_cast_to_fp4, per_token_cast_to_fp8
 from deep_gemm.utils.casts import pack_scales_along_k
-from jit_helpers import compile_params, dump_sass
 
 gpu = pytest.mark.gpu
 
@@ -47,8 +47,11 @@ def test_fp4_mode_compiles_without_spills(cfg: dict, tmp_path, monkeypatch) -> N
     assert "PRMT" in sass, "no byte permute (the e2m1 -> e4m3 table lookup) in the SASS"
 
 
-@pytest.mark.parametrize("mnk", [(1, 7168, 2048), (64, 2112, 7168), (4096, 7168, 7168), (4096, 24576, 1536)],
-                         ids=lambda x: "m{}-n{}-k{}".format(*x))
+@pytest.mark.parametrize(
+    "mnk",
+    [(1, 7168, 2048), (64, 2112, 7168), (4096, 7168, 7168), (4096, 24576, 1536)],
+    ids=lambda x: "m{}-n{}-k{}".format(*x),
+)
 def test_heuristic_picks_fit(mnk: tuple[int, int, int]) -> None:
     # B is never multicast (its packed tile has its own barrier); the shared memory counts the packed tiles
     m, n, k = mnk

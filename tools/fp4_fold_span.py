@@ -37,9 +37,11 @@ def measure(name: str, w: torch.Tensor) -> None:
     # (relative to sum |w| |x|, the scale of the dot product's rounding: a plain relative error blows up where the
     # dot product cancels)
     dot_err = ((dot_folded - dot_exact).abs() / (exact.reshape(rows, k).abs() @ x.abs())).max().item()
-    print(f"{name:34s} blocks {over.numel():8d}  shift>8 {over.float().mean().item() * 100:8.4f} %  "
-          f"rounded {rounded.float().mean().item() * 100:8.4f} %  max err/block amax {(err / block_amax).max().item():.2e}"
-          f"  max dot err/sum|w||x| {dot_err:.2e}")
+    print(
+        f"{name:34s} blocks {over.numel():8d}  shift>8 {over.float().mean().item() * 100:8.4f} %  "
+        f"rounded {rounded.float().mean().item() * 100:8.4f} %  max err/block amax {(err / block_amax).max().item():.2e}"
+        f"  max dot err/sum|w||x| {dot_err:.2e}"
+    )
 
 
 def main() -> None:
@@ -53,7 +55,9 @@ def main() -> None:
     w[torch.rand(rows, k) < 0.0001] *= 1000.0
     measure("normal, 0.01 % outliers x1000", w)
     measure("student-t (3 dof)", torch.distributions.StudentT(3.0).sample((rows, k)))
-    w = torch.randn(rows, k) * torch.exp2(torch.randint(-12, 1, (rows, k // 32, 1)).float()).repeat_interleave(32, 1).view(rows, k)
+    w = torch.randn(rows, k) * torch.exp2(torch.randint(-12, 1, (rows, k // 32, 1)).float()).repeat_interleave(
+        32, 1
+    ).view(rows, k)
     measure("groups scaled 2^-12 .. 1 at random", w)
     w = torch.randn(rows, k)
     w[:, 32:64] = 0.0

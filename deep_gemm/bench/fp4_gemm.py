@@ -131,8 +131,10 @@ def run_fp4(options: BenchOptions) -> SuiteReport:
     copy_bandwidth = d2d_copy_bandwidth()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     print(copy_bandwidth_text(copy_bandwidth, None))
-    print("speedup = our FP8 GEMM's time / FP8 x FP4 (above 1: FP4 faster); diff = calc_diff vs float64, "
-          f"'!' > {MAX_DIFF}")
+    print(
+        "speedup = our FP8 GEMM's time / FP8 x FP4 (above 1: FP4 faster); diff = calc_diff vs float64, "
+        f"'!' > {MAX_DIFF}"
+    )
     print(_TABLE.header())
     rows = []
     for m, n, k in shapes:
@@ -146,8 +148,10 @@ def run_fp4(options: BenchOptions) -> SuiteReport:
         print(f"note: {note}")
     failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
     if failed:
-        print(f"{len(failed)} shape(s) failed or exceeded diff {MAX_DIFF}: "
-              + ", ".join(f"{r['m']}x{r['n']}x{r['k']}" for r in failed))
+        print(
+            f"{len(failed)} shape(s) failed or exceeded diff {MAX_DIFF}: "
+            + ", ".join(f"{r['m']}x{r['n']}x{r['k']}" for r in failed)
+        )
     data = {**report_header("fp4", options, MAX_DIFF, copy_bandwidth), "rows": rows}
     json.dumps(data)
     return SuiteReport(data=data, ok=not failed)
