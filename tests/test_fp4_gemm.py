@@ -64,6 +64,13 @@ def test_heuristic_picks_fit(mnk: tuple[int, int, int]) -> None:
         deep_gemm._C.get_gemm_config(m, n, k, fp4_b=True, per_row_sfb=True)
 
 
+def test_fp4_mode_compiles_with_nvrtc(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    result = deep_gemm.compile_kernel("sm90_gemm", COMPILE_CONFIGS[1], use_nvrtc=True)
+    assert result["compiler"] == "nvrtc"
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+
+
 def test_decode_pick_compiles_without_spills(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
     cfg = deep_gemm._C.get_gemm_config(1, 7168, 2048, fp4_b=True)
