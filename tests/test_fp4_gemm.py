@@ -34,6 +34,7 @@ COMPILE_CONFIGS = [
 ]
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("cfg", COMPILE_CONFIGS, ids=["b128x128-overlap", "b64x64-split2", "masked-b64x128"])
 def test_fp4_mode_compiles_without_spills(cfg: dict, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
@@ -64,6 +65,7 @@ def test_heuristic_picks_fit(mnk: tuple[int, int, int]) -> None:
         deep_gemm._C.get_gemm_config(m, n, k, fp4_b=True, per_row_sfb=True)
 
 
+@pytest.mark.nvrtc
 def test_fp4_mode_compiles_with_nvrtc(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
     result = deep_gemm.compile_kernel("sm90_gemm", COMPILE_CONFIGS[1], use_nvrtc=True)
@@ -71,6 +73,7 @@ def test_fp4_mode_compiles_with_nvrtc(tmp_path, monkeypatch) -> None:
     assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
 
 
+@pytest.mark.nvcc
 def test_decode_pick_compiles_without_spills(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
     cfg = deep_gemm._C.get_gemm_config(1, 7168, 2048, fp4_b=True)
