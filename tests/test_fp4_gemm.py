@@ -103,23 +103,24 @@ def test_magnitude_pool_is_the_rounded_e4m3_of_each_code() -> None:
 
 
 def prmt(a: int, b: int, selectors: int) -> int:
-    """PTX prmt.b32 (default mode) with selectors below 8: byte i of the result is byte selectors[i] of {b, a}."""
+    """PTX prmt.b32 (default mode): byte i of the result is byte selectors[i] & 7 of {b, a}, or with selector bit 3
+    that byte's top bit replicated."""
     pool = a | (b << 32)
-    return sum(((pool >> (8 * ((selectors >> (4 * i)) & 0x7))) & 0xFF) << (8 * i) for i in range(4))
+    out = 0
+    for i in range(4):
+        selector = (selectors >> (4 * i)) & 0xF
+        byte = (pool >> (8 * (selector & 0x7))) & 0xFF
+        out |= ((0xFF if byte & 0x80 else 0) if selector & 0x8 else byte) << (8 * i)
+    return out
 
 
 def convert_word(x: int, pool: list[int]) -> tuple[int, int]:
     """Fp4ToE4m3::convert_word step by step: eight e2m1 nibbles -> eight e4m3 bytes (values 0..3, 4..7)."""
     lo_pool = sum(byte << (8 * i) for i, byte in enumerate(pool[:4]))
     hi_pool = sum(byte << (8 * i) for i, byte in enumerate(pool[4:]))
-
-    def spread(y: int) -> int:
-        t = (y | (y << 8)) & 0x00FF00FF
-        return (t | (t << 4)) & 0x0F0F0F0F
-
-    magnitudes = x & 0x77777777
-    lo = prmt(lo_pool, hi_pool, magnitudes) | ((spread(x & 0xFFFF) << 4) & 0x80808080)
-    hi = prmt(lo_pool, hi_pool, magnitudes >> 16) | ((spread(x >> 16) << 4) & 0x80808080)
+    magnitudes, shifted = x & 0x77777777, (x << 4) & 0xFFFFFFFF
+    lo = prmt(lo_pool, hi_pool, magnitudes & 0xFFFF) | (prmt(shifted, x, 0xD9C8) & 0x80808080)
+    hi = prmt(lo_pool, hi_pool, magnitudes >> 16) | (prmt(shifted, x, 0xFBEA) & 0x80808080)
     return lo, hi
 
 

@@ -8,7 +8,8 @@
 // promotion applies as a per-row sfb. Every e2m1 magnitude {0, 0.5, 1, 1.5, 2, 3, 4, 6} times 2^-s is an e4m3 value for
 // shifts s <= 8 (subnormals reach 2^-9); larger shifts round to nearest even (docs/design.md has how rarely and how
 // little).
-// Work item: one group of one row (16 packed bytes in, 32 e4m3 bytes out); four consecutive threads take a row, so
+// Work item: one group of one row (16 packed bytes in, 32 e4m3 bytes out: 9 instructions per 8 values); four
+// consecutive threads take a row, so
 // a warp reads 512 consecutive bytes (conflict-free 16-byte loads) and its stores land in 8 distinct chunks a phase.
 #pragma once
 
@@ -39,20 +40,19 @@ struct Fp4ToE4m3 {
     }
 
     // Eight e2m1 values (nibbles of `x`, value i in nibble i) -> eight e4m3 bytes (values 0..3 in `lo`, 4..7 in `hi`).
+    // Magnitudes: a byte permute of the pool by each nibble's low three bits. Signs: nibble 2j + 1's sign is the top
+    // bit of byte j of x, nibble 2j's that of byte j of x << 4; a byte permute in sign-replicating mode (selector bit
+    // 3) spreads each into its output byte.
     __device__ __forceinline__ static void convert_word(uint32_t x, uint2 pool, uint32_t& lo, uint32_t& hi) {
-        const uint32_t magnitudes = x & 0x77777777u;
-        uint32_t mag_lo, mag_hi;
+        const uint32_t magnitudes = x & 0x77777777u, shifted = x << 4;
+        uint32_t mag_lo, mag_hi, sign_lo, sign_hi;
         asm("prmt.b32 %0, %1, %2, %3;" : "=r"(mag_lo) : "r"(pool.x), "r"(pool.y), "r"(magnitudes));
         asm("prmt.b32 %0, %1, %2, %3;" : "=r"(mag_hi) : "r"(pool.x), "r"(pool.y), "r"(magnitudes >> 16));
-        // Signs: the nibbles spread one a byte, then each nibble's bit 3 moved to its byte's bit 7
-        lo = mag_lo | (spread_nibbles(x & 0xFFFFu) << 4 & 0x80808080u);
-        hi = mag_hi | (spread_nibbles(x >> 16) << 4 & 0x80808080u);
-    }
-
-    // Four nibbles (16 bits) -> four bytes, nibble i in the low half of byte i.
-    __device__ __forceinline__ static uint32_t spread_nibbles(uint32_t y) {
-        const uint32_t t = (y | (y << 8)) & 0x00FF00FFu;
-        return (t | (t << 4)) & 0x0F0F0F0Fu;
+        // (bytes 0..3 of the pair: x << 4, bytes 4..7: x; values 0..3 from bytes 0, 4, 1, 5, values 4..7 from 2, 6, 3, 7)
+        asm("prmt.b32 %0, %1, %2, 0xD9C8;" : "=r"(sign_lo) : "r"(shifted), "r"(x));
+        asm("prmt.b32 %0, %1, %2, 0xFBEA;" : "=r"(sign_hi) : "r"(shifted), "r"(x));
+        lo = mag_lo | (sign_lo & 0x80808080u);
+        hi = mag_hi | (sign_hi & 0x80808080u);
     }
 
     // Converts one stage: `packed` [BLOCK_N][64 bytes] -> `out` (1024-byte aligned, [BLOCK_N][128 bytes] swizzled);
