@@ -167,6 +167,8 @@ def cpu_operands(m: int = 64, n: int = 128, k: int = 256):
         ("recipe_a", r"recipe_a must be \(1, 128\) with a packed FP4 B"),
         ("recipe_b", r"recipe_b must be \(1, 32\) for a packed FP4 B"),
         ("sfa_shape", r"a\[1\] \(sfa\) must be \[M, ceil\(K/128\)\] = \[64, 2\]"),
+        ("sfa_packed_shape", r"a\[1\] \(sfa\) as packed UE8M0 int32 must be \[M, ceil\(K/512\)\] = \[64, 1\]"),
+        ("sfa_dtype", r"a\[1\] \(sfa\) \(FP32, or packed UE8M0 int32\) must have dtype torch.float32"),
         ("sfb_fp32_shape", r"b\[1\] \(sfb\) as FP32 must be \[N, ceil\(K/32\)\] = \[128, 8\]"),
         ("sfb_packed_shape", r"b\[1\] \(sfb\) as packed UE8M0 int32 must be \[N, ceil\(K/128\)\] = \[128, 2\]"),
         ("sfb_dtype", r"b\[1\] \(sfb\) must be FP32 \[N, ceil\(K/32\)\] or packed UE8M0 int32"),
@@ -204,6 +206,10 @@ def test_bad_inputs_raise(fn: str, case: str, pattern: str) -> None:
         kwargs.update(recipe_a=(1, 128), recipe_b=(1, 128))
     elif case == "sfa_shape":
         sfa = torch.ones(64, 3)
+    elif case == "sfa_packed_shape":
+        sfa = torch.ones(64, 2, dtype=torch.int32)
+    elif case == "sfa_dtype":
+        sfa = sfa.double()
     elif case == "sfb_fp32_shape":
         sfb = torch.ones(128, 2)
     elif case == "sfb_packed_shape":
@@ -217,9 +223,15 @@ def test_bad_inputs_raise(fn: str, case: str, pattern: str) -> None:
 def test_valid_recipes_reach_the_device_check() -> None:
     a, sfa, b, sfb, d = cpu_operands()
     packed = torch.zeros(128, 2, dtype=torch.int32)
-    for scales, kwargs in ((sfb, {}), (sfb, dict(recipe_a=(1, 128), recipe_b=(1, 32))), (packed, {})):
+    packed_sfa = torch.zeros(64, 1, dtype=torch.int32)
+    for a_sf, scales, kwargs in (
+        (sfa, sfb, {}),
+        (sfa, sfb, dict(recipe_a=(1, 128), recipe_b=(1, 32))),
+        (sfa, packed, {}),
+        (packed_sfa, packed, {}),
+    ):
         with pytest.raises(ValueError, match=r"must be on a CUDA device"):
-            deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b.view(torch.uint8), scales), d, **kwargs)
+            deep_gemm.fp8_fp4_gemm_nt((a, a_sf), (b.view(torch.uint8), scales), d, **kwargs)
 
 
 # ----------------------------------------------------------------------------- GPU tier
@@ -311,6 +323,22 @@ def test_fp8_fp4_gemm_every_code_and_exponent_span() -> None:
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
     check_result(d, reference(a, sfa, b, sfb), "every code and span")
+
+
+@gpu
+def test_packed_ue8m0_sfa_matches_fp32() -> None:
+    # A's UE8M0 scales packed four to an int32 give bitwise the result of the same scales as FP32
+    m, n, k = 129, 576, 7168 + 256
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    a, sfa = per_token_cast_to_fp8(x, use_ue8m0=True)
+    a_packed, sfa_packed = per_token_cast_to_fp8(x, use_ue8m0=True, use_packed_ue8m0=True)
+    assert torch.equal(a.view(torch.uint8), a_packed.view(torch.uint8))
+    _, _, b, sfb = make_inputs(1, n, k)
+    d, d_packed = (torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
+    deep_gemm.fp8_fp4_gemm_nt((a_packed, sfa_packed), (b, sfb), d_packed)
+    check_result(d, reference(a, sfa, b, sfb), "ue8m0 sfa")
+    assert torch.equal(d, d_packed), "packed UE8M0 sfa differs from its FP32 form"
 
 
 @gpu

@@ -67,6 +67,38 @@ inline void check_fp4_b(const at::Tensor& b, const at::Tensor& sfb, int64_t grou
     }
 }
 
+// A's scales of an FP8 x FP4 call: FP32 [..., ceil(K/128)] (checked by check_scales), or UE8M0 packed four to an
+// int32 along K, [..., ceil(K/512)] (the reference's packed form; `rows` the leading sizes).
+inline void check_fp4_gemm_sfa(const at::Tensor& sfa, std::vector<int64_t> rows, const char* rows_layout, int64_t k) {
+    if (sfa.defined() && sfa.scalar_type() == at::kInt) {
+        rows.push_back((k + 511) / 512);
+        DG_CHECK_INPUT(sfa.sizes().equals(rows), "a[1] (sfa) as packed UE8M0 int32 must be [{}, ceil(K/512)] = [{}], "
+                       "got a {}", rows_layout, fmt::join(rows, ", "), describe(sfa));
+        return;
+    }
+    rows.push_back((k + 127) / 128);
+    check_defined(sfa, "a[1] (sfa)");
+    check_dtype(sfa, at::kFloat, "a[1] (sfa) (FP32, or packed UE8M0 int32)");
+    DG_CHECK_INPUT(sfa.sizes().equals(rows), "a[1] (sfa) must be [{}, ceil(K/128)] = [{}], got a {}", rows_layout,
+                   fmt::join(rows, ", "), describe(sfa));
+}
+
+// A's scales as FP32 [..., ceil(K/128)]: packed UE8M0 words unpacked (exponent byte e -> 2^(e - 127)).
+inline at::Tensor fp4_gemm_sfa_fp32(const at::Tensor& sfa, int64_t k) {
+    if (sfa.scalar_type() != at::kInt)
+        return sfa;
+    const int64_t sf_k = (k + 127) / 128;
+    at::Tensor words = sfa.to(at::kLong).bitwise_and(int64_t(0xFFFFFFFF)).unsqueeze(-1);
+    const at::Tensor shifts = at::arange(0, 32, 8, words.options());
+    at::Tensor exponents = words.bitwise_right_shift(shifts).bitwise_and(0xFF);  // [..., ceil(K/512), 4]
+    // (UE8M0 0 is 2^-127, an FP32 subnormal: bits 0x00400000)
+    at::Tensor bits = at::where(exponents.eq(0), at::full_like(exponents, 0x00400000), exponents * (int64_t(1) << 23));
+    std::vector<int64_t> sizes(sfa.sizes().begin(), sfa.sizes().end());
+    sizes.back() = sizes.back() * 4;
+    bits = bits.reshape(sizes).narrow(-1, 0, sf_k).to(at::kInt).contiguous();
+    return bits.view(at::kFloat);
+}
+
 // Recipe of an FP8 x FP4 call: None, or recipe_a (1, 128) with recipe_b (1, 32).
 inline void check_fp4_recipe(const Recipe& recipe, const Recipe& recipe_a, const Recipe& recipe_b) {
     DG_CHECK_INPUT(!recipe, "recipe must be None with a packed FP4 B: give recipe_a=(1, 128) and recipe_b=(1, 32), or "
@@ -107,7 +139,7 @@ inline Fp8GemmNtProblem check_fp8_fp4_gemm_nt_host(const at::Tensor& a, const at
     DG_CHECK_INPUT(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, "M, N and K must each be below 2^31");
     const auto cdims = parse_compiled_dims(compiled_dims);
     check_fp4_recipe(recipe, recipe_a, recipe_b);
-    check_scales(sfa, "a[1] (sfa)", {m, (k + 127) / 128}, "[M, ceil(K/128)]");
+    check_fp4_gemm_sfa(sfa, {m}, "M", k);
     check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa, "a[1] (sfa)"}, {&sfb, "b[1] (sfb)"}});
     return {m, n, k, false, cdims};
 }
@@ -130,7 +162,8 @@ inline void fp8_fp4_gemm_nt_packed(const at::Tensor& a, const at::Tensor& sfa_in
         return write_empty_k(d, c);
 
     at::Tensor sfa_storage;
-    const at::Tensor& sfa = mn_major_tma_aligned(sfa_in, sfa_storage);
+    const at::Tensor sfa_fp32 = fp4_gemm_sfa_fp32(sfa_in, k);
+    const at::Tensor& sfa = mn_major_tma_aligned(sfa_fp32, sfa_storage);
     const at::Tensor sfb = fp4_b_scale_words(sfb_in, k);
     kernels::Sm90GemmRunner::run({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), problem.dims.m,
                                   problem.dims.n, problem.dims.k});

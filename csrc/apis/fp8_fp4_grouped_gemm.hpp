@@ -32,7 +32,7 @@ inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a, con
     DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
     const auto cdims = parse_compiled_dims(compiled_dims);
     check_fp4_recipe(recipe, recipe_a, recipe_b);
-    check_scales(sfa_in, "a[1] (sfa)", {m, (k + 127) / 128}, "[M, ceil(K/128)]");
+    check_fp4_gemm_sfa(sfa_in, {m}, "M", k);
     const int64_t alignment = detail::check_contiguous_layout(grouped_layout, m, num_groups, use_psum_layout);
     check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
                                    {&sfb_in, "b[1] (sfb)"}, {&grouped_layout, "grouped_layout"}});
@@ -44,7 +44,8 @@ inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a, con
     if (m == 0 || n == 0)
         return;
     at::Tensor sfa_storage;
-    const at::Tensor& sfa = mn_major_tma_aligned(sfa_in, sfa_storage);
+    const at::Tensor sfa_fp32 = fp4_gemm_sfa_fp32(sfa_in, k);
+    const at::Tensor& sfa = mn_major_tma_aligned(sfa_fp32, sfa_storage);
     const at::Tensor sfb = fp4_b_scale_words(sfb_in, k);
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n, cdims.k},
                            grouped_layout, use_psum_layout, alignment);
@@ -75,7 +76,7 @@ inline void m_grouped_fp8_fp4_gemm_nt_masked_packed(const at::Tensor& a, const a
     const auto cdims = parse_compiled_dims(compiled_dims);
     check_fp4_recipe(recipe, recipe_a, recipe_b);
     const int64_t sf_k = (k + 127) / 128;
-    check_scales(sfa_in, "a[1] (sfa)", {num_groups, max_m, sf_k}, "[G, max_m, ceil(K/128)]");
+    check_fp4_gemm_sfa(sfa_in, {num_groups, max_m}, "G, max_m", k);
     check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
                                    {&sfb_in, "b[1] (sfb)"}, {&masked_m, "masked_m"}});
 
@@ -87,7 +88,8 @@ inline void m_grouped_fp8_fp4_gemm_nt_masked_packed(const at::Tensor& a, const a
         return;
     const at::Tensor a_flat = a.view({num_groups * max_m, k});
     const at::Tensor d_flat = d.view({num_groups * max_m, n});
-    const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in.reshape({num_groups * max_m, sf_k}));
+    const at::Tensor sfa =
+        get_mn_major_tma_aligned_tensor(fp4_gemm_sfa_fp32(sfa_in, k).reshape({num_groups * max_m, sf_k}));
     const at::Tensor sfb = fp4_b_scale_words(sfb_in, k);
     detail::run_masked({a_flat, b, d_flat, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n,
                         cdims.k},
