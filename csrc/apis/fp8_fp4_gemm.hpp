@@ -18,28 +18,6 @@ inline bool is_packed_fp4(const at::Tensor& b) {
     return b.defined() && (b.scalar_type() == at::kChar || b.scalar_type() == at::kByte);
 }
 
-// FP32 scales [..., N, ceil(K/32)] -> their UE8M0 exponents packed four to an int32 [..., N, ceil(K/128)] (the first
-// 1x32 group in the low byte). As the reference casts FP32 scales to UE8M0, only the exponent is kept: the scales of
-// per_token_cast_to_fp4(..., use_ue8m0=True) are powers of two. DG_DEBUG_CHECKS=1 checks that they are (one
-// synchronization; off by default, as every value check).
-inline at::Tensor pack_fp4_scales(const at::Tensor& sf, int64_t packed_k) {
-    const at::Tensor bits = sf.contiguous().view(at::kInt);
-    if (wants_value_check(sf)) {
-        DG_CHECK_INPUT(!bits.bitwise_and(static_cast<int64_t>(0x807FFFFF)).ne(0).any().item<bool>(),
-                       "b[1] (sfb): FP32 scales of FP4 B must be positive powers of two (UE8M0), got other values");
-    }
-    const int64_t rows = sf.numel() / sf.size(-1), pad = packed_k * 4 - sf.size(-1);
-    at::Tensor exponents = bits.reshape({rows, sf.size(-1)}).bitwise_right_shift(23).bitwise_and(0xFF).to(at::kLong);
-    exponents = at::constant_pad_nd(exponents, {0, pad}).view({rows, packed_k, 4});
-    at::Tensor word = exponents.select(2, 0) + exponents.select(2, 1) * 256 + exponents.select(2, 2) * 65536 +
-                      exponents.select(2, 3) * 16777216;
-    // (two's complement: words from 2^31 up are negative int32)
-    word = at::where(word.ge(int64_t(1) << 31), word - (int64_t(1) << 32), word);
-    std::vector<int64_t> sizes(sf.sizes().begin(), sf.sizes().end());
-    sizes.back() = packed_k;
-    return word.to(at::kInt).view(sizes);
-}
-
 // A packed FP4 B, [N, K / 2] (groups == 0) or [G, N, K / 2], with its scales: FP32 [(G,) N, ceil(K/32)] or packed
 // UE8M0 int32 [(G,) N, ceil(K/128)]. K (A's) a multiple of 32: B's rows are 16-byte multiples for TMA.
 inline void check_fp4_b(const at::Tensor& b, const at::Tensor& sfb, int64_t groups, int64_t n, int64_t k) {
@@ -112,11 +90,18 @@ inline void check_fp4_recipe(const Recipe& recipe, const Recipe& recipe_a, const
     }
 }
 
-// B's exponent words in the kernel's layout, MN-major [(G,)][ceil(K/128)][align(N, 4)] (moved as FP32 bit patterns by
-// the layout kernel).
-inline at::Tensor fp4_b_scale_words(const at::Tensor& sfb, int64_t k) {
-    const at::Tensor words = sfb.scalar_type() == at::kInt ? sfb : pack_fp4_scales(sfb, (k + 127) / 128);
-    return get_mn_major_tma_aligned_tensor(words.view(at::kFloat));
+// B's exponent words in the kernel's layout, MN-major [(G,)][ceil(K/128)][align(N, 4)]: packed words moved as FP32
+// bit patterns by the layout kernel; FP32 scales packed by it (their exponent bytes, as the reference casts FP32 scales
+// to UE8M0: per_token_cast_to_fp4(..., use_ue8m0=True) gives powers of two; DG_DEBUG_CHECKS=1 checks that they are,
+// one synchronization, off by default as every value check).
+inline at::Tensor fp4_b_scale_words(const at::Tensor& sfb) {
+    if (sfb.scalar_type() == at::kInt)
+        return get_mn_major_tma_aligned_tensor(sfb.view(at::kFloat));
+    if (wants_value_check(sfb)) {
+        DG_CHECK_INPUT(!sfb.view(at::kInt).bitwise_and(static_cast<int64_t>(0x807FFFFF)).ne(0).any().item<bool>(),
+                       "b[1] (sfb): FP32 scales of FP4 B must be positive powers of two (UE8M0), got other values");
+    }
+    return get_mn_major_tma_aligned_packed_ue8m0_tensor(sfb, std::nullopt);
 }
 
 // fp8_fp4_gemm_nt's checks that need no device: A e4m3 [M, K] with FP32 sfa [M, ceil(K/128)]; B packed e2m1
@@ -164,7 +149,7 @@ inline void fp8_fp4_gemm_nt_packed(const at::Tensor& a, const at::Tensor& sfa_in
     at::Tensor sfa_storage;
     const at::Tensor sfa_fp32 = fp4_gemm_sfa_fp32(sfa_in, k);
     const at::Tensor& sfa = mn_major_tma_aligned(sfa_fp32, sfa_storage);
-    const at::Tensor sfb = fp4_b_scale_words(sfb_in, k);
+    const at::Tensor sfb = fp4_b_scale_words(sfb_in);
     kernels::Sm90GemmRunner::run({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), problem.dims.m,
                                   problem.dims.n, problem.dims.k});
 }

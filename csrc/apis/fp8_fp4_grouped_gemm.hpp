@@ -46,7 +46,7 @@ inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a, con
     at::Tensor sfa_storage;
     const at::Tensor sfa_fp32 = fp4_gemm_sfa_fp32(sfa_in, k);
     const at::Tensor& sfa = mn_major_tma_aligned(sfa_fp32, sfa_storage);
-    const at::Tensor sfb = fp4_b_scale_words(sfb_in, k);
+    const at::Tensor sfb = fp4_b_scale_words(sfb_in);
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n, cdims.k},
                            grouped_layout, use_psum_layout, alignment);
     if (ensure_zero_padding)
@@ -90,7 +90,7 @@ inline void m_grouped_fp8_fp4_gemm_nt_masked_packed(const at::Tensor& a, const a
     const at::Tensor d_flat = d.view({num_groups * max_m, n});
     const at::Tensor sfa =
         get_mn_major_tma_aligned_tensor(fp4_gemm_sfa_fp32(sfa_in, k).reshape({num_groups * max_m, sf_k}));
-    const at::Tensor sfb = fp4_b_scale_words(sfb_in, k);
+    const at::Tensor sfb = fp4_b_scale_words(sfb_in);
     detail::run_masked({a_flat, b, d_flat, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n,
                         cdims.k},
                        masked_m, max_m, expected_m);
