@@ -96,6 +96,11 @@ static PyMethodDef fp8_gemm_nt_def = {
     "b = (B, sfb): B float8_e4m3fn [N, K], K-major; sfb FP32 [ceil(N / 128), ceil(K / 128)], one scale\n"
     "    per 128x128 block (recipe (1, 128, 128)), or [N, ceil(K / 128)], one per row per 128 of K\n"
     "    (recipe (1, 1, 128); any layout, like sfa).\n"
+    "    Or FP4 (fp8_fp4_gemm_nt): B int8/uint8 [N, K / 2], two e2m1 values a byte along K (low nibble first);\n"
+    "    sfb FP32 [N, ceil(K / 32)] powers of two (UE8M0), or packed UE8M0 int32 [N, ceil(K / 128)]; BF16 d,\n"
+    "    no c, recipe None or recipe_a=(1, 128) with recipe_b=(1, 32), K a multiple of 32; sfa may then also be\n"
+    "    packed UE8M0 int32 [M, ceil(K / 512)]. B is converted to\n"
+    "    e4m3 in shared memory with its 1x32 scales folded per 128 of K (docs/design.md).\n"
     "d: BF16 [M, N] for recipe (1, 128, 128), c must be None; FP32 [M, N] for recipe (1, 1, 128), with\n"
     "    an optional FP32 c [M, N] accumulated (D = C + A @ B.T; c may be d itself for in place, but may\n"
     "    not otherwise overlap it). Row-major, any row stride.\n"
@@ -227,7 +232,8 @@ PYBIND11_MODULE(_C, m) {
           "    multiple of get_mk_alignment_for_contiguous_layout() (padding rows between them); sfa FP32\n"
           "    [M, ceil(K / 128)] (any layout, as for fp8_gemm_nt).\n"
           "b = (B, sfb): B float8_e4m3fn [G, N, K], K-major, groups stacked densely; sfb FP32\n"
-          "    [G, ceil(N / 128), ceil(K / 128)].\n"
+          "    [G, ceil(N / 128), ceil(K / 128)]. Or packed FP4 (as for fp8_gemm_nt): B int8/uint8 [G, N, K / 2],\n"
+          "    sfb FP32 [G, N, ceil(K / 32)] or packed UE8M0 int32 [G, N, ceil(K / 128)]; recipe None.\n"
           "d: BF16 [M, N], row-major (padding rows: see ensure_zero_padding).\n"
           "grouped_layout: int32 on the device: [M], each row's group id or -1 for padding (M then a multiple of\n"
           "    the alignment); with use_psum_layout=True, [G] cumulative end rows: group g spans\n"
@@ -246,7 +252,9 @@ PYBIND11_MODULE(_C, m) {
           "m_grouped_fp8_fp4_gemm_nt_masked).\n\n"
           "a = (A, sfa): A float8_e4m3fn [G, max_m, K] (max_m a multiple of 64), K-major, groups stacked densely;\n"
           "    sfa FP32 [G, max_m, ceil(K / 128)].\n"
-          "b = (B, sfb): B float8_e4m3fn [G, N, K], K-major; sfb FP32 [G, ceil(N / 128), ceil(K / 128)].\n"
+          "b = (B, sfb): B float8_e4m3fn [G, N, K], K-major; sfb FP32 [G, ceil(N / 128), ceil(K / 128)]. Or\n"
+          "    packed FP4 (as for fp8_gemm_nt): B int8/uint8 [G, N, K / 2], sfb FP32 [G, N, ceil(K / 32)] or packed\n"
+          "    UE8M0 int32 [G, N, ceil(K / 128)]; recipe None.\n"
           "d: BF16 [G, max_m, N]; rows at or past masked_m[g] are not written.\n"
           "masked_m: int32 [G] on the device, read by the kernel (no host sync, so the call can be captured in a\n"
           "    CUDA graph and replayed with new counts); values are clamped to [0, max_m].\n"
@@ -311,7 +319,8 @@ PYBIND11_MODULE(_C, m) {
              uint32_t grouped_alignment, bool bf16, bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c,
              int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups, int32_t stream_k,
              bool multicast_on_a, std::optional<bool> allow_multicast_arg, const std::string& tune,
-             const std::pair<uint32_t, uint32_t>& block_size_multiple_of, bool deterministic) {
+             const std::pair<uint32_t, uint32_t>& block_size_multiple_of, bool deterministic,
+             bool fp4_b) {
               DG_CHECK_INPUT(cluster_ctas.empty() || cluster_ctas.size() == dg::kernels::kMaxSplits,
                              "cluster_ctas must list the CTAs that whole clusters of 1 .. {} CTAs fill ({} values), got {}",
                              dg::kernels::kMaxSplits, dg::kernels::kMaxSplits, cluster_ctas.size());
@@ -325,9 +334,12 @@ PYBIND11_MODULE(_C, m) {
               DG_CHECK_INPUT(!(bf16 && per_row_sfb), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
               DG_CHECK_INPUT(bf16 || (!mn_major_a && !mn_major_b && !fp32_out),
                              "mn_major_a, mn_major_b and fp32_out describe BF16 GEMMs (bf16=True)");
-              const auto operands = bf16 ? dg::kernels::GemmOperands{dg::kernels::OperandKind::kBf16, mn_major_a,
-                                                                       mn_major_b, fp32_out, has_c}
-                                         : dg::kernels::fp8_operands(per_row_sfb, has_c);
+              DG_CHECK_INPUT(!fp4_b || (!bf16 && !per_row_sfb && !has_c), "fp4_b (FP8 x FP4, BF16 D) excludes bf16, "
+                             "per_row_sfb and has_c");
+              const auto operands = bf16    ? dg::kernels::GemmOperands{dg::kernels::OperandKind::kBf16, mn_major_a,
+                                                                          mn_major_b, fp32_out, has_c}
+                                    : fp4_b ? dg::kernels::fp8_fp4_operands()
+                                            : dg::kernels::fp8_operands(per_row_sfb, has_c);
               // DG_TUNE-style `tune`: its section of this GEMM's family, then the explicit arguments over it
               auto forced = dg::kernels::gemm_overrides(dg::parse_tune(tune).of(
                   bf16 ? dg::TuneFamily::kBf16Gemm : dg::TuneFamily::kFp8Gemm));
@@ -358,7 +370,7 @@ PYBIND11_MODULE(_C, m) {
           "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false, "overlap"_a = -1,
           "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1, "stream_k"_a = -1, "multicast_on_a"_a = false,
           "allow_multicast"_a = py::none(), "tune"_a = "",
-          "block_size_multiple_of"_a = std::pair<uint32_t, uint32_t>{0, 0}, "deterministic"_a = false,
+          "block_size_multiple_of"_a = std::pair<uint32_t, uint32_t>{0, 0}, "deterministic"_a = false, "fp4_b"_a = false,
           "The config the SM90 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
           "block_m, block_n, num_splits force those choices (0: the heuristic decides); per_row_sfb: FP8 recipe\n"
           "(1, 1, 128); bf16: BF16 operands (mn_major_a / mn_major_b: A stored [K, M] / B stored [K, N];\n"
@@ -378,8 +390,8 @@ PYBIND11_MODULE(_C, m) {
           "choices as it does at run time; the explicit arguments above win over it; other families' sections\n"
           "are parsed but do not apply. The environment's DG_TUNE is not read. block_size_multiple_of: (BLOCK_M\n"
           "multiple, BLOCK_N multiple) as set_block_size_multiple_of applies them (0: none); deterministic: as\n"
-          "set_deterministic(True) (no split-K, no stream-K). Raises ValueError when no config fits or `tune` is\n"
-          "malformed.");
+          "set_deterministic(True) (no split-K, no stream-K). fp4_b: FP8 A x packed FP4 B (fp8_fp4_gemm_nt's SM90\n"
+          "mode, BF16 D). Raises ValueError when no config fits or `tune` is malformed.");
     m.def("get_hc_prenorm_plan",
           [](int64_t m, int64_t n, int64_t k, int num_sms, bool deterministic) {
               DG_CHECK_INPUT(m >= 1 && k >= 64 && k % 64 == 0 && num_sms >= 1 && n % 8 == 0 && n >= 8 && n <= 32,

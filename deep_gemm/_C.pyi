@@ -218,6 +218,7 @@ def get_gemm_config(
     tune: str = "",
     block_size_multiple_of: tuple[int, int] = (0, 0),
     deterministic: bool = False,
+    fp4_b: bool = False,
 ) -> dict[str, Any]: ...
 def get_hc_prenorm_plan(m: int, n: int, k: int, num_sms: int = 132, deterministic: bool = False) -> dict[str, Any]: ...
 def bf16_gemm_nt(

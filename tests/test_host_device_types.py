@@ -27,6 +27,11 @@ constexpr Sm90GemmKernelConfig kFp8{.block_m = 128, .block_n = 128, .num_stages 
                                     .use_tma_store = true, .num_splits = 1,
                                     .operands = OperandKind::kFp8BlockScaled};
 static_assert(sm90_gemm_smem(kFp8).total == 1024 + 32768 + 5 * (16384 + 16384 + 512 + 8 + 16));
+// FP8 x FP4, 128 x 128, 4 stages, BF16 D through TMA: per stage A, B (the e4m3 tile) 16 KiB, sfa 512, the rows'
+// exponent words 512, the packed B tile 128 x 64, three barriers (full, empty, b_loaded)
+constexpr Sm90GemmKernelConfig kFp4{.block_m = 128, .block_n = 128, .num_stages = 4, .num_math_warpgroups = 2,
+                                    .use_tma_store = true, .num_splits = 1, .operands = OperandKind::kFp8Fp4};
+static_assert(sm90_gemm_smem(kFp4).total == 1024 + 32768 + 4 * (16384 + 16384 + 512 + 512 + 8192 + 24));
 // Split-K 3 of a 64 x 112 tile (one math warpgroup): 56 accumulators = 28 pairs per thread, 10 per owner,
 // 3 slots of 10 x 128 threads x 8 bytes
 constexpr Sm90GemmKernelConfig kSplit{.block_m = 64, .block_n = 112, .num_stages = 8, .num_math_warpgroups = 1,

@@ -217,12 +217,21 @@ inline Fp8GemmNtProblem check_fp8_gemm_nt_host(const at::Tensor& a, const at::Te
     return {m, n, k, per_row_sfb, cdims};
 }
 
+// FP8 x FP4 (a packed FP4 B: csrc/apis/fp8_fp4_gemm.hpp, included below)
+inline bool is_packed_fp4(const at::Tensor& b);
+inline void fp8_fp4_gemm_nt_packed(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b,
+                                   const at::Tensor& sfb_in, const at::Tensor& d, const std::optional<at::Tensor>& c,
+                                   const Recipe& recipe, const Recipe& recipe_a, const Recipe& recipe_b,
+                                   const std::string& compiled_dims);
+
 // (A and sfa, B and sfb, the Python API's pairs a and b, by reference: a copy of a tensor handle cost ~0.13 us of
 // host time, measured with tools/measure_binding_overhead.py and PyTorch 2.13 on a CPU machine)
 inline void fp8_gemm_nt(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b, const at::Tensor& sfb_in,
                         const at::Tensor& d, const std::optional<at::Tensor>& c, const Recipe& recipe,
                         const Recipe& recipe_a, const Recipe& recipe_b, const std::string& compiled_dims,
                         bool disable_ue8m0_cast) {
+    if (is_packed_fp4(b))
+        return fp8_fp4_gemm_nt_packed(a, sfa_in, b, sfb_in, d, c, recipe, recipe_a, recipe_b, compiled_dims);
     const auto [m, n, k, per_row_sfb, cdims] =
         check_fp8_gemm_nt_host(a, sfa_in, b, sfb_in, d, c, recipe, recipe_a, recipe_b, compiled_dims);
     (void)disable_ue8m0_cast;  // SM90 takes FP32 scales: nothing to cast
@@ -256,3 +265,5 @@ inline void fp8_gemm_unsupported_layout(const std::string& name, const std::stri
 }
 
 }  // namespace dg::apis
+
+#include "fp8_fp4_gemm.hpp"

@@ -143,6 +143,19 @@ inline void run_masked(kernels::GemmArgs args, const at::Tensor& masked_m, int64
 
 }  // namespace detail
 
+// FP8 x FP4 (a packed FP4 B [G, N, K / 2]: csrc/apis/fp8_fp4_grouped_gemm.hpp, included below)
+inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a, const at::Tensor& sfa_in,
+                                                        const at::Tensor& b, const at::Tensor& sfb_in,
+                                                        const at::Tensor& d, const at::Tensor& grouped_layout,
+                                                        const Recipe& recipe, const Recipe& recipe_a,
+                                                        const Recipe& recipe_b, const std::string& compiled_dims,
+                                                        bool use_psum_layout, bool ensure_zero_padding);
+inline void m_grouped_fp8_fp4_gemm_nt_masked_packed(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b,
+                                                    const at::Tensor& sfb_in, const at::Tensor& d,
+                                                    const at::Tensor& masked_m, int64_t expected_m,
+                                                    const Recipe& recipe, const Recipe& recipe_a,
+                                                    const Recipe& recipe_b, const std::string& compiled_dims);
+
 // D[rows of group g] = A[rows of group g] @ B[g].T for the groups (experts) whose row segments are
 // concatenated in A; see the Python docstring for the layouts.
 inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const TensorPair& b_pair, const at::Tensor& d,
@@ -155,6 +168,10 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     (void)expected_m_for_psum_layout;  // the config is chosen from the total row count
     const auto& [a, sfa_in] = a_pair;
     const auto& [b, sfb_in] = b_pair;
+    if (is_packed_fp4(b))
+        return m_grouped_fp8_fp4_gemm_nt_contiguous_packed(a, sfa_in, b, sfb_in, d, grouped_layout, recipe, recipe_a,
+                                                           recipe_b, compiled_dims, use_psum_layout,
+                                                           ensure_zero_padding);
     check_fp8_operand(a, "a[0] (A)");
     check_fp8_operand(b, "b[0] (B)", 3);
     const auto [m, k, num_groups, n] =
@@ -199,6 +216,9 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     (void)disable_ue8m0_cast;  // SM90 takes FP32 scales
     const auto& [a, sfa_in] = a_pair;
     const auto& [b, sfb_in] = b_pair;
+    if (is_packed_fp4(b))
+        return m_grouped_fp8_fp4_gemm_nt_masked_packed(a, sfa_in, b, sfb_in, d, masked_m, expected_m, recipe, recipe_a,
+                                                       recipe_b, compiled_dims);
     check_fp8_operand(a, "a[0] (A)", 3);
     check_fp8_operand(b, "b[0] (B)", 3);
     const auto [num_groups, max_m, k, n] = detail::check_masked_operands(a, "a[0] (A)", b, "b[0] (B)");
@@ -235,3 +255,5 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
 }
 
 }  // namespace dg::apis
+
+#include "fp8_fp4_grouped_gemm.hpp"

@@ -63,6 +63,7 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
               {"stream_k", "0 off, 1 the last wave's tiles split along K, 2 also one wave before (default 0)"},
               {"overlap_promotion", "1: FP8 promotion overlapped with the next block's wgmmas (default 0)"},
               {"per_row_sfb", "1: FP8 recipe (1, 1, 128), FP32 D (default 0: recipe (1, 128, 128))"},
+              {"fp4_b", "1: FP8 A x packed FP4 B (e2m1, UE8M0 per 1x32), converted to e4m3 in shared memory"},
               {"bf16", "1: BF16 operands (default 0: FP8)"},
               {"mn_major_a", "BF16: 1 if A is MN-major (default 0)"},
               {"mn_major_b", "BF16: 1 if B is MN-major (default 0)"},

@@ -123,7 +123,8 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
     const uint64_t group_rows = (uint64_t(m) + num_groups - 1) / num_groups;
     use_tma_store = use_tma_store && !operands.direct_store();
     const bool grouped = gemm_type != GemmType::kNormal, m_grouped = is_m_grouped(gemm_type);
-    allow_multicast = allow_multicast && !grouped && !operands.mn_major_b;
+    // (FP8 x FP4: B's packed tile is not multicast)
+    allow_multicast = allow_multicast && !grouped && !operands.mn_major_b && !operands.fp4_b();
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");
     DG_CHECK_INPUT(operands.is_fp8() ? !operands.mn_major_a && !operands.mn_major_b : true,
                    "FP8 operands must be K-major");

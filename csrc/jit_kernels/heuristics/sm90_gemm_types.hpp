@@ -28,6 +28,10 @@ struct GemmOperands {
     bool is_fp8() const { return kind != OperandKind::kBf16; }
     bool per_row_sfb() const { return kind == OperandKind::kFp8RowScaled; }
     bool block_sfb() const { return kind == OperandKind::kFp8BlockScaled; }
+    // FP8 x FP4: B packed e2m1 with UE8M0 exponents per 1x32, converted to e4m3 in the kernel
+    bool fp4_b() const { return kind == OperandKind::kFp8Fp4; }
+    // The per-row sfb (or FP4 B's exponent words), TMA-loaded per stage: MN-major [ceil(K/128)][N] 4-byte words
+    bool sfb_by_tma() const { return per_row_sfb() || fp4_b(); }
     // BF16 D with a C to add: stored straight from registers (FP32 D goes through TMA, adding C in place)
     bool direct_store() const { return has_c && !fp32_out; }
     // K per stage: 128 bytes of each row
@@ -39,6 +43,11 @@ struct GemmOperands {
 // The FP8 recipe (1, 1, 128) or (1, 128, 128) as kernel operands.
 inline GemmOperands fp8_operands(bool per_row_sfb, bool has_c = false) {
     return {per_row_sfb ? OperandKind::kFp8RowScaled : OperandKind::kFp8BlockScaled, false, false, per_row_sfb, has_c};
+}
+
+// FP8 A (sfa per row and 128 of K) x FP4 B (UE8M0 per row and 32 of K), BF16 D.
+inline GemmOperands fp8_fp4_operands() {
+    return {OperandKind::kFp8Fp4, false, false, false, false};
 }
 
 struct GemmConfig {
@@ -90,7 +99,7 @@ struct GemmConfig {
                 .stream_k = stream_k > 0};
     }
     std::string describe() const {
-        static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16"};
+        static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16", "fp8 x fp4"};
         return fmt::format("BLOCK_M={} BLOCK_N={} split_k={} stream_k={} overlap={} stages={} math_wgs={} group_n={} "
                            "multicast={}{} store_chunk_n={} fp32_buffers={} tma_store={} operands={} layout={}{} d={}{} "
                            "type={} max_k_groups={} sms={} smem={} compiled_mnk=({},{},{})",

@@ -95,7 +95,7 @@ public:
         const uint32_t m = args.a.size(0), k = args.a.size(1), n = args.b.size(args.b.dim() - 2);
         GemmOperands operands = args.operands;
         operands.has_c = args.c != nullptr;
-        const bool fp8 = operands.is_fp8(), per_row_sfb = operands.per_row_sfb();
+        const bool fp8 = operands.is_fp8(), sfb_by_tma = operands.sfb_by_tma();
         const int64_t ldd_bytes = args.d.stride(0) * args.d.element_size();
         const int64_t ldc = args.c != nullptr ? args.c->stride(0) : 0;
         const bool c_by_tma = args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), ldc);
@@ -112,12 +112,15 @@ public:
                                    : sfa_3d ? (args.sfa->size(2) > 1 ? args.sfa->stride(2) : (args.max_m + 3) / 4 * 4)
                                    : args.sfa->size(1) > 1 ? args.sfa->stride(1) : (m + 3) / 4 * 4;
         const int64_t sfa_group_stride = sfa_3d ? args.sfa->stride(0) : 0;
-        const int64_t sfb_stride = !per_row_sfb ? 0 : args.sfb->size(1) > 1 ? args.sfb->stride(1) : (n + 3) / 4 * 4;
+        // (FP8 x FP4 m-grouped: [G, N, ceil(K/128)] MN-major, the K-block stride the last dimension's)
+        const int64_t sfb_stride = !sfb_by_tma ? 0 : args.sfb->size(-1) > 1 ? args.sfb->stride(-1) : (n + 3) / 4 * 4;
         // Row strides: between K rows of an MN-major operand, between MN rows of a K-major one
         const uint32_t num_groups = args.b.dim() == 3 ? static_cast<uint32_t>(args.b.size(0)) : 1;
         const int64_t lda = operands.mn_major_a ? row_stride(args.a, 1, k, m) : row_stride(args.a, 0, m, k);
+        // (FP8 x FP4: B's rows hold K / 2 bytes)
         const int64_t ldb = operands.mn_major_b ? row_stride(args.b, args.b.dim() - 1, int64_t(k) * num_groups, n)
-                                                : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups, k);
+                                                : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups,
+                                                             operands.fp4_b() ? k / 2 : k);
         const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfa_group_stride, sfb_stride,
                             num_sms, use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
                             args.num_groups, args.grouped_alignment, args.max_m, args.config_m,
@@ -133,7 +136,7 @@ public:
         }
         const std::array<const void*, kNumTma> bases = {
             args.a.data_ptr(), args.b.data_ptr(), fp8 ? args.sfa->data_ptr() : nullptr,
-            per_row_sfb ? args.sfb->data_ptr() : nullptr, plan.config.use_tma_store ? args.d.data_ptr() : nullptr,
+            sfb_by_tma ? args.sfb->data_ptr() : nullptr, plan.config.use_tma_store ? args.d.data_ptr() : nullptr,
             plan.tma_bases[5] != nullptr ? args.c->data_ptr() : nullptr};
         for (size_t i = 0; i < bases.size(); ++i) {
             if (bases[i] != last.bases[i]) {
@@ -294,8 +297,10 @@ private:
         plan.tma[0] = operand_map(args.a.data_ptr(), operands, operands.mn_major_a, sig.k, sig.m, 1, sig.lda,
                                   halve_a ? c.block_m / 2 : small_m_box_rows(c, sig.m, 8));
         // (m-grouped: B's groups stacked densely, [G * N, K] or [G][K][N]; the API checked that they are)
-        plan.tma[1] = operand_map(args.b.data_ptr(), operands, operands.mn_major_b, sig.k, sig.n, sig.num_groups,
-                                  sig.ldb, halve_b ? c.block_n / 2 : c.block_n);
+        plan.tma[1] = operands.fp4_b()
+                          ? packed_fp4_map(args.b.data_ptr(), sig.k, uint64_t(sig.n) * sig.num_groups, sig.ldb, c.block_n)
+                          : operand_map(args.b.data_ptr(), operands, operands.mn_major_b, sig.k, sig.n, sig.num_groups,
+                                        sig.ldb, halve_b ? c.block_n / 2 : c.block_n);
         plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), nullptr, nullptr, nullptr, nullptr};
         if (operands.is_fp8()) {
             plan.tma[2] = sig.gemm_type == GemmType::kMGroupedMasked
@@ -304,8 +309,10 @@ private:
                               : scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, small_m_box_rows(c, sig.m, 4));
             plan.tma_bases[2] = args.sfa->data_ptr();
         }
-        if (operands.per_row_sfb()) {
-            plan.tma[3] = scale_map(args.sfb->data_ptr(), sig.n, sf_k, sig.sfb_stride, c.block_n);
+        if (operands.sfb_by_tma()) {
+            // (m-grouped FP8 x FP4: the groups' K-block rows one after another)
+            plan.tma[3] = scale_map(args.sfb->data_ptr(), sig.n, sf_k * (operands.fp4_b() ? sig.num_groups : 1),
+                                    sig.sfb_stride, c.block_n);
             plan.tma_bases[3] = args.sfb->data_ptr();
         }
         if (c.use_tma_store) {

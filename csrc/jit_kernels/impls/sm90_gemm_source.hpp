@@ -31,8 +31,8 @@ inline jit::KernelSource render_sm90_gemm(const GemmConfig& c) {
 }
 
 // A config from named integer parameters (the compile-only entry point); unspecified fields keep
-// their defaults, and the shared-memory size is derived. Operands: `per_row_sfb` (FP8 recipe (1, 1, 128)) or
-// `bf16` (with `mn_major_a`, `mn_major_b`, `fp32_out`, `has_c`); FP8 recipe (1, 128, 128) by default.
+// their defaults, and the shared-memory size is derived. Operands: `per_row_sfb` (FP8 recipe (1, 1, 128)), `fp4_b`
+// (FP8 x FP4) or `bf16` (with `mn_major_a`, `mn_major_b`, `fp32_out`, `has_c`); FP8 recipe (1, 128, 128) by default.
 inline GemmConfig config_from_params(const KernelParams& params) {
     GemmConfig c;
     const auto get = [&](const char* key, uint32_t fallback) { return param_or(params, key, fallback); };
@@ -46,9 +46,10 @@ inline GemmConfig config_from_params(const KernelParams& params) {
     c.num_splits = get("num_splits", 1);
     c.stream_k = get("stream_k", 0);
     c.overlap_promotion = get("overlap_promotion", 0) != 0;
-    const bool per_row_sfb = get("per_row_sfb", 0) != 0, bf16 = get("bf16", 0) != 0;
-    DG_CHECK_INPUT(!(per_row_sfb && bf16), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
-    c.operands = fp8_operands(per_row_sfb);
+    const bool per_row_sfb = get("per_row_sfb", 0) != 0, bf16 = get("bf16", 0) != 0, fp4_b = get("fp4_b", 0) != 0;
+    DG_CHECK_INPUT(per_row_sfb + bf16 + fp4_b <= 1, "per_row_sfb (FP8 recipe (1, 1, 128)), bf16 and fp4_b (FP8 x FP4) "
+                   "exclude each other");
+    c.operands = fp4_b ? fp8_fp4_operands() : fp8_operands(per_row_sfb);
     if (bf16)
         c.operands = {OperandKind::kBf16, get("mn_major_a", 0) != 0, get("mn_major_b", 0) != 0,
                       get("fp32_out", 0) != 0, get("has_c", 0) != 0};

@@ -30,6 +30,13 @@ struct Sm90GemmMaps {
                                 k, rows, ld * bytes, 128 / bytes, box_rows, driver::CU_TENSOR_MAP_SWIZZLE_128B);
     }
 
+    // FP8 x FP4's packed B, `rows` rows of `k` e2m1 values (k / 2 bytes, rows `ld` bytes apart): boxes of one K
+    // block (64 bytes) x `box_rows`, unswizzled, as the kernel's converter reads them.
+    static jit::CUtensorMap packed_fp4_map(const void* base, uint64_t k, uint64_t rows, uint64_t ld, uint32_t box_rows) {
+        return jit::make_tma_2d(base, driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, k / 2, rows, ld, 64, box_rows,
+                                driver::CU_TENSOR_MAP_SWIZZLE_NONE);
+    }
+
     // An MN-major BF16 operand, `groups` x `k` rows of `mn` elements (rows `ld` elements apart, groups k x ld):
     // boxes of 64 (MN, 128 bytes) x 64 (one K block) x 1, 128B-swizzled.
     static jit::CUtensorMap mn_major_map(const void* base, uint64_t mn, uint64_t k, uint64_t ld, uint64_t groups) {

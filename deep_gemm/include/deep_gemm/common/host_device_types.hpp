@@ -50,6 +50,8 @@ enum class OperandKind : uint32_t {
     kFp8BlockScaled = 0,  // e4m3, recipe (1, 128, 128): sfa per row and 128 of K, sfb per 128 x 128 block; BF16 D
     kFp8RowScaled = 1,    // e4m3, recipe (1, 1, 128): sfa and sfb per row and 128 of K; FP32 D (+ C)
     kBf16 = 2,            // BF16, unscaled: the wgmmas accumulate straight into the FP32 accumulators
+    kFp8Fp4 = 3,          // A e4m3 with sfa per row and 128 of K; B e2m1 (packed two a byte) with UE8M0 exponents per
+                          // row and 32 of K, converted to e4m3 in shared memory; BF16 D
 };
 
 // The enumerator as C++ source (the JIT renders configs with it).
@@ -57,6 +59,7 @@ DG_HOST_DEVICE constexpr const char* operand_kind_name(OperandKind kind) {
     switch (kind) {
         case OperandKind::kFp8RowScaled: return "OperandKind::kFp8RowScaled";
         case OperandKind::kBf16: return "OperandKind::kBf16";
+        case OperandKind::kFp8Fp4: return "OperandKind::kFp8Fp4";
         default: return "OperandKind::kFp8BlockScaled";
     }
 }
@@ -173,14 +176,16 @@ DG_HOST_DEVICE constexpr uint32_t sm90_gemm_split_slot_bytes(uint32_t block_m, u
 }
 
 // The SM90 GEMM kernel's shared memory: [D staging (TMA store)] [split-K slots] [A x stages] [B x stages]
-// [sfa x stages] [sfb x stages] [full, empty barriers] [C-load barriers] [split-K barriers], plus 1024 bytes to
-// align the base for the 128B swizzle.
+// [sfa x stages] [sfb x stages] [packed FP4 B x stages] [full, empty barriers] [C-load barriers] [split-K barriers]
+// [FP8 x FP4: b_loaded barriers], plus 1024 bytes to align the base for the 128B swizzle.
 struct Sm90GemmSmem {
     uint32_t d;                // TMA store staging: the BF16 tile, or kNumFp32Buffers 32-column FP32 chunks per row
     uint32_t split;            // split-K: the slots of the accumulator pairs this CTA reduces
     uint32_t a_per_stage, b_per_stage;
     uint32_t sfa_per_stage;    // FP8: BLOCK_M floats; BF16: none
-    uint32_t sfb_per_stage;    // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats; BF16: none
+    uint32_t sfb_per_stage;    // 1d2d: float2, the tile's two scale blocks; per-row sfb: BLOCK_N floats (FP8 x FP4:
+                               // the rows' packed exponent words, replaced by FP32 scales); BF16: none
+    uint32_t b_packed_per_stage;  // FP8 x FP4: the packed e2m1 B tile (BLOCK_N x 64 bytes); otherwise none
     uint32_t num_c_barriers;   // FP32 D through TMA: one per staging buffer of each math warpgroup (C's loads)
     uint32_t num_split_barriers;  // split-K: split_full, split_free
     uint32_t total;
@@ -199,13 +204,17 @@ DG_HOST_DEVICE constexpr Sm90GemmSmem sm90_gemm_smem(const Sm90GemmKernelConfig&
     s.a_per_stage = c.block_m * block_k * elem_bytes;
     s.b_per_stage = c.block_n * block_k * elem_bytes;
     s.sfa_per_stage = is_fp8 ? sm90_gemm_align_up(c.block_m * 4u, 128u) : 0;
-    s.sfb_per_stage = c.operands == OperandKind::kFp8RowScaled    ? sm90_gemm_align_up(c.block_n * 4u, 128u)
+    const bool fp4_b = c.operands == OperandKind::kFp8Fp4;
+    s.sfb_per_stage = c.operands == OperandKind::kFp8RowScaled || fp4_b ? sm90_gemm_align_up(c.block_n * 4u, 128u)
                       : c.operands == OperandKind::kFp8BlockScaled ? 8
                                                                    : 0;
     s.num_c_barriers = c.fp32_out && c.use_tma_store ? c.fp32_buffers * c.num_math_warpgroups : 0;
     s.num_split_barriers = c.num_splits == 1 ? 0 : 2;
+    s.b_packed_per_stage = fp4_b ? sm90_gemm_align_up(c.block_n * 64u, 128u) : 0;
+    // (FP8 x FP4: a third barrier per stage, b_loaded)
     s.total = 1024 + s.d + s.split +
-              c.num_stages * (s.a_per_stage + s.b_per_stage + s.sfa_per_stage + s.sfb_per_stage + 2 * 8) +
+              c.num_stages * (s.a_per_stage + s.b_per_stage + s.sfa_per_stage + s.sfb_per_stage + s.b_packed_per_stage +
+                              (fp4_b ? 3 : 2) * 8) +
               (s.num_c_barriers + s.num_split_barriers) * 8;
     return s;
 }

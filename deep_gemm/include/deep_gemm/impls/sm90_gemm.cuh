@@ -6,6 +6,11 @@
 // FP8:  D[m, n] = sum_kb  sfa[m, kb] * sfb[n / 128 (or n), kb] * sum_{k in block kb} A[m, k] * B[n, k]
 //       A [M, K] and B [N, K] float8_e4m3fn, K-major; sfa FP32 MN-major [ceil(K/128)][align(M, 4)]; sfb FP32
 //       K-major [ceil(N/128)][ceil(K/128)] (1d2d) or MN-major like sfa (per row); D BF16 (1d2d) or FP32 (+ C).
+// FP8 x FP4 (kFp4B): as FP8 with A's sfa per 1x128, B e2m1 packed two a byte along K (low nibble first) [N, K / 2]
+//       with UE8M0 exponents per 1x32 (the host packs them four to a word, MN-major [ceil(K/128)][align(N, 4)]);
+//       BF16 D. B is converted to e4m3 in shared memory with the 1x32 scales folded in relative to the K block's
+//       largest, which is promoted as a per-row sfb (common/fp4_conversion.cuh). M-grouped: B [groups, N, K / 2], its
+//       exponent words [groups][ceil(K/128)][align(N, 4)].
 // BF16: D[m, n] = C[m, n] + sum_k A[m, k] * B[n, k], A and B BF16, each K-major ([M, K] / [N, K] rows) or
 //       MN-major ([K, M] / [K, N] rows: wgmma reads it transposed); D BF16 or FP32, C (D's type) optional.
 //
@@ -28,23 +33,26 @@
 //       warp 0, one thread: per K block, after waiting empty[s], TMA loads of the A tile, the B tile and
 //       (FP8) the BLOCK_M sfa values (and per-row sfb) into stage s; arms full[s] with the byte count. (A plain
 //       GEMM with M < BLOCK_M loads only the A and sfa rows that exist: small_m_box_rows.)
+//       warps 1 .. 3 (FP4 converter, kFp4B only): per K block, wait b_loaded[s] (the packed B tile and its
+//       exponent words, which the TMA thread loads on that barrier instead of full[s]), write B as the e4m3 tile
+//       and the rows' FP32 scales into stage s, fence the async proxy, arrive on full[s] (one arrival per warp).
 //       warp 1 (sfb loader, 1d2d only): the two sfb values of the K block (the tile's first and last 128-column
 //       scale blocks) into stage s, then arrives on full[s]. Its lanes load 32 K blocks' worth at a
 //       time, so the global-load latency is paid once per 32 stages, not on the math warps' path.
 // Stage ring: kNumStages stages of A (BLOCK_M x 128 B) + B (BLOCK_N x 128 B) [+ sfa (BLOCK_M x 4 B) + sfb],
 //   128B-swizzled as TMA writes them and as wgmma reads them: K-major tiles one box of rows x 128 bytes;
 //   MN-major tiles boxes of 64 elements (128 bytes) x 64 rows of K, one after another (the descriptor's
-//   leading byte offset steps between them). full[s] (TMA bytes + 1, or 2 with the sfb loader) and empty[s]
-//   (4 * kNumMathWarpgroups arrivals per CTA of the cluster: a multicast stage is free only when both CTAs
-//   consumed it). Both roles walk the same tile sequence, so the ring runs on across tiles without
-//   draining. Clusters sync after barrier init and before exit.
+//   leading byte offset steps between them). full[s] (TMA bytes + 1, or 2 with the sfb loader, or 4 with the
+//   FP4 converter) and empty[s] (4 * kNumMathWarpgroups arrivals per CTA of the cluster: a multicast stage is
+//   free only when both CTAs consumed it). All roles walk the same tile sequence, so the ring runs on across
+//   tiles without draining. Clusters sync after barrier init and before exit.
 // sfb (1d2d): a tile of BLOCK_N columns spans at most two 128-column scale blocks (the host picks BLOCK_N
 //   so); columns left of `boundary` take the first, the others the second (TileSfb). `boundary` takes
 //   one of 128 / gcd(BLOCK_N, 128) values, and the promotion is compiled once per value (selected per
 //   K block by a warp-uniform branch), so it holds no per-column selection.
 // Shared memory: [D staging (TMA store): BLOCK_M x BLOCK_N BF16, or FP32 kNumFp32Buffers x BLOCK_M x 32] [split-K slots]
-//   [A x stages] [B x stages] [sfa x stages] [sfb x stages] [full, empty barriers] [FP32 D: C-load barriers]
-//   [split-K: exchange barriers], 1024-byte aligned.
+//   [A x stages] [B x stages] [sfa x stages] [sfb x stages] [FP4: packed B x stages] [full, empty barriers]
+//   [FP32 D: C-load barriers] [split-K: exchange barriers] [FP4: b_loaded barriers], 1024-byte aligned.
 // Epilogue (kUseTmaStore, BF16 D without C): each math warpgroup converts its accumulators to BF16, writes them
 //   with stmatrix into its rows of the staging tile (column chunks of kStoreChunkN, swizzled to match the
 //   TMA box), fences, and one thread issues TMA stores; the next tile waits for those stores to have
@@ -92,6 +100,7 @@
 #include <cuda/std/type_traits>
 
 #include <deep_gemm/common/accum_fragment.cuh>
+#include <deep_gemm/common/fp4_conversion.cuh>
 #include <deep_gemm/common/fp8_promotion.cuh>
 #include <deep_gemm/common/gemm_exchange.cuh>
 #include <deep_gemm/common/gemm_tma_epilogue.cuh>
@@ -130,7 +139,10 @@ struct Sm90Gemm {
     static constexpr bool kStreamK = kConfig.stream_k;
     static constexpr bool kIsFp8 = kOperands != OperandKind::kBf16;
     static constexpr bool kBlockSfb = kOperands == OperandKind::kFp8BlockScaled;
-    static constexpr bool kPerRowSfb = kOperands == OperandKind::kFp8RowScaled;
+    // FP8 x FP4: B arrives packed (e2m1) with UE8M0 exponents per 1x32 and is converted to e4m3 in shared memory
+    // (common/fp4_conversion.cuh); its per-row scale 2^e_max is promoted like recipe (1, 1, 128)'s sfb
+    static constexpr bool kFp4B = kOperands == OperandKind::kFp8Fp4;
+    static constexpr bool kPerRowSfb = kOperands == OperandKind::kFp8RowScaled || kFp4B;
     // A stage holds 128 bytes of K per row: 128 FP8 or 64 BF16 elements
     static constexpr uint32_t kElemBytes = kIsFp8 ? 1 : 2;
     static constexpr uint32_t BLOCK_K = 128 / kElemBytes;
@@ -173,6 +185,10 @@ struct Sm90Gemm {
     static constexpr uint32_t SMEM_B_SIZE_PER_STAGE = kSmem.b_per_stage;
     static constexpr uint32_t SMEM_SFA_SIZE_PER_STAGE = kSmem.sfa_per_stage;
     static constexpr uint32_t SMEM_SFB_SIZE_PER_STAGE = kSmem.sfb_per_stage;
+    static constexpr uint32_t SMEM_B_PACKED_SIZE_PER_STAGE = kSmem.b_packed_per_stage;  // FP8 x FP4: e2m1 B
+    // FP8 x FP4: producer warps 1 .. 3 convert B (the TMA thread is warp 0's lane 0)
+    static constexpr uint32_t kNumConverterWarps = kFp4B ? 3 : 0;
+    using Fp4Converter = Fp4ToE4m3<BLOCK_N, 96>;
     // Split-K: the slots of the accumulator pairs this CTA reduces (SplitKExchange)
     static constexpr uint32_t SMEM_SPLIT_SIZE = kSmem.split;
     static_assert(SMEM_SPLIT_SIZE == (kNumSplits == 1 ? 0 : align_up(SplitK::kSlotBytes, 1024u)),
@@ -198,8 +214,10 @@ struct Sm90Gemm {
                   "BF16 TMA store: BLOCK_N must be a multiple of 16 split into 16/32/64-column chunks");
     static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
     static_assert(kNumSplits == 1 || !kUseTmaStore, "split-K stores D directly, not through TMA");
-    static_assert(kPerRowSfb ? kFp32Out : kBlockSfb ? !kFp32Out : true,
-                  "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) BF16; BF16 GEMMs either");
+    static_assert(kOperands == OperandKind::kFp8RowScaled ? kFp32Out : kBlockSfb || kFp4B ? !kFp32Out : true,
+                  "recipe (1, 1, 128) writes FP32, recipe (1, 128, 128) and FP8 x FP4 BF16; BF16 GEMMs either");
+    static_assert(!kFp4B || ((kNumMulticast == 1 || kIsMulticastOnA) && !kIsKGrouped),
+                  "FP8 x FP4: B is not multicast (its packed tile has its own barrier); normal or m-grouped GEMMs");
     static_assert(!kFp32Out || !kUseTmaStore || BLOCK_N % Fp32Epilogue::kChunkCols == 0,
                   "FP32 TMA stores go in 32-column chunks: BLOCK_N must be a multiple of 32");
     static_assert(kFp32TmaStore ? kNumFp32Buffers >= 1 && kNumFp32Buffers <= BLOCK_N / Fp32Epilogue::kChunkCols
@@ -235,9 +253,16 @@ struct Sm90Gemm {
             return reinterpret_cast<float*>(base + SMEM_HEAD_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
                                             SMEM_SFA_SIZE_PER_STAGE) + stage * SMEM_SFB_SIZE_PER_STAGE);
         }
+        // FP8 x FP4: the packed B tile of a stage, as TMA writes it (no swizzle: BLOCK_N rows x 64 bytes)
+        __device__ __forceinline__ uint8_t* b_packed(uint32_t stage) const {
+            return base + SMEM_HEAD_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE + SMEM_B_SIZE_PER_STAGE +
+                                                         SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE) +
+                   stage * SMEM_B_PACKED_SIZE_PER_STAGE;
+        }
         __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
             return reinterpret_cast<uint64_t*>(base + SMEM_HEAD_SIZE + kNumStages * (SMEM_A_SIZE_PER_STAGE +
-                                               SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE)) + stage;
+                                               SMEM_B_SIZE_PER_STAGE + SMEM_SFA_SIZE_PER_STAGE + SMEM_SFB_SIZE_PER_STAGE +
+                                               SMEM_B_PACKED_SIZE_PER_STAGE)) + stage;
         }
         __device__ __forceinline__ uint64_t* empty(uint32_t stage) const { return full(kNumStages + stage); }
         // FP32 D (Fp32TmaEpilogue): staging buffer `buffer` (0 .. kNumFp32Buffers - 1) of math warpgroup `wg`, and
@@ -253,6 +278,10 @@ struct Sm90Gemm {
         __device__ __forceinline__ float2* split_slots() const { return reinterpret_cast<float2*>(base + SMEM_D_SIZE); }
         __device__ __forceinline__ uint64_t* split_full() const { return full(2 * kNumStages + kNumCBarriers); }
         __device__ __forceinline__ uint64_t* split_free() const { return full(2 * kNumStages + kNumCBarriers + 1); }
+        // FP8 x FP4: the packed B tile and its exponents have landed (TMA bytes), for the converter
+        __device__ __forceinline__ uint64_t* b_loaded(uint32_t stage) const {
+            return full(2 * kNumStages + kNumCBarriers + kNumSplitBarriers + stage);
+        }
     };
 
     // The sfb rows of a tile: columns [n0, n0 + boundary) use scale block `first`, the rest `last`
@@ -318,8 +347,9 @@ struct Sm90Gemm {
         // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer); with
         // M < BLOCK_M, the A and sfa boxes hold only the rows that exist (small_m_box_rows)
         const uint32_t a_rows = small_m_box_rows(shape_m, 8), sfa_rows = small_m_box_rows(shape_m, 4);
-        const uint32_t stage_bytes = a_rows * BLOCK_K * kElemBytes + SMEM_B_SIZE_PER_STAGE + (kIsFp8 ? sfa_rows * 4 : 0) +
-                                     (kPerRowSfb ? BLOCK_N * 4 : 0);
+        // (FP8 x FP4: B and its exponents arm b_loaded instead; the converter completes full)
+        const uint32_t stage_bytes = a_rows * BLOCK_K * kElemBytes + (kFp4B ? 0 : SMEM_B_SIZE_PER_STAGE) +
+                                     (kIsFp8 ? sfa_rows * 4 : 0) + (kPerRowSfb && !kFp4B ? BLOCK_N * 4 : 0);
         constexpr uint16_t kBothCtas = 0b11;
         Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
         PipelineState<kNumStages> pipe;
@@ -349,7 +379,15 @@ struct Sm90Gemm {
                 } else {
                     load_tile<BLOCK_M, kMnMajorA>(s.a(pipe.stage), tma_a, full, k_block, m_block * BLOCK_M, 0);
                 }
-                if constexpr (kNumMulticast > 1 && !kIsMulticastOnA) {
+                if constexpr (kFp4B) {
+                    // Packed B (K in bytes: two values each) and the rows' exponent words, for the converter
+                    uint64_t* loaded = s.b_loaded(pipe.stage);
+                    ptx::mbarrier_arrive_expect_tx(loaded, SMEM_B_PACKED_SIZE_PER_STAGE + BLOCK_N * 4);
+                    ptx::tma_load_2d(s.b_packed(pipe.stage), tma_b, loaded, k_block * (BLOCK_K / 2), b_row);
+                    // (m-grouped: the exponent words are [groups][K blocks][N], one map of groups x K blocks rows)
+                    ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, loaded, n_block * BLOCK_N,
+                                     tile.group * num_k_blocks + k_block);
+                } else if constexpr (kNumMulticast > 1 && !kIsMulticastOnA) {
                     // Same n_block in both CTAs: each loads half of B's rows into both
                     constexpr uint32_t kHalf = BLOCK_N / 2;
                     ptx::tma_load_2d_multicast(s.b(pipe.stage) + rank * kHalf * 128, tma_b, full, k_block * BLOCK_K,
@@ -366,8 +404,32 @@ struct Sm90Gemm {
                 } else if constexpr (kIsFp8) {
                     ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, sf_row + k_block);
                 }
-                if constexpr (kPerRowSfb)
+                if constexpr (kPerRowSfb && !kFp4B)
                     ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, full, n_block * BLOCK_N, sf_row + k_block);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- FP4 converter (producer warps 1 .. 3)
+    // Per K block: wait for the packed B tile (b_loaded), write it as e4m3 into the stage's B tile and its row
+    // scales as FP32 (Fp4ToE4m3), make the writes visible to wgmma (async proxy), and complete full with one
+    // arrival per warp. The stage's buffers are free: the producer loaded it after the math released it.
+    __device__ __forceinline__ static void fp4_converter(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
+                                                         uint32_t num_k_blocks, GroupedLayout layout,
+                                                         uint32_t num_stream_k_tiles, uint32_t rank, uint32_t thread) {
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
+        PipelineState<kNumStages> pipe;
+        GemmTile tile;
+        while (scheduler.next(tile) || scheduler.next_stream_k(tile)) {
+            #pragma unroll 1
+            for (uint32_t k_block = tile.k_begin; k_block < tile.k_end; ++k_block, pipe.advance()) {
+                ptx::mbarrier_wait(s.b_loaded(pipe.stage), pipe.phase);
+                Fp4Converter::convert(s.b_packed(pipe.stage), s.b(pipe.stage),
+                                      reinterpret_cast<uint32_t*>(s.sfb(pipe.stage)), thread);
+                ptx::fence_proxy_async_smem();
+                __syncwarp();
+                if (thread % 32 == 0)
+                    ptx::mbarrier_arrive(s.full(pipe.stage));
             }
         }
     }
@@ -737,13 +799,19 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
             ptx::prefetch_tma_descriptor(&tma_c);
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
-            ptx::mbarrier_init(storage.full(i), Gemm::kBlockSfb ? 2 : 1);  // the TMA producer (and the sfb loader)
+            // the TMA producer (and the sfb loader, or the FP4 converter's warps)
+            ptx::mbarrier_init(storage.full(i), Gemm::kBlockSfb ? 2 : 1 + Gemm::kNumConverterWarps);
             ptx::mbarrier_init(storage.empty(i), kNumMathWarpgroups * 4 * kNumMulticast);
         }
         if constexpr (Gemm::kNumCBarriers > 0) {
             #pragma unroll
             for (uint32_t i = 0; i < Gemm::kNumCBarriers; ++i)  // (armed by the warpgroup's leader with C's bytes)
                 ptx::mbarrier_init(storage.c_full(i / kNumFp32Buffers, i % kNumFp32Buffers), 1);
+        }
+        if constexpr (Gemm::kFp4B) {
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumStages; ++i)
+                ptx::mbarrier_init(storage.b_loaded(i), 1);
         }
         if constexpr (kNumSplits > 1) {
             ptx::mbarrier_init(storage.split_full(), kNumSplits);  // one arrival per CTA of the cluster
@@ -771,6 +839,9 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
         else if (Gemm::kBlockSfb && producer_warp == 1)
             Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, grouped_layout, stream_k.num_tiles, rank,
                              threadIdx.x % 32);
+        else if (Gemm::kFp4B && producer_warp >= 1)
+            Gemm::fp4_converter(storage, shape_m, shape_n, num_k_blocks, grouped_layout, stream_k.num_tiles, rank,
+                                threadIdx.x - Gemm::kNumMathThreads - 32);
     } else {
         ptx::warpgroup_reg_alloc<Gemm::kMathRegs>();
         Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, static_cast<const typename Gemm::Out*>(c), ldc,
