@@ -52,6 +52,8 @@ ENTRY_POINTS = {
     "transform_sf_into_required_layout": "transform_sf_into_required_layout",
     "einsum": "einsum", "fp8_einsum": "fp8_einsum", "fp8_gemm_nt_skip_head_mid": "fp8_gemm_nt_skip_head_mid",
     "tf32_hc_prenorm_gemm": "tf32_hc_prenorm_gemm",
+    "per_token_quant_fp8": "per_token_quant_fp8", "silu_and_mul_quant_fp8": "silu_and_mul_quant_fp8",
+    "per_block_quant_fp8": "per_block_quant_fp8",
 }  # fmt: skip
 ALIASES = {
     "fp8_fp4_gemm_nt": "fp8_gemm_nt", "m_grouped_fp8_fp4_gemm_nt_contiguous": "m_grouped_fp8_gemm_nt_contiguous",
@@ -155,6 +157,17 @@ def op_cases(device: str = "meta") -> dict[str, list[tuple]]:
         (e(64, 7168, dtype=bf16), e(24, 7168), e(64, 24), e(64), None),
         (e(64, 7168, dtype=bf16), e(32, 7168), e(4, 64, 32), e(4, 64), 4),
     ]  # fmt: skip
+    cases["per_token_quant_fp8"] = [
+        (e(5, 300, dtype=bf16), False, 128, False, False),
+        (e(2, 7, 256), True, 32, True, True),
+        (e(6, 1000, dtype=bf16), True, 128, False, True),
+    ]  # fmt: skip
+    cases["silu_and_mul_quant_fp8"] = [
+        (e(5, 512, dtype=bf16), False, 128, False, None, None, None, True),
+        (e(3, 9, 2000, dtype=bf16), True, 32, True, e(3, 9), 7.0, e(3, dtype=i32), True),
+        (e(4, 256), False, 128, False, e(4), None, None, False),
+    ]  # fmt: skip
+    cases["per_block_quant_fp8"] = [(e(300, 1000, dtype=bf16), False), (e(2, 128, 256), True)]
     return cases
 
 
@@ -205,7 +218,8 @@ def test_schemas_declare_only_the_outputs_mutated() -> None:
     for name in ops.OP_NAMES:
         schema = getattr(torch.ops.deep_gemm, name).default._schema
         mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-        returns_tensor = [str(r.type) for r in schema.returns] == ["Tensor"]
+        # (the casts return a pair of new tensors: values and scales)
+        returns_tensor = [str(r.type) for r in schema.returns] in (["Tensor"], ["Tensor", "Tensor"])
         expected = ["d", "sqr_sum"] if name == "tf32_hc_prenorm_gemm" else ["d"]  # (HC writes both in place)
         assert mutated == ([] if returns_tensor else expected), (name, mutated)
         assert returns_tensor or not schema.returns, name
@@ -258,6 +272,9 @@ def test_fake_cuda_outputs() -> None:
             for args in all_args:
                 out = op(*args)
                 if out is None:
+                    continue
+                if isinstance(out, tuple):  # (the casts: values and scales, checked in tests/test_quant_kernels.py)
+                    assert all(t.device == torch.device("cuda", 0) for t in out), name
                     continue
                 assert out.device == torch.device("cuda", 0), name
                 if name == "fp8_fp4_mqa_logits":

@@ -5,7 +5,7 @@ one (e.g. grouped GEMMs), write ``deep_gemm/bench/<name>.py`` that calls
 :func:`register_suite`, and import it below.
 """
 
-from deep_gemm.bench import bf16_gemm, bf16_grouped, fp8_gemm, grouped, hc, k_grouped, mqa
+from deep_gemm.bench import bf16_gemm, bf16_grouped, fp8_gemm, grouped, hc, k_grouped, mqa, quant
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, get_suite, register_suite, suite_names
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "hc",
     "k_grouped",
     "mqa",
+    "quant",
     "register_suite",
     "suite_names",
 ]

@@ -1,0 +1,101 @@
+// Device pieces of the FP8 casts (impls/smxx_quant_*.cuh), each bit-exact with the PyTorch reference casts in
+// deep_gemm/utils/casts.py as they run on CUDA:
+//   amax  = max(|x|) over the block, NaN-propagating (torch.amax), then clamp(min=1e-4) (NaN stays NaN);
+//   sf    = amax / 448 (IEEE division), with UE8M0 rounded up to a power of two on its bit pattern (ceil_to_ue8m0);
+//   value = x / sf (IEEE division; by a power of two it is the exact product with 1 / sf), clamped to +-448 and
+//           rounded to e4m3 to nearest even (cvt.rn.satfinite: the clamp and the rounding in one instruction).
+// No fast-math anywhere: the JIT compiles without --use_fast_math, and the divisions are spelled __fdiv_rn.
+#pragma once
+
+#include <deep_gemm/common/types.cuh>
+
+namespace deep_gemm::fp8_cast {
+
+constexpr float kE4m3Max = 448.0f;
+constexpr float kAmaxClampMin = 1e-4f;  // (the reference's Python float 1e-4, rounded to FP32 by torch.clamp)
+
+// max(a, b) that returns NaN when either is NaN, as torch.amax / torch.clamp do (fmaxf would drop the NaN).
+__device__ __forceinline__ float max_nan(float a, float b) {
+    float out;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(out) : "f"(a), "f"(b));
+    return out;
+}
+
+// 2 ** ceil(log2(sf)) for sf > 0 on the bit pattern: a non-zero mantissa bumps the exponent; inf and NaN stay.
+__device__ __forceinline__ float ceil_to_ue8m0(float sf) {
+    const uint32_t bits = __float_as_uint(sf);
+    if ((bits & 0x7f800000u) == 0x7f800000u)
+        return sf;
+    return __uint_as_float(((bits >> 23) + ((bits & 0x7fffffu) != 0)) << 23);
+}
+
+// The scale of a block from its amax (before the clamp).
+template <bool kUe8m0>
+__device__ __forceinline__ float scale_from_amax(float amax) {
+    const float sf = __fdiv_rn(max_nan(amax, kAmaxClampMin), kE4m3Max);
+    return kUe8m0 ? ceil_to_ue8m0(sf) : sf;
+}
+
+// What a value is multiplied by (UE8M0: 1 / sf, exact for a power of two) or divided by (FP32 scales: sf itself).
+template <bool kUe8m0>
+__device__ __forceinline__ float divisor_of(float sf) {
+    return kUe8m0 ? __frcp_rn(sf) : sf;
+}
+
+template <bool kUe8m0>
+__device__ __forceinline__ float scaled(float x, float divisor) {
+    // NOTES: x * 2^-k rounds the exact quotient x / 2^k once, so it equals the IEEE division bit for bit (subnormal
+    // results included: no flush to zero here), and 1 / inf = 0 gives x * 0 = x / inf (NaN for x = inf, as division).
+    return kUe8m0 ? x * divisor : __fdiv_rn(x, divisor);
+}
+
+// Two FP32 values to two e4m3 bytes (lo in the low byte), round to nearest even, saturating at +-448, NaN kept.
+__device__ __forceinline__ uint32_t to_e4m3x2(float lo, float hi) {
+    unsigned short out;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(out) : "f"(hi), "f"(lo));
+    return out;
+}
+
+// Eight values to eight e4m3 bytes, element 0 in the lowest byte.
+__device__ __forceinline__ uint2 to_e4m3x8(const float (&v)[8]) {
+    return make_uint2(to_e4m3x2(v[0], v[1]) | (to_e4m3x2(v[2], v[3]) << 16),
+                      to_e4m3x2(v[4], v[5]) | (to_e4m3x2(v[6], v[7]) << 16));
+}
+
+// The UE8M0 byte of a power-of-two FP32 scale (its biased exponent), as pack_ue8m0_to_int stores it.
+__device__ __forceinline__ uint8_t ue8m0_byte(float sf) {
+    return static_cast<uint8_t>((__float_as_uint(sf) >> 23) & 0xffu);
+}
+
+// Eight input elements as FP32: BF16 (the FP32 of its bits, exact) or FP32.
+template <bool kFp32Input>
+__device__ __forceinline__ void load8(const void* ptr, float (&v)[8]) {
+    if constexpr (kFp32Input) {
+        const float4 a = __ldg(reinterpret_cast<const float4*>(ptr));
+        const float4 b = __ldg(reinterpret_cast<const float4*>(ptr) + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(ptr));
+        const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+        #pragma unroll
+        for (uint32_t i = 0; i < 4; ++i) {
+            v[2 * i] = __uint_as_float(words[i] << 16);
+            v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+        }
+    }
+}
+
+// Up to eight elements, bounds-checked one by one (zero past `count`), for unaligned rows and the ragged end of one.
+template <bool kFp32Input>
+__device__ __forceinline__ void load8_partial(const void* ptr, uint32_t count, float (&v)[8]) {
+    #pragma unroll
+    for (uint32_t i = 0; i < 8; ++i) {
+        if constexpr (kFp32Input)
+            v[i] = i < count ? __ldg(reinterpret_cast<const float*>(ptr) + i) : 0.0f;
+        else
+            v[i] = i < count ? __uint_as_float(static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(ptr) + i)) << 16)
+                             : 0.0f;
+    }
+}
+
+}  // namespace deep_gemm::fp8_cast
