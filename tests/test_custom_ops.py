@@ -576,6 +576,10 @@ def test_opcheck_on_cuda() -> None:
         (torch.ops.deep_gemm.get_paged_mqa_logits_metadata.default, (lens, 64, 132, None)),
         (torch.ops.deep_gemm.m_grouped_fp8_gemm_nt_contiguous.default,
          (*a, *w1, d, layout, None, None, None, "nk", False, False, True, None)),
+        (torch.ops.deep_gemm.per_token_quant_fp8.default, (x, False, 128, False, True)),
+        (torch.ops.deep_gemm.per_token_quant_fp8.default, (x[:, :96], True, 32, True, False)),
+        (torch.ops.deep_gemm.silu_and_mul_quant_fp8.default, (x, True, 128, False, None, 3.0, None, True)),
+        (torch.ops.deep_gemm.per_block_quant_fp8.default, (x, False)),
     ]  # fmt: skip
     for op, args in cases:
         # (opcheck's schema test compares inputs before and after with arithmetic PyTorch lacks for FP8 tensors:

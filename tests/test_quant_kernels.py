@@ -176,6 +176,30 @@ def test_fake_outputs_have_the_kernels_layouts(shape, args) -> None:
     assert got_x.is_contiguous() and s_x.is_contiguous() and b_x.is_contiguous() and b_sf.is_contiguous()
 
 
+def test_compile_fullgraph_traces_the_ops() -> None:
+    # Meta inputs: the public functions trace to their ops (no graph break), the outputs from the fake kernels
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    def fn(x, x3, masked_m, w):
+        a = deep_gemm.per_token_quant_fp8(x, sf_mn_major=True)
+        b = deep_gemm.silu_and_mul_quant_fp8(x3, row_weights=w, activation_clamp=5.0, masked_m=masked_m)
+        c = deep_gemm.per_block_quant_fp8(x, True)
+        return a, b, c
+
+    counter = CompileCounterWithBackend("aot_eager")
+    args = (torch.empty(130, 512, device="meta", dtype=torch.bfloat16),
+            torch.empty(2, 64, 1024, device="meta", dtype=torch.bfloat16), torch.empty(2, device="meta",
+                                                                                      dtype=torch.int32),
+            torch.empty(2, 64, device="meta"))  # fmt: skip
+    a, b, c = torch.compile(fn, fullgraph=True, backend=counter)(*args)
+    assert counter.frame_count == 1
+    for op in ("per_token_quant_fp8", "silu_and_mul_quant_fp8", "per_block_quant_fp8"):
+        assert f"deep_gemm.{op}" in counter.graphs[0].code, op
+    assert (a[1].shape, a[1].stride()) == ((130, 4), (1, 132))
+    assert (b[0].shape, b[1].shape, b[1].stride()) == ((2, 64, 512), (2, 64, 4), (256, 1, 64))
+    assert (c[0].shape, c[1].shape) == ((130, 512), (2, 4))
+
+
 def test_bench_suite_is_registered() -> None:
     from deep_gemm.bench import get_suite, quant
 
@@ -392,6 +416,23 @@ def test_per_block_is_bit_exact(shape, dtype, use_ue8m0: bool) -> None:
     xs = x[..., ::2, :]
     assert_same_bits(deep_gemm.per_block_quant_fp8(xs, use_ue8m0)[0], per_block_cast_to_fp8_reference(xs, use_ue8m0)[0],
                      "strided values")  # fmt: skip
+
+
+@gpu
+def test_compiled_casts_match_eager() -> None:
+    # torch.compile(fullgraph=True) of the utils cast (which takes the kernel on CUDA) and the fused cast
+    torch._dynamo.reset()
+    x = make_input((96, 2048), torch.bfloat16)
+
+    def fn(x):
+        return deep_gemm.utils.per_token_cast_to_fp8(x, use_ue8m0=True), deep_gemm.silu_and_mul_quant_fp8(x)
+
+    (got_a, got_b) = torch.compile(fn, fullgraph=True, backend="aot_eager")(x)
+    want_a, want_b = fn(x)
+    for got, want, what in ((got_a, want_a, "per-token"), (got_b, want_b, "silu")):
+        assert_same_bits(got[0], want[0], f"{what} values")
+        assert_same_bits(got[1], want[1], f"{what} scales")
+        assert got[1].stride() == want[1].stride(), what
 
 
 @gpu
