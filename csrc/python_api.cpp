@@ -213,6 +213,18 @@ PYBIND11_MODULE(_C, m) {
           "Returns (x_fp8, sf): x_fp8 torch.float8_e4m3fn [G?, M, I]; sf as per_token_quant_fp8's for K = I.\n"
           "Raises ValueError naming the argument on a bad dtype, shape, device or value; NotImplementedError below\n"
           "SM90.");
+    m.def("per_token_quant_fp4", &dg::apis::per_token_quant_fp4, "x"_a, "use_ue8m0"_a = false, "gran_k"_a = 128,
+          "use_packed_ue8m0"_a = false, "sf_mn_major"_a = false,
+          "Quantize x to FP4 e2m1 with one scale per row per gran_k columns, in one JIT-compiled kernel on the\n"
+          "current stream; bit-exact with deep_gemm.utils.fp4_casts' PyTorch per_token_cast_to_fp4 (scale = amax / 6,\n"
+          "amax clamped at 1e-4, optionally rounded up to a power of two; values rounded to the nearest e2m1 value,\n"
+          "ties to the even code, saturating at 6; two codes a byte, element 2j in the low nibble). NaN inputs are\n"
+          "not matched (they saturate here).\n"
+          "x: torch.bfloat16 or torch.float32 [M, K] or [G, M, K] on a CUDA device of SM90 or newer, any strides;\n"
+          "    K even. use_ue8m0, gran_k (128 or 32), use_packed_ue8m0, sf_mn_major: as per_token_quant_fp8.\n"
+          "Returns (packed, sf): packed torch.int8 [G?, M, K / 2] contiguous; sf as per_token_quant_fp8's.\n"
+          "Raises ValueError naming the argument on a bad dtype, rank, device, K or gran_k; NotImplementedError\n"
+          "below SM90.");
     m.def("per_block_quant_fp8", &dg::apis::per_block_quant_fp8, "x"_a, "use_ue8m0"_a = false,
           "Quantize x to FP8 e4m3 with one scale per 128 x 128 block (the weight recipe), in one JIT-compiled kernel\n"
           "on the current stream; bit-exact with deep_gemm.utils.casts' PyTorch per_block_cast_to_fp8 at gran_k=128.\n"

@@ -42,6 +42,13 @@ def silu_and_mul_quant_fp8(
     masked_m: torch.Tensor | None = None,
     sf_mn_major: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]: ...
+def per_token_quant_fp4(
+    x: torch.Tensor,
+    use_ue8m0: bool = False,
+    gran_k: int = 128,
+    use_packed_ue8m0: bool = False,
+    sf_mn_major: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
 def per_block_quant_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]: ...
 def transform_sf_into_required_layout(
     sf: torch.Tensor,

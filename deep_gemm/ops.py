@@ -687,6 +687,25 @@ def _per_token_quant_fp8(x, use_ue8m0=False, gran_k=128, use_packed_ue8m0=False,
 per_token_quant_fp8 = _public(_C.per_token_quant_fp8, _per_token_quant_fp8)
 
 
+def _per_token_quant_fp4_fake(x, use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major):
+    _check_cast_fake("per_token_quant_fp4", x, gran_k, use_ue8m0, use_packed_ue8m0)
+    if x.size(-1) % 2 != 0:
+        raise ValueError(f"per_token_quant_fp4: x: K must be even (two FP4 values to a byte), got {list(x.shape)}")
+    _, sf = _per_token_outputs(x, x.size(-1), gran_k, use_packed_ue8m0, sf_mn_major)
+    return x.new_empty((*x.shape[:-1], x.size(-1) // 2), dtype=torch.int8), sf
+
+
+_define("per_token_quant_fp4", "(Tensor x, bool use_ue8m0=False, int gran_k=128, bool use_packed_ue8m0=False, "
+        "bool sf_mn_major=False) -> (Tensor, Tensor)", _C.per_token_quant_fp4, _per_token_quant_fp4_fake)
+
+
+def _per_token_quant_fp4(x, use_ue8m0=False, gran_k=128, use_packed_ue8m0=False, sf_mn_major=False):
+    return torch.ops.deep_gemm.per_token_quant_fp4(x, use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major)
+
+
+per_token_quant_fp4 = _public(_C.per_token_quant_fp4, _per_token_quant_fp4)
+
+
 def _silu_and_mul_quant_fake(x, use_ue8m0, gran_k, use_packed_ue8m0, row_weights, activation_clamp, masked_m,
                              sf_mn_major):
     _check_cast_fake("silu_and_mul_quant_fp8", x, gran_k, use_ue8m0, use_packed_ue8m0)

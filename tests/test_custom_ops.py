@@ -53,7 +53,7 @@ ENTRY_POINTS = {
     "einsum": "einsum", "fp8_einsum": "fp8_einsum", "fp8_gemm_nt_skip_head_mid": "fp8_gemm_nt_skip_head_mid",
     "tf32_hc_prenorm_gemm": "tf32_hc_prenorm_gemm",
     "per_token_quant_fp8": "per_token_quant_fp8", "silu_and_mul_quant_fp8": "silu_and_mul_quant_fp8",
-    "per_block_quant_fp8": "per_block_quant_fp8",
+    "per_block_quant_fp8": "per_block_quant_fp8", "per_token_quant_fp4": "per_token_quant_fp4",
 }  # fmt: skip
 ALIASES = {
     "fp8_fp4_gemm_nt": "fp8_gemm_nt", "m_grouped_fp8_fp4_gemm_nt_contiguous": "m_grouped_fp8_gemm_nt_contiguous",
@@ -168,6 +168,7 @@ def op_cases(device: str = "meta") -> dict[str, list[tuple]]:
         (e(4, 256), False, 128, False, e(4), None, None, False),
     ]  # fmt: skip
     cases["per_block_quant_fp8"] = [(e(300, 1000, dtype=bf16), False), (e(2, 128, 256), True)]
+    cases["per_token_quant_fp4"] = [(e(5, 300, dtype=bf16), False, 128, False, False), (e(7, 64), True, 32, True, True)]
     return cases
 
 
@@ -580,6 +581,7 @@ def test_opcheck_on_cuda() -> None:
         (torch.ops.deep_gemm.per_token_quant_fp8.default, (x[:, :96], True, 32, True, False)),
         (torch.ops.deep_gemm.silu_and_mul_quant_fp8.default, (x, True, 128, False, None, 3.0, None, True)),
         (torch.ops.deep_gemm.per_block_quant_fp8.default, (x, False)),
+        (torch.ops.deep_gemm.per_token_quant_fp4.default, (x, True, 32, True, True)),
     ]  # fmt: skip
     for op, args in cases:
         # (opcheck's schema test compares inputs before and after with arithmetic PyTorch lacks for FP8 tensors:

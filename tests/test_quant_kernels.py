@@ -1,8 +1,8 @@
-"""The FP8 cast kernels: per_token_quant_fp8, silu_and_mul_quant_fp8, per_block_quant_fp8 (and the CUDA path of
-deep_gemm.utils.per_token_cast_to_fp8 / per_block_cast_to_fp8, which they serve).
+"""The cast kernels: per_token_quant_fp8, silu_and_mul_quant_fp8, per_block_quant_fp8, per_token_quant_fp4 (and the
+CUDA path of deep_gemm.utils.per_token_cast_to_fp8 / per_block_cast_to_fp8 / per_token_cast_to_fp4, which they serve).
 
-Oracle: the PyTorch forms in deep_gemm.utils.casts (per_token_cast_to_fp8_reference, per_block_cast_to_fp8_reference,
-silu_and_mul_reference), run on the same GPU: the kernels must give the same bytes, values and scales, bit for bit
+Oracle: the PyTorch forms in deep_gemm.utils (per_token_cast_to_fp8_reference, per_block_cast_to_fp8_reference,
+silu_and_mul_reference, per_token_cast_to_fp4_reference), run on the same GPU: the kernels must give the same bytes, values and scales, bit for bit
 (the reference itself is checked against float64 in tests/test_utils.py). MN-major scales are compared as values and
 by their strides against get_mn_major_tma_aligned_tensor of the reference's.
 
@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deep_gemm
 from deep_gemm.utils import casts, mn_major_tma_aligned_reference
+from deep_gemm.utils.fp4_casts import per_token_cast_to_fp4_reference
 from deep_gemm.utils.casts import (
     per_block_cast_to_fp8_reference,
     per_token_cast_to_fp8_reference,
@@ -78,6 +79,13 @@ def test_per_block_kernel_compiles_without_spills(tmp_path, monkeypatch) -> None
     assert sass.count("E4M3") >= 4 * 8 and "BAR.SYNC" in sass
 
 
+def test_fp4_kernel_compiles_without_spills(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    result = deep_gemm.compile_kernel("smxx_quant_per_token", {"fp4": 1, "ue8m0": 1, "gran_k": 32}, use_nvrtc=False)
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    assert "E4M3" not in dump_sass(result["cubin_path"])
+
+
 def test_bad_compile_params_raise() -> None:
     with pytest.raises(ValueError, match=r"gran_k must be 32 or 128, got 64"):
         deep_gemm.compile_kernel("smxx_quant_per_token", {"gran_k": 64})
@@ -120,6 +128,9 @@ def _x(*shape, dtype=torch.bfloat16, device="cpu"):
         (lambda: deep_gemm.silu_and_mul_quant_fp8(_x(4, 256)), r"x must be on a CUDA device"),
         (lambda: deep_gemm.per_block_quant_fp8(_x(4, 128)), r"x must be on a CUDA device"),
         (lambda: deep_gemm.per_block_quant_fp8(_x(4, 128, dtype=torch.float64)), r"x must have dtype"),
+        (lambda: deep_gemm.per_token_quant_fp4(_x(4, 127)), r"K must be even"),
+        (lambda: deep_gemm.per_token_quant_fp4(_x(4, 128)), r"x must be on a CUDA device"),
+        (lambda: deep_gemm.per_token_quant_fp4(_x(4, 128), gran_k=16), r"gran_k must be 32 or 128"),
     ],
 )  # fmt: skip
 def test_bad_arguments_raise_naming_them(call, pattern: str) -> None:
@@ -416,6 +427,37 @@ def test_per_block_is_bit_exact(shape, dtype, use_ue8m0: bool) -> None:
     xs = x[..., ::2, :]
     assert_same_bits(deep_gemm.per_block_quant_fp8(xs, use_ue8m0)[0], per_block_cast_to_fp8_reference(xs, use_ue8m0)[0],
                      "strided values")  # fmt: skip
+
+
+FP4_SHAPES = [(1, 128), (7, 7168), (129, 1000), (65, 96), (256, 4096), (3, 34)]
+
+
+@gpu
+@pytest.mark.parametrize("shape", FP4_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize(
+    ("use_ue8m0", "gran_k", "packed"), [(False, 128, False), (True, 128, False), (True, 32, True), (False, 32, False)],
+    ids=["fp32sf-g128", "ue8m0-g128", "packed-g32", "fp32sf-g32"],
+)  # fmt: skip
+def test_per_token_fp4_is_bit_exact(shape, dtype, use_ue8m0: bool, gran_k: int, packed: bool) -> None:
+    x = make_input(shape, dtype, seed=sum(shape) + 2)
+    # Values exactly on E2M1 midpoints once scaled: a row whose amax is 6 * 2^k with entries at the midpoints
+    if shape[0] > 2 and shape[1] >= 16:
+        grid = torch.tensor([6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.75, -2.5, -5.0, 0.0, -0.0, 4.0, 3.0])
+        x[2, :16] = grid.to(dtype).cuda()
+        x[2, 16:] = 0
+    want = per_token_cast_to_fp4_reference(x, use_ue8m0, gran_k, packed)
+    poison_free_memory(4 * x.numel())
+    got = deep_gemm.per_token_quant_fp4(x, use_ue8m0, gran_k, packed)
+    assert got[0].dtype == torch.int8 and got[0].is_contiguous()
+    assert_same_bits(got[0].view(torch.uint8), want[0].view(torch.uint8), "codes")
+    assert_same_bits(got[1], want[1], "scales")
+    # The utils function takes the kernel on CUDA
+    via_utils = deep_gemm.utils.per_token_cast_to_fp4(x, use_ue8m0, gran_k, packed)
+    assert torch.equal(via_utils[0], want[0])
+    mn = deep_gemm.per_token_quant_fp4(x, use_ue8m0, gran_k, packed, sf_mn_major=True)[1]
+    check_mn_major(mn)
+    assert_same_bits(mn, want[1], "MN-major scales")
 
 
 @gpu

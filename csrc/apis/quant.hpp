@@ -82,21 +82,23 @@ inline std::tuple<at::Tensor, at::Tensor> per_token_cast(const at::Tensor& x, in
                                                          int64_t gran_k, bool use_packed_ue8m0, bool sf_mn_major,
                                                          bool swiglu, const std::optional<at::Tensor>& row_weights,
                                                          std::optional<double> activation_clamp,
-                                                         const std::optional<at::Tensor>& masked_m) {
+                                                         const std::optional<at::Tensor>& masked_m, bool fp4 = false) {
     const bool batched = x.dim() == 3;
     const int64_t g = batched ? x.size(0) : 1, m = x.size(-2);
     const int64_t sf_k = (num_cols + gran_k - 1) / gran_k;
     deep_gemm::PerTokenQuantParams params{};
-    std::vector<int64_t> out_shape = batched ? std::vector<int64_t>{g, m, num_cols} : std::vector<int64_t>{m, num_cols};
-    auto out = at::empty(out_shape, x.options().dtype(at::kFloat8_e4m3fn));
+    // (FP4: two codes a byte, int8 [G?, M, K / 2], as deep_gemm.utils.per_token_cast_to_fp4 returns)
+    const int64_t out_cols = fp4 ? num_cols / 2 : num_cols;
+    std::vector<int64_t> out_shape = batched ? std::vector<int64_t>{g, m, out_cols} : std::vector<int64_t>{m, out_cols};
+    auto out = at::empty(out_shape, x.options().dtype(fp4 ? at::kChar : at::kFloat8_e4m3fn));
     auto sf = new_per_token_sf(x, m, sf_k, use_packed_ue8m0, sf_mn_major, params);
 
     params.x = x.data_ptr();
     params.x_stride_batch = batched ? x.stride(0) : 0;
     params.x_stride_row = x.stride(-2);
     params.out = static_cast<uint8_t*>(out.data_ptr());
-    params.out_stride_batch = m * num_cols;
-    params.out_stride_row = num_cols;
+    params.out_stride_batch = m * out_cols;
+    params.out_stride_row = out_cols;
     params.num_batches = static_cast<uint32_t>(g);
     params.num_rows = static_cast<uint32_t>(m);
     params.num_cols = static_cast<uint32_t>(num_cols);
@@ -113,6 +115,7 @@ inline std::tuple<at::Tensor, at::Tensor> per_token_cast(const at::Tensor& x, in
     variant.packed_ue8m0 = use_packed_ue8m0;
     variant.swiglu = swiglu;
     variant.aligned = rows_aligned(x, num_cols);
+    variant.fp4 = fp4;
     if (g > 0 && m > 0 && num_cols > 0) {
         const jit::DeviceScope device_scope(x.device().index());
         kernels::launch_per_token_quant(x.device().index(), variant, params);
@@ -130,6 +133,18 @@ inline std::tuple<at::Tensor, at::Tensor> per_token_quant_fp8(const at::Tensor& 
     const at::Tensor x = detail::quant_input_on_device(x_in, fn);
     return detail::per_token_cast(x, x.size(-1), use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major, false,
                                   std::nullopt, std::nullopt, std::nullopt);
+}
+
+inline std::tuple<at::Tensor, at::Tensor> per_token_quant_fp4(const at::Tensor& x_in, bool use_ue8m0, int64_t gran_k,
+                                                              bool use_packed_ue8m0, bool sf_mn_major) {
+    constexpr const char* fn = "per_token_quant_fp4";
+    detail::check_gran_k(gran_k, use_ue8m0, use_packed_ue8m0, fn);
+    detail::check_quant_input(x_in, fn);
+    DG_CHECK_INPUT(x_in.size(-1) % 2 == 0, "{}: x: K must be even (two FP4 values to a byte), got a {}", fn,
+                   describe(x_in));
+    const at::Tensor x = detail::quant_input_on_device(x_in, fn);
+    return detail::per_token_cast(x, x.size(-1), use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major, false,
+                                  std::nullopt, std::nullopt, std::nullopt, true);
 }
 
 inline std::tuple<at::Tensor, at::Tensor> silu_and_mul_quant_fp8(const at::Tensor& x_in, bool use_ue8m0,

@@ -144,9 +144,11 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
               {"packed_ue8m0", "1: scales as UE8M0 bytes packed four to an int32, needs ue8m0 (default 0)"},
               {"swiglu", "1: rows are [gate, up], silu(gate) * up is cast (default 0)"},
               {"aligned", "1: rows 16-byte aligned and K a multiple of 8: vector loads and stores (default 1)"},
+              {"fp4", "1: e2m1 codes two to a byte, scale amax / 6 (default 0: e4m3)"},
           },
           [](const KernelParams& p) {
               PerTokenQuantVariant v;
+              v.fp4 = param_or(p, "fp4", 0) != 0;
               v.gran_k = static_cast<uint32_t>(param_or(p, "gran_k", 128));
               v.fp32_input = param_or(p, "fp32_input", 0) != 0;
               v.ue8m0 = param_or(p, "ue8m0", 0) != 0;

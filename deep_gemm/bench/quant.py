@@ -1,4 +1,4 @@
-"""The ``quant`` suite: the FP8 cast kernels against their PyTorch forms (deep_gemm.utils.casts).
+"""The ``quant`` suite: the FP8 (and FP4) cast kernels against their PyTorch forms (deep_gemm.utils.casts).
 
 A shape is ``MxK``: BF16 activations [M, K] (for ``silu_mul`` the input is [M, 2K], gate then up, and K is the
 intermediate size). Each shape runs every case:
@@ -8,6 +8,7 @@ intermediate size). Each shape runs every case:
   followed by ``get_mn_major_tma_aligned_tensor``;
 * ``token32_ue8m0``: 1 x 32 UE8M0 scales packed four to an int32;
 * ``block128``: ``per_block_quant_fp8``, 128 x 128 FP32 scales;
+* ``fp4_g32``: ``per_token_quant_fp4``, e2m1 two to a byte, 1 x 32 UE8M0 scales packed;
 * ``silu_mul``: ``silu_and_mul_quant_fp8`` with row weights, 1 x 128 FP32 scales MN-major; baseline: the PyTorch
   SwiGLU (``silu_and_mul_reference``) then the PyTorch cast and the layout transform.
 
@@ -30,7 +31,7 @@ __all__ = ["QUANT_CASES", "QUANT_SHAPES", "parse_quant_shape", "run_quant"]
 
 # DeepSeek-V3 hidden 7168 and intermediate 2048 (per expert) / 18432 (dense), decode to prefill rows
 QUANT_SHAPES = ((4096, 7168), (128, 7168), (16384, 7168), (4096, 2048), (4096, 18432))
-QUANT_CASES = ("token128", "token128_mn", "token32_ue8m0", "block128", "silu_mul")
+QUANT_CASES = ("token128", "token128_mn", "token32_ue8m0", "block128", "fp4_g32", "silu_mul")
 
 _TABLE = Table(
     [
@@ -67,6 +68,7 @@ def _differing_bytes(ours: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.T
 
 def _bench(case: str, m: int, k: int, options: BenchOptions) -> dict[str, Any]:
     import deep_gemm
+    from deep_gemm.utils.fp4_casts import per_token_cast_to_fp4_reference
     from deep_gemm.utils.casts import (
         per_block_cast_to_fp8_reference,
         per_token_cast_to_fp8_reference,
@@ -76,11 +78,12 @@ def _bench(case: str, m: int, k: int, options: BenchOptions) -> dict[str, Any]:
     in_cols = 2 * k if case == "silu_mul" else k
     x = torch.randn(m, in_cols, device="cuda", dtype=torch.bfloat16)
     weights = torch.rand(m, device="cuda")
-    gran_k = 32 if case == "token32_ue8m0" else 128
+    gran_k = 32 if case in ("token32_ue8m0", "fp4_g32") else 128
     sf_bytes = 4 * m * -(-k // gran_k) if case != "block128" else 4 * -(-m // 128) * -(-k // 128)
-    if case == "token32_ue8m0":
-        sf_bytes //= 4
-    row: dict[str, Any] = {"case": case, "m": m, "k": k, "flops": 0, "bytes": 2 * m * in_cols + m * k + sf_bytes}
+    if case in ("token32_ue8m0", "fp4_g32"):
+        sf_bytes //= 4  # (UE8M0 bytes)
+    out_bytes = m * k // 2 if case == "fp4_g32" else m * k
+    row: dict[str, Any] = {"case": case, "m": m, "k": k, "flops": 0, "bytes": 2 * m * in_cols + out_bytes + sf_bytes}
 
     calls = {
         "token128": (lambda: deep_gemm.per_token_quant_fp8(x), lambda: per_token_cast_to_fp8_reference(x)),
@@ -95,6 +98,10 @@ def _bench(case: str, m: int, k: int, options: BenchOptions) -> dict[str, Any]:
             lambda: per_token_cast_to_fp8_reference(x, True, 32, True),
         ),
         "block128": (lambda: deep_gemm.per_block_quant_fp8(x), lambda: per_block_cast_to_fp8_reference(x)),
+        "fp4_g32": (
+            lambda: deep_gemm.per_token_quant_fp4(x, True, 32, True),
+            lambda: per_token_cast_to_fp4_reference(x, True, 32, True),
+        ),
         "silu_mul": (
             lambda: deep_gemm.silu_and_mul_quant_fp8(x, row_weights=weights),
             lambda: (lambda q: (q[0], deep_gemm.get_mn_major_tma_aligned_tensor(q[1])))(

@@ -25,9 +25,11 @@ struct PerTokenQuantVariant {
     bool packed_ue8m0 = false;  // scales as UE8M0 bytes, four to an int32 (needs ue8m0)
     bool swiglu = false;        // x rows are [gate, up]: silu(gate) * up is cast
     bool aligned = true;        // rows 16-byte aligned and K a multiple of 8: vector loads and stores
+    bool fp4 = false;           // e2m1 codes two to a byte (scale amax / 6) instead of e4m3
 
     uint32_t key() const {
-        return gran_k | (fp32_input << 8) | (ue8m0 << 9) | (packed_ue8m0 << 10) | (swiglu << 11) | (aligned << 12);
+        return gran_k | (fp32_input << 8) | (ue8m0 << 9) | (packed_ue8m0 << 10) | (swiglu << 11) | (aligned << 12) |
+               (fp4 << 13);
     }
 };
 
@@ -40,10 +42,10 @@ inline jit::KernelSource render_per_token_quant(const PerTokenQuantVariant& v) {
             fmt::format("#include <deep_gemm/impls/smxx_quant_per_token.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"
-                        "    auto ptr = reinterpret_cast<void*>(&per_token_quant_kernel<{}, {}, {}, {}, {}, {}, {}>);\n"
+                        "    auto ptr = reinterpret_cast<void*>(&per_token_quant_kernel<{}, {}, {}, {}, {}, {}, {}, {}>);\n"
                         "}}\n",
                         kPerTokenQuantThreads, v.gran_k, b(v.fp32_input), b(v.ue8m0), b(v.packed_ue8m0), b(v.swiglu),
-                        b(v.aligned))};
+                        b(v.aligned), b(v.fp4))};
 }
 
 // The grid of a per-token cast: enough CTAs for every chunk of one batch's rows (8 values a chunk), at most what

@@ -12,6 +12,7 @@
 namespace deep_gemm::fp8_cast {
 
 constexpr float kE4m3Max = 448.0f;
+constexpr float kE2m1Max = 6.0f;
 constexpr float kAmaxClampMin = 1e-4f;  // (the reference's Python float 1e-4, rounded to FP32 by torch.clamp)
 
 // max(a, b) that returns NaN when either is NaN, as torch.amax / torch.clamp do (fmaxf would drop the NaN).
@@ -29,10 +30,11 @@ __device__ __forceinline__ float ceil_to_ue8m0(float sf) {
     return __uint_as_float(((bits >> 23) + ((bits & 0x7fffffu) != 0)) << 23);
 }
 
-// The scale of a block from its amax (before the clamp).
-template <bool kUe8m0>
+// The scale of a block from its amax (before the clamp), for a format whose largest value is kMax (448 for e4m3,
+// 6 for e2m1).
+template <bool kUe8m0, bool kFp4 = false>
 __device__ __forceinline__ float scale_from_amax(float amax) {
-    const float sf = __fdiv_rn(max_nan(amax, kAmaxClampMin), kE4m3Max);
+    const float sf = __fdiv_rn(max_nan(amax, kAmaxClampMin), kFp4 ? kE2m1Max : kE4m3Max);
     return kUe8m0 ? ceil_to_ue8m0(sf) : sf;
 }
 
@@ -60,6 +62,32 @@ __device__ __forceinline__ uint32_t to_e4m3x2(float lo, float hi) {
 __device__ __forceinline__ uint2 to_e4m3x8(const float (&v)[8]) {
     return make_uint2(to_e4m3x2(v[0], v[1]) | (to_e4m3x2(v[2], v[3]) << 16),
                       to_e4m3x2(v[4], v[5]) | (to_e4m3x2(v[6], v[7]) << 16));
+}
+
+// The 4-bit e2m1 code of a scaled value, as deep_gemm.utils.fp4_casts rounds: the magnitude clamped at 6, rounded
+// to the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6} with ties to the even code index, bit 3 the sign (never for 0).
+// NOTES: the index is the number of midpoints below the magnitude, or on a midpoint the even one of its two
+// neighbours' indices: the reference's two bucketize searches.
+__device__ __forceinline__ uint32_t to_e2m1(float value) {
+    const float m = fminf(fabsf(value), kE2m1Max);
+    constexpr float kMidpoints[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    uint32_t below = 0, at_or_below = 0;
+    #pragma unroll
+    for (uint32_t i = 0; i < 7; ++i) {
+        below += m > kMidpoints[i];
+        at_or_below += m >= kMidpoints[i];
+    }
+    const uint32_t index = below % 2 == 0 ? below : at_or_below;
+    return index | (value < 0.0f && index != 0 ? 0x8u : 0u);
+}
+
+// Eight values to eight e2m1 codes, two to a byte (element 2j in the low nibble of byte j).
+__device__ __forceinline__ uint32_t to_e2m1x8(const float (&v)[8]) {
+    uint32_t out = 0;
+    #pragma unroll
+    for (uint32_t i = 0; i < 8; ++i)
+        out |= to_e2m1(v[i]) << (4 * i);
+    return out;
 }
 
 // The UE8M0 byte of a power-of-two FP32 scale (its biased exponent), as pack_ue8m0_to_int stores it.

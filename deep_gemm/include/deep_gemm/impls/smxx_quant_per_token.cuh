@@ -1,5 +1,6 @@
 // Per-token FP8 cast (any SM >= 90), with an optional fused SwiGLU in front: the activation quantization before an
 // FP8 GEMM. Memory-bound: one read of x, one write of e4m3 values plus one scale per 1 x kGranK group.
+// The FP4 mode (kFp4) writes e2m1 codes two to a byte instead (scale amax / 6; deep_gemm.utils.fp4_casts).
 //
 //   plain:  out[b, m, k] = e4m3(x[b, m, k] / sf[b, m, k / kGranK])
 //   SwiGLU: y = silu(min(g, c)) * clamp(u, -c, c) * w[b, m]  (g = x[b, m, k], u = x[b, m, K + k]; the clamp by c and
@@ -55,7 +56,7 @@ __device__ __forceinline__ void swiglu8(float (&gate)[8], const float (&up)[8], 
 }  // namespace per_token_quant
 
 template <uint32_t kNumThreads, uint32_t kGranK, bool kFp32Input, bool kUe8m0, bool kPackedUe8m0, bool kSwiGLU,
-          bool kAligned>
+          bool kAligned, bool kFp4 = false>
 __global__ void __launch_bounds__(kNumThreads)
 per_token_quant_kernel(const __grid_constant__ PerTokenQuantParams p) {
     constexpr uint32_t kLanesPerGroup = kGranK / 8;
@@ -117,20 +118,35 @@ per_token_quant_kernel(const __grid_constant__ PerTokenQuantParams p) {
             amax = fp8_cast::max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, mask));
 
         // Scale, then the values
-        const float sf = fp8_cast::scale_from_amax<kUe8m0>(amax);
+        const float sf = fp8_cast::scale_from_amax<kUe8m0, kFp4>(amax);
         const float divisor = fp8_cast::divisor_of<kUe8m0>(sf);
         #pragma unroll
         for (uint32_t i = 0; i < 8; ++i)
             v[i] = fp8_cast::scaled<kUe8m0>(v[i], divisor);
-        const uint2 packed = fp8_cast::to_e4m3x8(v);
-        uint8_t* out_ptr = out_batch + static_cast<int64_t>(row) * p.out_stride_row + col;
-        if (kAligned && count == 8) {
-            *reinterpret_cast<uint2*>(out_ptr) = packed;
+        if constexpr (kFp4) {
+            // 8 codes in 4 bytes (out_stride_row in bytes, K / 2; count is even, as K is)
+            const uint32_t codes = fp8_cast::to_e2m1x8(v);
+            uint8_t* out_ptr = out_batch + static_cast<int64_t>(row) * p.out_stride_row + col / 2;
+            if (kAligned && count == 8) {
+                *reinterpret_cast<uint32_t*>(out_ptr) = codes;
+            } else {
+                #pragma unroll
+                for (uint32_t i = 0; i < 4; ++i) {
+                    if (2 * i < count)
+                        out_ptr[i] = static_cast<uint8_t>(codes >> (8 * i));
+                }
+            }
         } else {
-            #pragma unroll
-            for (uint32_t i = 0; i < 8; ++i) {
-                if (i < count)
-                    out_ptr[i] = static_cast<uint8_t>((i < 4 ? packed.x : packed.y) >> (8 * (i % 4)));
+            const uint2 packed = fp8_cast::to_e4m3x8(v);
+            uint8_t* out_ptr = out_batch + static_cast<int64_t>(row) * p.out_stride_row + col;
+            if (kAligned && count == 8) {
+                *reinterpret_cast<uint2*>(out_ptr) = packed;
+            } else {
+                #pragma unroll
+                for (uint32_t i = 0; i < 8; ++i) {
+                    if (i < count)
+                        out_ptr[i] = static_cast<uint8_t>((i < 4 ? packed.x : packed.y) >> (8 * (i % 4)));
+                }
             }
         }
 
