@@ -155,9 +155,10 @@ def test_silu_and_mul_reference_matches_its_definition() -> None:
     y = silu_and_mul_reference(x, w, 0.5)
     g, u = x.float()[..., :5].clamp(max=0.5), x.float()[..., 5:].clamp(-0.5, 0.5)
     assert y.dtype == torch.float32 and y.shape == (3, 4, 5)
-    # (to a few FP32 ulps: the CPU's vectorized silu has its own exp; on CUDA both are expf)
-    torch.testing.assert_close(y, g / (1 + torch.exp(-g)) * u * w.unsqueeze(-1), rtol=1e-6, atol=1e-7)
-    assert torch.equal(silu_and_mul_reference(x), torch.nn.functional.silu(x.float()[..., :5]) * x.float()[..., 5:])
+    assert torch.equal(y, g / (1 + torch.exp(-g)) * u * w.unsqueeze(-1))
+    # (torch's fused silu agrees to an ulp or so: its rounding depends on how PyTorch was compiled)
+    torch.testing.assert_close(silu_and_mul_reference(x), torch.nn.functional.silu(x.float()[..., :5]) *
+                               x.float()[..., 5:], rtol=1e-6, atol=1e-7)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -206,7 +206,9 @@ def silu_and_mul_reference(
     """The SwiGLU of the MoE intermediate in FP32, as :func:`deep_gemm.silu_and_mul_quant_fp8` computes it before
     quantizing: ``silu(gate) * up`` (gate the first half of each row, up the second), with ``gate`` clamped to
     ``<= activation_clamp`` and ``up`` to ``[-activation_clamp, activation_clamp]`` first when given, then times
-    ``row_weights`` (one per row) when given. ``silu(g) = g / (1 + exp(-g))`` (torch's).
+    ``row_weights`` (one per row) when given. ``silu(g) = g / (1 + exp(-g))``, computed as those three operations
+    (each rounded to FP32): ``torch.nn.functional.silu`` is one fused kernel whose rounding depends on how PyTorch
+    was compiled (an FMA contraction of the add), so it is not a reproducible reference for a bit-exact kernel.
 
     Args:
         x: ``[..., M, 2 * I]``, a float dtype, any device.
@@ -220,7 +222,7 @@ def silu_and_mul_reference(
     if activation_clamp is not None:
         gate = gate.clamp(max=activation_clamp)
         up = up.clamp(min=-activation_clamp, max=activation_clamp)
-    y = F.silu(gate) * up
+    y = gate / (1 + torch.exp(-gate)) * up
     if row_weights is not None:
         y = y * row_weights.float().unsqueeze(-1)
     return y

@@ -4,8 +4,8 @@
 //
 //   plain:  out[b, m, k] = e4m3(x[b, m, k] / sf[b, m, k / kGranK])
 //   SwiGLU: y = silu(min(g, c)) * clamp(u, -c, c) * w[b, m]  (g = x[b, m, k], u = x[b, m, K + k]; the clamp by c and
-//           the row weight w optional), then y is cast as above. silu(g) = g / (1 + expf(-g)), all in FP32, with the
-//           operations in the order of the PyTorch reference (deep_gemm.utils.casts.silu_and_mul_reference).
+//           the row weight w optional), then y is cast as above. silu(g) = g / (1 + expf(-g)), all in FP32, each
+//           operation rounded as in the PyTorch reference (deep_gemm.utils.casts.silu_and_mul_reference).
 //   Scales: amax of the group, clamped at 1e-4, / 448, UE8M0 optionally (common/fp8_cast.cuh: bit-exact with
 //           deep_gemm.utils.casts). Stored FP32 or as UE8M0 bytes (byte i of an int32 word is group 4j + i), at
 //           sf + b * sf_stride_batch + m * sf_stride_row + k_group * sf_stride_k (words): K-major or MN-major with a
@@ -29,9 +29,11 @@ namespace deep_gemm {
 
 namespace per_token_quant {
 
-// x / (1 + e^-x) in FP32, the way torch's CUDA silu computes it (the same expression, IEEE division, accurate expf).
+// x / (1 + e^-x) in FP32 as three rounded steps (accurate expf, an add, IEEE division): the reference computes the
+// same three with three PyTorch ops. NOTES: __fadd_rn keeps the compiler from fusing the add into the last multiply
+// of expf's inlined code (an FMA would round once where the reference rounds twice).
 __device__ __forceinline__ float silu(float x) {
-    return __fdiv_rn(x, 1.0f + expf(-x));
+    return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
 }
 
 // The SwiGLU of 8 gate and up values: optional clamp, silu(gate) * up, optional row weight (in that order).
