@@ -63,7 +63,7 @@ per_block_quant_kernel(const __grid_constant__ PerBlockQuantParams p) {
         amax = fp8_cast::max_nan(amax, warp_amax[w]);
 
     const float sf = fp8_cast::scale_from_amax<kUe8m0>(amax);
-    const float divisor = fp8_cast::divisor_of<kUe8m0>(sf);
+    const fp8_cast::Divisor divisor = fp8_cast::divisor_of(sf);
     if (threadIdx.x == 0) {
         const uint32_t sf_rows = ceil_div(p.num_rows, kBlock), sf_cols = ceil_div(p.num_cols, kBlock);
         p.sf[(static_cast<int64_t>(batch) * sf_rows + blockIdx.y) * sf_cols + blockIdx.x] = sf;

@@ -121,7 +121,7 @@ per_token_quant_kernel(const __grid_constant__ PerTokenQuantParams p) {
 
         // Scale, then the values
         const float sf = fp8_cast::scale_from_amax<kUe8m0, kFp4>(amax);
-        const float divisor = fp8_cast::divisor_of<kUe8m0>(sf);
+        const fp8_cast::Divisor divisor = fp8_cast::divisor_of(sf);
         #pragma unroll
         for (uint32_t i = 0; i < 8; ++i)
             v[i] = fp8_cast::scaled<kUe8m0>(v[i], divisor);
