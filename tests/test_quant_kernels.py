@@ -212,6 +212,59 @@ def test_compile_fullgraph_traces_the_ops() -> None:
     assert (c[0].shape, c[1].shape) == ((130, 512), (2, 4))
 
 
+def test_utils_casts_trace_to_the_ops_when_the_kernels_serve(monkeypatch) -> None:
+    # The CUDA path of the utils casts under torch.compile(fullgraph=True): the dispatch (an import and the op call)
+    # traces without a graph break. Meta inputs stand in for CUDA ones (the device test is patched to say yes).
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from deep_gemm.utils import fp4_casts
+
+    monkeypatch.setattr(casts, "_kernel_serves", lambda x, gran_ks, gran_k: gran_k in gran_ks)
+    monkeypatch.setattr(fp4_casts, "_kernel_serves", lambda x, gran_ks, gran_k: gran_k in gran_ks)
+    torch._dynamo.reset()
+
+    def fn(x):
+        return (deep_gemm.utils.per_token_cast_to_fp8(x, True, 32, True), deep_gemm.utils.per_block_cast_to_fp8(x),
+                deep_gemm.utils.per_token_cast_to_fp4(x, True))  # fmt: skip
+
+    counter = CompileCounterWithBackend("aot_eager")
+    (a, a_sf), (b, b_sf), (c, c_sf) = torch.compile(fn, fullgraph=True, backend=counter)(
+        torch.empty(64, 256, device="meta", dtype=torch.bfloat16))
+    assert counter.frame_count == 1
+    for op in ("per_token_quant_fp8", "per_block_quant_fp8", "per_token_quant_fp4"):
+        assert f"deep_gemm.{op}" in counter.graphs[0].code, op
+    assert (a.shape, a_sf.shape, a_sf.dtype, b_sf.shape, c.shape, c.dtype) == (
+        (64, 256), (64, 2), torch.int32, (1, 2), (64, 128), torch.int8)
+    torch._dynamo.reset()
+
+
+def test_markstein_division_is_ieee_division_on_the_recipe() -> None:
+    # The kernels divide by an FP32 scale as common/fp8_cast.cuh's `scaled`: q0 = RN(x * RN(1 / sf)),
+    # e = RN(x - q0 * sf), q = RN(q0 + e * rcp). Emulated exactly (fractions, one rounding per step) on quotients at
+    # and next to the e4m3 rounding midpoints, where a wrong last bit would change a byte
+    import numpy as np
+    from fractions import Fraction
+
+    def rn32(value: Fraction) -> np.float32:
+        c = np.float32(float(value))
+        cands = (np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf)))
+        return min(cands, key=lambda v: (abs(Fraction(float(v)) - value), int(np.array(v).view(np.uint32)) & 1))
+
+    rng = np.random.default_rng(1)
+    for _ in range(3000):
+        amax = max(np.float32(abs(rng.standard_normal()) * 10.0 ** rng.integers(-6, 30)), np.float32(1e-4))
+        sf = np.float32(amax / np.float32(448))
+        steps = rng.integers(1, 960)  # (half-integers: the e4m3 midpoints of [1, 480) and beyond, scaled down)
+        x = np.float32(float(sf) * steps / 2 / 2 ** rng.integers(0, 10)) * np.float32(rng.choice([-1, 1]))
+        x = np.nextafter(x, np.float32(rng.choice([-np.inf, np.inf]))) if rng.integers(0, 2) else x
+        rcp = np.float32(np.float32(1) / sf)
+        q0 = np.float32(x * rcp)
+        e = rn32(Fraction(float(x)) - Fraction(float(q0)) * Fraction(float(sf)))
+        q = q0 if e == 0 or q0 == 0 else rn32(Fraction(float(q0)) + Fraction(float(e)) * Fraction(float(rcp)))
+        want = np.float32(x / sf)
+        assert np.array(q).view(np.uint32) == np.array(want).view(np.uint32), (x, sf, q, want)
+
+
 def test_bench_suite_is_registered() -> None:
     from deep_gemm.bench import get_suite, quant
 
