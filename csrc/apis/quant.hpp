@@ -55,7 +55,7 @@ inline bool rows_aligned(const at::Tensor& x, int64_t k) {
 
 // The scale tensor of a per-token cast of [G?, M, K] and where the kernel writes it: FP32 [G?, M, SF_K] (or int32
 // [G?, M, ceil(SF_K / 4)] packed), K-major contiguous, or MN-major with the M stride padded to 16 bytes, the layout
-// get_mn_major_tma_aligned_tensor returns (storage [G, words, align(M, 4)]).
+// get_mn_major_tma_aligned_tensor returns (storage [G, words, align(M, 4)], the padding rows zeroed by the kernel).
 inline at::Tensor new_per_token_sf(const at::Tensor& x, int64_t m, int64_t sf_k, bool packed, bool mn_major,
                                    deep_gemm::PerTokenQuantParams& params) {
     const bool batched = x.dim() == 3;
@@ -68,6 +68,7 @@ inline at::Tensor new_per_token_sf(const at::Tensor& x, int64_t m, int64_t sf_k,
         auto storage = at::empty({g, words, aligned_m}, options);
         sf = storage.transpose(1, 2).narrow(1, 0, m);
         params.sf_stride_batch = words * aligned_m, params.sf_stride_row = 1, params.sf_stride_k = aligned_m;
+        params.sf_padding_rows = static_cast<uint32_t>(aligned_m - m);
     } else {
         sf = at::empty({g, m, words}, options);
         params.sf_stride_batch = m * words, params.sf_stride_row = words, params.sf_stride_k = 1;

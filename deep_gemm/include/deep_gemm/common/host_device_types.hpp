@@ -342,6 +342,7 @@ struct PerTokenQuantParams {
     int64_t out_stride_batch, out_stride_row;
     void* sf;                      // FP32 scales, or int32 words of packed UE8M0 bytes
     int64_t sf_stride_batch, sf_stride_row, sf_stride_k;
+    uint32_t sf_padding_rows;      // MN-major: rows after the last one that are zeroed (align(M, 4) - M), else 0
     uint32_t num_batches, num_rows, num_cols, num_sf_k;  // num_sf_k = ceil(num_cols / gran_k)
     const int32_t* masked_m;       // nullptr, or [num_batches]: rows past masked_m[b] are left untouched
     const float* row_weights;      // nullptr, or FP32 [num_batches, num_rows] contiguous: SwiGLU output scaled per row

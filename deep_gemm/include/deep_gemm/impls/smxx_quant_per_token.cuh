@@ -19,6 +19,8 @@
 //   -> amax over the lane's 8 values -> xor-shuffle max over the group's lanes -> scale -> 8 values to e4m3
 //   (cvt.rn.satfinite.e4m3x2) -> one 8-byte store; the group's first lane stores the scale.
 // Masked layouts: masked_m[b] (clamped to [0, num_rows]) rows of batch b are written; the others are not touched.
+// MN-major scales: the align(M, 4) - M padding rows after row M - 1 are zeroed (by that row's group leaders; not
+// in masked layouts, whose last row is not written unless masked_m[b] = M).
 // No shared memory, no barriers: every lane of a warp takes the same loop trips, so the shuffles see full warps.
 #pragma once
 
@@ -166,6 +168,15 @@ per_token_quant_kernel(const __grid_constant__ PerTokenQuantParams p) {
                 }
             } else {
                 static_cast<float*>(p.sf)[row_offset + static_cast<int64_t>(k_group) * p.sf_stride_k] = sf;
+            }
+            // MN-major: the last row's lanes also zero the padding rows of its column (as the layout kernel does)
+            if (row + 1 == p.num_rows) {
+                for (uint32_t i = 1; i <= p.sf_padding_rows; ++i) {
+                    auto* word = static_cast<uint32_t*>(p.sf) + row_offset + static_cast<int64_t>(i) * p.sf_stride_row +
+                                 static_cast<int64_t>(kPackedUe8m0 ? k_group / 4 : k_group) * p.sf_stride_k;
+                    if (!kPackedUe8m0 || k_group % 4 == 0)
+                        *word = 0;
+                }
             }
         }
     }
