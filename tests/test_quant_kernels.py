@@ -138,6 +138,21 @@ def test_bad_arguments_raise_naming_them(call, pattern: str) -> None:
         call()
 
 
+def test_device_check_is_a_dynamo_constant_without_importing_dynamo() -> None:
+    # (what torch.compiler.assume_constant_result would set; importing deep_gemm must not import torch._dynamo)
+    from torch._dynamo.decorators import assume_constant_result
+
+    probe = assume_constant_result(lambda: None)
+    assert probe._dynamo_marked_constant is casts._sm90_or_newer._dynamo_marked_constant is True
+    code = "import sys, deep_gemm; print('torch._dynamo' in sys.modules)"
+    import subprocess
+    import sys
+    import tempfile
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tempfile.gettempdir())
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
 def test_utils_casts_of_cpu_tensors_run_the_pytorch_form() -> None:
     x = torch.randn(5, 300, dtype=torch.bfloat16)
     for args in ((False, 128, False), (True, 32, True)):

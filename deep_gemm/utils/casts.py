@@ -67,7 +67,6 @@ def _check_bool(fn: str, name: str, value: object) -> None:
         raise TypeError(f"{fn}: {name} must be a bool, got {type(value).__name__}")
 
 
-@torch.compiler.assume_constant_result
 def _sm90_or_newer(device_index: int) -> bool:
     """Whether CUDA device device_index can run the cast kernels (a constant while torch.compile traces)."""
     if device_index not in _SM90_OR_NEWER:
@@ -75,6 +74,10 @@ def _sm90_or_newer(device_index: int) -> bool:
     return _SM90_OR_NEWER[device_index]
 
 
+# What torch.compiler.assume_constant_result sets (Dynamo calls the function while tracing and keeps its result as a
+# constant); set here directly because that decorator imports torch._dynamo, which made `import deep_gemm` take
+# 1.0 s instead of 0.05 s
+_sm90_or_newer._dynamo_marked_constant = True  # type: ignore[attr-defined]
 _SM90_OR_NEWER: dict[int, bool] = {}
 
 
