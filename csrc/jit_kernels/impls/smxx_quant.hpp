@@ -48,10 +48,12 @@ inline jit::KernelSource render_per_token_quant(const PerTokenQuantVariant& v) {
                         b(v.aligned), b(v.fp4))};
 }
 
-// The grid of a per-token cast: enough CTAs for every chunk of one batch's rows (8 values a chunk), at most what
-// kPerTokenQuantCtasPerSm per SM hold (the CTAs stride over the rest), shared among the batches.
-inline uint32_t per_token_quant_grid_x(uint64_t num_chunks_per_batch, uint32_t num_batches, int num_sms) {
-    const uint64_t needed = (num_chunks_per_batch + kPerTokenQuantThreads - 1) / kPerTokenQuantThreads;
+// The grid of a per-token cast: enough CTAs for every chunk of one batch's rows (8 values a chunk, one or two per
+// lane per step), at most what kPerTokenQuantCtasPerSm per SM hold (the CTAs stride over the rest), shared among
+// the batches.
+inline uint32_t per_token_quant_grid_x(uint64_t num_chunks_per_batch, uint32_t num_batches, int num_sms, bool swiglu) {
+    const uint64_t per_cta_step = kPerTokenQuantThreads * deep_gemm::per_token_quant_chunks_per_lane(swiglu);
+    const uint64_t needed = (num_chunks_per_batch + per_cta_step - 1) / per_cta_step;
     const uint64_t resident = static_cast<uint64_t>(num_sms) * kPerTokenQuantCtasPerSm;
     const uint64_t per_batch = std::max<uint64_t>(1, resident / std::max<uint32_t>(1, num_batches));
     return static_cast<uint32_t>(std::max<uint64_t>(1, std::min(needed, per_batch)));
@@ -77,7 +79,7 @@ inline void launch_per_token_quant(int device_index, const PerTokenQuantVariant&
     });
     jit::LaunchConfig config;
     config.grid = {per_token_quant_grid_x(num_chunks, params.num_batches,
-                                          jit::DeviceRuntime::instance().num_sms(device_index)),
+                                          jit::DeviceRuntime::instance().num_sms(device_index), variant.swiglu),
                    params.num_batches, 1};
     config.num_threads = kPerTokenQuantThreads;
     config.stream = stream;

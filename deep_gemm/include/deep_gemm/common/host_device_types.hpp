@@ -332,6 +332,13 @@ struct PagedMqaProblem {
 
 // ------------------------------------------------------------------------------------------------ FP8 quantization
 
+// Chunks of 8 values each lane of the per-token cast loads before it computes any: two 16-byte loads in flight per
+// lane either way (a SwiGLU chunk loads gate and up; two SwiGLU chunks spilled registers). The host sizes the grid
+// with it.
+DG_HOST_DEVICE constexpr uint32_t per_token_quant_chunks_per_lane(bool swiglu) {
+    return swiglu ? 1 : 2;
+}
+
 // The per-token FP8 cast's kernel parameter (deep_gemm/impls/smxx_quant_per_token.cuh), passed by value. Rows are
 // [num_batches, num_rows] (a 2-D input is one batch); each row has num_cols output values. Strides are in elements of
 // the tensor they index; the scale strides are in 4-byte words (an FP32 scale, or a word of four packed UE8M0 bytes).

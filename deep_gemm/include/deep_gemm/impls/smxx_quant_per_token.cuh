@@ -15,7 +15,9 @@
 // Work unit: a chunk = 8 consecutive elements of one output row (one 16-byte load of BF16, two of FP32); a row has
 //   num_sf_k * kGranK / 8 chunks (its last group padded with zeros past K, as the reference pads), so every group of
 //   kGranK / 8 lanes lies inside one warp: the warps walk the flattened [rows, chunks] space 32 chunks at a time.
-// Per warp step: load (16-byte __ldg; element-wise where a row is not 16-byte aligned or past K) -> optional SwiGLU
+// Per warp step (two sub-steps of 32 chunks, one with SwiGLU: the loads of the step are issued first, two 16-byte
+// loads per lane in flight):
+//   load (16-byte __ldg; element-wise where a row is not 16-byte aligned or past K) -> optional SwiGLU
 //   -> amax over the lane's 8 values -> xor-shuffle max over the group's lanes -> scale -> 8 values to e4m3
 //   (cvt.rn.satfinite.e4m3x2) -> one 8-byte store; the group's first lane stores the scale.
 // Masked layouts: masked_m[b] (clamped to [0, num_rows]) rows of batch b are written; the others are not touched.
@@ -68,6 +70,7 @@ per_token_quant_kernel(const __grid_constant__ PerTokenQuantParams p) {
     static_assert(!kPackedUe8m0 || kUe8m0, "packed scales are UE8M0");
     static_assert(kNumThreads % 32 == 0, "whole warps");
     constexpr uint32_t kElemBytes = kFp32Input ? 4 : 2;
+    constexpr uint32_t kChunksPerLane = per_token_quant_chunks_per_lane(kSwiGLU);
 
     const uint32_t batch = blockIdx.y;
     uint32_t num_rows = p.num_rows;
@@ -81,33 +84,10 @@ per_token_quant_kernel(const __grid_constant__ PerTokenQuantParams p) {
     uint8_t* out_batch = p.out + static_cast<int64_t>(batch) * p.out_stride_batch;
     const bool has_weight = kSwiGLU && p.row_weights != nullptr;
 
-    // Step: one chunk per lane, 32 consecutive chunks per warp (whole groups: a row's chunk count is a multiple of
-    // the group's lanes, and a warp step starts at a multiple of 32)
-    for (uint32_t warp_base = blockIdx.x * kNumThreads + (threadIdx.x - lane); warp_base < num_chunks;
-         warp_base += gridDim.x * kNumThreads) {
-        const uint32_t chunk = warp_base + lane;
-        const bool valid = chunk < num_chunks;
-        const uint32_t row = valid ? chunk / chunks_per_row : 0;
-        const uint32_t col = valid ? (chunk - row * chunks_per_row) * 8 : 0;
-        // Real elements of this chunk: 8, fewer at the end of a row, 0 in a group's zero padding (or past the end)
-        const uint32_t count = valid && col < p.num_cols ? min(8u, p.num_cols - col) : 0;
-
-        // Load (and SwiGLU): v[8] in FP32
-        float v[8];
-        const uint8_t* x_row = x_batch + static_cast<int64_t>(row) * p.x_stride_row * kElemBytes;
-        if (kAligned && count == 8)
-            fp8_cast::load8<kFp32Input>(x_row + col * kElemBytes, v);
-        else
-            fp8_cast::load8_partial<kFp32Input>(x_row + col * kElemBytes, count, v);
+    // One chunk after its loads: (SwiGLU), the group's amax, the scale, the values, the stores
+    const auto process_chunk = [&](bool valid, uint32_t row, uint32_t col, uint32_t count, float (&v)[8],
+                                   float (&up)[8], float weight) {
         if constexpr (kSwiGLU) {
-            float up[8];
-            const uint8_t* up_ptr = x_row + (p.num_cols + col) * kElemBytes;
-            if (kAligned && count == 8)
-                fp8_cast::load8<kFp32Input>(up_ptr, up);
-            else
-                fp8_cast::load8_partial<kFp32Input>(up_ptr, count, up);
-            const float weight = has_weight && valid ? __ldg(p.row_weights + static_cast<int64_t>(batch) * p.num_rows + row)
-                                                     : 0.0f;
             per_token_quant::swiglu8(v, up, p, weight, has_weight);
             // (padding: silu(0) * 0 * w = 0, the zeros the reference pads the group with)
         }
@@ -179,6 +159,47 @@ per_token_quant_kernel(const __grid_constant__ PerTokenQuantParams p) {
                 }
             }
         }
+    };
+
+    // Step: kChunksPerLane sub-steps of 32 consecutive chunks per warp, one chunk per lane each (whole groups: a
+    // row's chunk count is a multiple of the group's lanes, and every sub-step starts at a multiple of 32). All the
+    // sub-steps' loads are issued before any value is used (bytes in flight)
+    for (uint32_t warp_base = (blockIdx.x * kNumThreads + (threadIdx.x - lane)) * kChunksPerLane;
+         warp_base < num_chunks; warp_base += gridDim.x * kNumThreads * kChunksPerLane) {
+        bool valid[kChunksPerLane];
+        uint32_t row[kChunksPerLane], col[kChunksPerLane], count[kChunksPerLane];
+        float values[kChunksPerLane][8], up[kChunksPerLane][8], weight[kChunksPerLane];
+        #pragma unroll
+        for (uint32_t u = 0; u < kChunksPerLane; ++u) {
+            const uint32_t chunk = warp_base + u * 32 + lane;
+            valid[u] = chunk < num_chunks;
+            row[u] = valid[u] ? chunk / chunks_per_row : 0;
+            col[u] = valid[u] ? (chunk - row[u] * chunks_per_row) * 8 : 0;
+            // Real elements of this chunk: 8, fewer at the end of a row, 0 in a group's zero padding (or past the end)
+            count[u] = valid[u] && col[u] < p.num_cols ? min(8u, p.num_cols - col[u]) : 0;
+            weight[u] = 0.0f;
+
+            // Load: gate (or the values) and up, in FP32
+            const uint8_t* x_row = x_batch + static_cast<int64_t>(row[u]) * p.x_stride_row * kElemBytes;
+            if (kAligned && count[u] == 8)
+                fp8_cast::load8<kFp32Input>(x_row + col[u] * kElemBytes, values[u]);
+            else
+                fp8_cast::load8_partial<kFp32Input>(x_row + col[u] * kElemBytes, count[u], values[u]);
+            if constexpr (kSwiGLU) {
+                const uint8_t* up_ptr = x_row + (p.num_cols + col[u]) * kElemBytes;
+                if (kAligned && count[u] == 8)
+                    fp8_cast::load8<kFp32Input>(up_ptr, up[u]);
+                else
+                    fp8_cast::load8_partial<kFp32Input>(up_ptr, count[u], up[u]);
+                weight[u] = has_weight && valid[u]
+                                ? __ldg(p.row_weights + static_cast<int64_t>(batch) * p.num_rows + row[u])
+                                : 0.0f;
+            }
+        }
+
+        #pragma unroll
+        for (uint32_t u = 0; u < kChunksPerLane; ++u)
+            process_chunk(valid[u], row[u], col[u], count[u], values[u], up[u], weight[u]);
     }
 }
 
