@@ -20,12 +20,12 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deep_gemm
 from deep_gemm.utils import casts, mn_major_tma_aligned_reference
-from deep_gemm.utils.fp4_casts import per_token_cast_to_fp4_reference
 from deep_gemm.utils.casts import (
     per_block_cast_to_fp8_reference,
     per_token_cast_to_fp8_reference,
     silu_and_mul_reference,
 )
+from deep_gemm.utils.fp4_casts import per_token_cast_to_fp4_reference
 
 gpu = pytest.mark.gpu
 FP8 = torch.float8_e4m3fn
@@ -158,7 +158,7 @@ def test_utils_casts_of_cpu_tensors_run_the_pytorch_form() -> None:
     for args in ((False, 128, False), (True, 32, True)):
         got, ref = deep_gemm.utils.per_token_cast_to_fp8(x, *args), per_token_cast_to_fp8_reference(x, *args)
         assert all(torch.equal(a.view(torch.uint8) if a.dtype == FP8 else a,
-                               b.view(torch.uint8) if b.dtype == FP8 else b) for a, b in zip(got, ref))  # fmt: skip
+                               b.view(torch.uint8) if b.dtype == FP8 else b) for a, b in zip(got, ref, strict=True))  # fmt: skip
     got, ref = deep_gemm.utils.per_block_cast_to_fp8(x), per_block_cast_to_fp8_reference(x)
     assert torch.equal(got[0].view(torch.uint8), ref[0].view(torch.uint8)) and torch.equal(got[1], ref[1])
     assert not casts._kernel_serves(x, (32, 128), 128)
@@ -244,12 +244,19 @@ def test_utils_casts_trace_to_the_ops_when_the_kernels_serve(monkeypatch) -> Non
 
     counter = CompileCounterWithBackend("aot_eager")
     (a, a_sf), (b, b_sf), (c, c_sf) = torch.compile(fn, fullgraph=True, backend=counter)(
-        torch.empty(64, 256, device="meta", dtype=torch.bfloat16))
+        torch.empty(64, 256, device="meta", dtype=torch.bfloat16)
+    )
     assert counter.frame_count == 1
     for op in ("per_token_quant_fp8", "per_block_quant_fp8", "per_token_quant_fp4"):
         assert f"deep_gemm.{op}" in counter.graphs[0].code, op
     assert (a.shape, a_sf.shape, a_sf.dtype, b_sf.shape, c.shape, c.dtype) == (
-        (64, 256), (64, 2), torch.int32, (1, 2), (64, 128), torch.int8)
+        (64, 256),
+        (64, 2),
+        torch.int32,
+        (1, 2),
+        (64, 128),
+        torch.int8,
+    )
     torch._dynamo.reset()
 
 
@@ -257,8 +264,9 @@ def test_markstein_division_is_ieee_division_on_the_recipe() -> None:
     # The kernels divide by an FP32 scale as common/fp8_cast.cuh's `scaled`: q0 = RN(x * RN(1 / sf)),
     # e = RN(x - q0 * sf), q = RN(q0 + e * rcp). Emulated exactly (fractions, one rounding per step) on quotients at
     # and next to the e4m3 rounding midpoints, where a wrong last bit would change a byte
-    import numpy as np
     from fractions import Fraction
+
+    import numpy as np
 
     def rn32(value: Fraction) -> np.float32:
         c = np.float32(float(value))
@@ -310,7 +318,7 @@ def make_input(shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0) -> tor
         lambda r: r.mul_(huge),
         lambda r: r.mul_(1e-30),
         lambda r: r.mul_(1e-3).index_fill_(0, torch.tensor([r.numel() // 2], device="cuda"), 448.0 * 3),
-        lambda r: r.sign_().mul_(2.0 ** -10),
+        lambda r: r.sign_().mul_(2.0**-10),
     ]
     for i, edit in enumerate(edits):
         if i < rows.size(0):

@@ -59,7 +59,7 @@ def parse_quant_shape(text: str) -> tuple[int, int]:
 
 def _differing_bytes(ours: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor]) -> float:
     count = 0
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=True):
         if a.shape != b.shape:
             return float("inf")
         count += int((a.contiguous().view(torch.uint8) != b.contiguous().view(torch.uint8)).sum())
@@ -68,12 +68,12 @@ def _differing_bytes(ours: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.T
 
 def _bench(case: str, m: int, k: int, options: BenchOptions) -> dict[str, Any]:
     import deep_gemm
-    from deep_gemm.utils.fp4_casts import per_token_cast_to_fp4_reference
     from deep_gemm.utils.casts import (
         per_block_cast_to_fp8_reference,
         per_token_cast_to_fp8_reference,
         silu_and_mul_reference,
     )
+    from deep_gemm.utils.fp4_casts import per_token_cast_to_fp4_reference
 
     in_cols = 2 * k if case == "silu_mul" else k
     x = torch.randn(m, in_cols, device="cuda", dtype=torch.bfloat16)

@@ -21,7 +21,6 @@ way; with ``use_ue8m0=True`` the two are identical.
 
 import os
 
-
 import torch
 import torch.nn.functional as F
 
