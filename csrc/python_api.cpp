@@ -16,6 +16,7 @@
 #include "apis/jit.hpp"
 #include "apis/k_grouped_gemm.hpp"
 #include "apis/layout.hpp"
+#include "apis/mega_moe.hpp"
 #include "apis/precompile.hpp"
 #include "apis/quant.hpp"
 #include "apis/runtime.hpp"
@@ -141,13 +142,21 @@ PYBIND11_MODULE(_C, m) {
     m.def("get_ignore_compile_dims", &dg::apis::get_ignore_compile_dims,
           "Whether set_ignore_compile_dims(True) is in effect (default False).");
     m.def("set_block_size_multiple_of", &dg::apis::set_block_size_multiple_of, "new_value"_a,
-          "Ask for GEMM block sizes that are multiples of new_value: an int (the BLOCK_N multiple) or a pair\n"
-          "(BLOCK_M multiple, BLOCK_N multiple), each in [0, 256] (0: no constraint). Stored for API compatibility\n"
-          "only (get_block_size_multiple_of reads it back): deep_gemm's SM90 heuristic does not apply it yet, so the\n"
-          "block sizes it picks are multiples of 16 along N, not necessarily of new_value. Raises ValueError on a\n"
+          "Ask for GEMM block sizes that are multiples of new_value: an int (the BLOCK_N multiple, as the reference's\n"
+          "SM90 heuristic reads it) or a pair (BLOCK_M multiple, BLOCK_N multiple), each in [0, 256] (0: no\n"
+          "constraint). The FP8 and BF16 GEMM heuristics then pick only such tiles (for GEMMs first planned after the\n"
+          "call; a shape that no such tile fits raises ValueError naming the multiples). Raises ValueError on a\n"
           "negative or too large value or a pair of another length.");
     m.def("get_block_size_multiple_of", &dg::apis::get_block_size_multiple_of,
           "The (BLOCK_M multiple, BLOCK_N multiple) set by set_block_size_multiple_of (default (0, 0)).");
+    m.def("set_deterministic", &dg::apis::set_deterministic, "new_value"_a,
+          "True: every kernel adds each output's partial sums in an order that depends on the problem's N and K only,\n"
+          "never on M, the SM count or timing, so results are bitwise repeatable and each row's result is the same\n"
+          "whatever M is (batch-invariant). The GEMMs then use neither split-K nor stream-K, tf32_hc_prenorm_gemm\n"
+          "(without num_splits) splits K by K alone, and the cuBLAS-served calls (cublaslt_gemm_*, einsum with\n"
+          "use_cublaslt=True) raise NotImplementedError. False (the default): the fastest configs.");
+    m.def("get_deterministic", &dg::apis::get_deterministic,
+          "Whether set_deterministic(True) is in effect (default False).");
 
     // Layouts
     m.def("get_tma_aligned_size", &dg::apis::get_tma_aligned_size, "x"_a, "element_size"_a,
@@ -251,7 +260,10 @@ PYBIND11_MODULE(_C, m) {
             "c: None, or d's dtype and shape [M, N], row-major, accumulated (D = C + the product); may be d itself\n"
             "    (in place) but may not otherwise overlap it.\n"
             "Any M, N, K >= 0 (M or N = 0: no-op; K = 0: d = c, or zeros); no alignment needed for BF16 / FP32.\n"
-            "Raises ValueError on a bad dtype, rank, shape, layout, overlap or device.";
+            "set_num_sms does not apply: the call goes through PyTorch's matmuls, whose only SM-count control is\n"
+            "torch._C._set_sm_carveout_experimental (cuBLASLt's SM_COUNT_TARGET, on PyTorch's cuBLASLt paths only).\n"
+            "Raises ValueError on a bad dtype, rank, shape, layout, overlap or device; NotImplementedError under\n"
+            "set_deterministic(True) (cuBLAS picks its own reduction order per shape).";
         m.def("cublaslt_gemm_nt", &dg::apis::cublaslt_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
               ("D = C + A @ B.T " + head + "a: [M, K]. b: [N, K].\n" + tail).c_str());
         m.def("cublaslt_gemm_nn", &dg::apis::cublaslt_gemm_nn, "a"_a, "b"_a, "d"_a, "c"_a = py::none(),
@@ -357,7 +369,8 @@ PYBIND11_MODULE(_C, m) {
           [](uint32_t m, uint32_t n, uint32_t k, uint32_t num_sms, bool use_tma_store, uint32_t block_m, uint32_t block_n, uint32_t num_splits, bool per_row_sfb, uint32_t gemm_type,
              uint32_t grouped_alignment, bool bf16, bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c,
              int32_t overlap, const std::vector<uint32_t>& cluster_ctas, uint32_t num_groups, int32_t stream_k,
-             bool multicast_on_a, std::optional<bool> allow_multicast_arg, const std::string& tune) {
+             bool multicast_on_a, std::optional<bool> allow_multicast_arg, const std::string& tune,
+             const std::pair<uint32_t, uint32_t>& block_size_multiple_of, bool deterministic) {
               DG_CHECK_INPUT(cluster_ctas.empty() || cluster_ctas.size() == dg::kernels::kMaxSplits,
                              "cluster_ctas must list the CTAs that whole clusters of 1 .. {} CTAs fill ({} values), got {}",
                              dg::kernels::kMaxSplits, dg::kernels::kMaxSplits, cluster_ctas.size());
@@ -383,6 +396,9 @@ PYBIND11_MODULE(_C, m) {
               forced.overlap = overlap >= 0 ? overlap : forced.overlap;
               forced.stream_k = stream_k >= 0 ? stream_k : forced.stream_k;
               forced.multicast_on_a = multicast_on_a || forced.multicast_on_a;
+              forced.block_m_multiple = block_size_multiple_of.first;
+              forced.block_n_multiple = block_size_multiple_of.second;
+              forced.fixed_reduction = deterministic;
               const bool allow_multicast = allow_multicast_arg.value_or(forced.allow_multicast());
               const auto c = dg::kernels::get_gemm_config(
                   m, n, k, num_sms, use_tma_store, false, true, true, allow_multicast, forced,
@@ -401,6 +417,7 @@ PYBIND11_MODULE(_C, m) {
           "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false, "overlap"_a = -1,
           "cluster_ctas"_a = std::vector<uint32_t>{}, "num_groups"_a = 1, "stream_k"_a = -1, "multicast_on_a"_a = false,
           "allow_multicast"_a = py::none(), "tune"_a = "",
+          "block_size_multiple_of"_a = std::pair<uint32_t, uint32_t>{0, 0}, "deterministic"_a = false,
           "The config the SM90 GEMM heuristic picks for an (m, n, k) problem on num_sms SMs (no GPU needed).\n"
           "block_m, block_n, num_splits force those choices (0: the heuristic decides); per_row_sfb: FP8 recipe\n"
           "(1, 1, 128); bf16: BF16 operands (mn_major_a / mn_major_b: A stored [K, M] / B stored [K, N];\n"
@@ -418,8 +435,27 @@ PYBIND11_MODULE(_C, m) {
           "2-CTA clusters sharing B (None: the tune's multicast key, else the library's default, off).\n"
           "tune: a DG_TUNE value (docs/design.md, 'Forcing kernel configurations') whose fp8_gemm or bf16_gemm section (by `bf16`) forces\n"
           "choices as it does at run time; the explicit arguments above win over it; other families' sections\n"
-          "are parsed but do not apply. The environment's DG_TUNE is not read. Raises ValueError when no config\n"
-          "fits or `tune` is malformed.");
+          "are parsed but do not apply. The environment's DG_TUNE is not read. block_size_multiple_of: (BLOCK_M\n"
+          "multiple, BLOCK_N multiple) as set_block_size_multiple_of applies them (0: none); deterministic: as\n"
+          "set_deterministic(True) (no split-K, no stream-K). Raises ValueError when no config fits or `tune` is\n"
+          "malformed.");
+    m.def("get_hc_prenorm_plan",
+          [](int64_t m, int64_t n, int64_t k, int num_sms, bool deterministic) {
+              DG_CHECK_INPUT(m >= 1 && k >= 64 && k % 64 == 0 && num_sms >= 1 && n % 8 == 0 && n >= 8 && n <= 32,
+                             "get_hc_prenorm_plan: need m >= 1, n a multiple of 8 in [8, 32], k a positive multiple "
+                             "of 64, num_sms >= 1; got m = {}, n = {}, k = {}, num_sms = {}", m, n, k, num_sms);
+              const auto p = dg::kernels::hc_prenorm_plan(m, n, k, num_sms, deterministic);
+              const char* reduction = p.reduction == dg::kernels::HcPrenormReduction::kNone      ? "none"
+                                      : p.reduction == dg::kernels::HcPrenormReduction::kCluster ? "cluster"
+                                                                                                 : "second_pass";
+              return py::dict("block_m"_a = p.block_m, "num_splits"_a = p.num_splits, "reduction"_a = reduction,
+                              "cost_bytes"_a = p.cost_bytes);
+          },
+          "m"_a, "n"_a, "k"_a, "num_sms"_a = 132, "deterministic"_a = false,
+          "The tiling tf32_hc_prenorm_gemm picks without num_splits for a [m, k] x [n, k] problem on num_sms SMs (no\n"
+          "GPU needed): block_m (64 or 128), num_splits (K splits per row block), reduction ('none', 'cluster': the\n"
+          "splits added in a thread-block cluster, 'second_pass': partials summed by a second pass) and the cost\n"
+          "model's estimate in bytes per SM. deterministic: as under set_deterministic(True).");
 
     // BF16 GEMMs
     m.def("bf16_gemm_nt", &dg::apis::bf16_gemm_nt, "a"_a, "b"_a, "d"_a, "c"_a = py::none(), "compiled_dims"_a = "nk",
@@ -656,6 +692,22 @@ PYBIND11_MODULE(_C, m) {
           "'family:key=value[,key=value...][;family:...]', families fp8_gemm, bf16_gemm, mqa_logits,\n"
           "paged_mqa_logits. Returns {family: {key: value}} for the families it sets. Raises ValueError naming\n"
           "the unknown family or key, or the value out of its range.");
+    // Mega MoE stage 1: internal steps, called by deep_gemm.mega (which checks the public arguments)
+    m.def("_mega_moe_dispatch", &dg::apis::mega_moe_dispatch, "peers"_a, "layout"_a, "alignment"_a, "num_rows"_a,
+          "src_of_row"_a, "psum_ends"_a, "recv_stats"_a, "l1_acts"_a, "l1_acts_sf"_a,
+          "Internal (deep_gemm.mega): route every rank's top-k entries to this rank's experts (psum_ends, src_of_row,\n"
+          "the source ranks' combine rows, recv_stats) and gather the routed rows into l1_acts (+ l1_acts_sf).");
+    m.def("_mega_moe_swiglu", &dg::apis::mega_moe_swiglu, "peers"_a, "layout"_a, "num_rows"_a, "intermediate"_a,
+          "src_of_row"_a, "gate_src"_a, "up_src"_a, "l2_acts"_a, "l2_acts_sf"_a, "activation_clamp"_a,
+          "fast_math"_a,
+          "Internal (deep_gemm.mega): SwiGLU of L1's gate/up-interleaved output, clamped, times the routing weight,\n"
+          "quantized to FP8 with 1x128 scales (l2_acts_sf given) or rounded to BF16.");
+    m.def("_mega_moe_pre_dispatch", &dg::apis::mega_moe_pre_dispatch, "x"_a, "topk_idx"_a, "topk_weights"_a,
+          "buf_x"_a, "buf_x_sf"_a, "buf_topk_idx"_a, "buf_topk_weights"_a, "num_tokens"_a,
+          "routed_scaling_factor"_a,
+          "Internal (deep_gemm.mega): mega_moe_pre_dispatch_sm90's kernel on CUDA tensors.");
+    m.def("_mega_moe_combine", &dg::apis::mega_moe_combine, "peers"_a, "layout"_a, "y"_a,
+          "Internal (deep_gemm.mega): y[t] = the sum of token t's expert outputs, read from the experts' ranks.");
     dg::apis::bind_precompile(m);  // (the ahead-of-time builds' renderers and cache lookup)
     m.def("kernel_families", [] {
               std::vector<std::string> names;

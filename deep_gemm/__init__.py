@@ -15,6 +15,7 @@ from deep_gemm import testing, utils
 from deep_gemm._C import (
     compile_kernel,
     get_block_size_multiple_of,
+    get_deterministic,
     get_ignore_compile_dims,
     get_mk_alignment_for_contiguous_layout,
     get_num_sms,
@@ -23,6 +24,7 @@ from deep_gemm._C import (
     get_tma_aligned_size,
     kernel_families,
     set_block_size_multiple_of,
+    set_deterministic,
     set_ignore_compile_dims,
     set_mk_alignment_for_contiguous_layout,
     set_num_sms,
@@ -84,6 +86,20 @@ from deep_gemm.precompile import precompile  # noqa: E402
 
 # The reference's deep_gemm.legacy (its Triton functions), served by the kernels above
 from deep_gemm import legacy  # noqa: E402
+
+# Mega MoE (the reference's deep_gemm.mega names and the SGLang fork's SM90 ones), also at the top level
+from deep_gemm import mega  # noqa: E402
+from deep_gemm.mega import (  # noqa: E402
+    SymmBuffer,
+    bf16_mega_moe,
+    fp8_fp4_mega_moe,
+    fp8_mega_moe,
+    get_symm_buffer_for_mega_moe,
+    get_symm_buffer_for_sm90_mega_moe,
+    mega_moe_pre_dispatch_sm90,
+    transform_weights_for_mega_moe,
+    transform_weights_for_mega_moe_sm90,
+)
 
 # Aliases engines call
 fp8_fp4_gemm_nt = fp8_gemm_nt
@@ -164,5 +180,17 @@ __all__ = [
     "get_ignore_compile_dims",
     "set_block_size_multiple_of",
     "get_block_size_multiple_of",
+    "set_deterministic",
+    "get_deterministic",
+    "mega",
+    "SymmBuffer",
+    "bf16_mega_moe",
+    "fp8_fp4_mega_moe",
+    "fp8_mega_moe",
+    "get_symm_buffer_for_mega_moe",
+    "get_symm_buffer_for_sm90_mega_moe",
+    "mega_moe_pre_dispatch_sm90",
+    "transform_weights_for_mega_moe",
+    "transform_weights_for_mega_moe_sm90",
 ]
 __all__ += sorted(set(utils.__all__) - set(__all__))

@@ -315,3 +315,28 @@ def test_report_header_records_the_driver(monkeypatch) -> None:
     header = common.report_header("dense", BenchOptions(), 1e-3, 4.2e12)
     assert header["driver"] == "580.159.04" and header["device"] == "NVIDIA H200"
     assert {"timestamp", "torch", "cuda", "options"} <= set(header)
+
+
+def test_einsum_suite_is_registered() -> None:
+    from deep_gemm.bench.einsum import EINSUM_SHAPES, parse_einsum_shape
+
+    suite = get_suite("einsum")
+    assert suite.parse_shape("bhd:4096x128x128x512") == ("bhd", 4096, 128, 128, 512)
+    assert parse_einsum_shape("skip:128x1536x128x128x64x0") == ("skip", 128, 1536, 128, 128, 64, 0)
+    for bad, pattern in [
+        ("bhq:1x2x3x4", "CASE one of"),
+        ("4096x128x128x512", "CASE one of"),
+        ("mn:8x4096x4096", "of 4 integers"),
+        ("fp8:0x128x128x512", "of 4 integers"),
+        ("skip:128x1536x128x0x64x0", "LEFT \\+ RIGHT > 0"),
+    ]:
+        with pytest.raises(ValueError, match=pattern):
+            parse_einsum_shape(bad)
+    # Issue 43's shapes: b in {64, 512, 4096} x h = 128, r = 512, d = 128 for both per-head expressions and FP8;
+    # b = 8, m = n in {4096, 7168}, k = 4096 for the batch reduction; and the skip-head-mid rows
+    per_head = {(b, 128, 128, 512) for b in (64, 512, 4096)}
+    for case in ("bhd", "bhr", "fp8"):
+        assert {tuple(s[1:]) for s in EINSUM_SHAPES if s[0] == case} == per_head
+    assert {tuple(s[1:]) for s in EINSUM_SHAPES if s[0] == "mn"} == {(8, 4096, 4096, 4096), (8, 7168, 7168, 4096)}
+    assert any(s[0] == "skip" for s in EINSUM_SHAPES)
+    assert all(parse_einsum_shape(f"{s[0]}:{'x'.join(map(str, s[1:]))}") == s for s in EINSUM_SHAPES)

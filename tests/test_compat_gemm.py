@@ -231,6 +231,55 @@ def test_set_block_size_multiple_of() -> None:
         deep_gemm.set_block_size_multiple_of(0)
 
 
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp8", "bf16"])
+def test_heuristic_applies_block_size_multiple_of(bf16: bool) -> None:
+    """The GEMM heuristic (on the CPU) picks only tiles whose BLOCK_M / BLOCK_N are multiples of the set values. The
+    shapes' unconstrained picks are not (BLOCK_N 112, 144, 160, 96, 80), so the constraint changes them."""
+    config = deep_gemm._C.get_gemm_config
+    shapes = [(512, 7168, 7168), (1024, 2112, 7168), (1024, 7168, 7168), (512, 1536, 7168), (512, 576, 7168)]
+    changed = 0
+    for m, n, k in shapes:
+        free = config(m, n, k, bf16=bf16)
+        for multiple in [(0, 32), (0, 64), (0, 128), (128, 0), (64, 128)]:
+            c = config(m, n, k, bf16=bf16, block_size_multiple_of=multiple)
+            assert multiple[0] == 0 or c["block_m"] % multiple[0] == 0, (m, n, k, multiple, c)
+            assert multiple[1] == 0 or c["block_n"] % multiple[1] == 0, (m, n, k, multiple, c)
+            changed += (c["block_m"], c["block_n"]) != (free["block_m"], free["block_n"])
+        assert config(m, n, k, bf16=bf16, block_size_multiple_of=(0, 0)) == free
+    assert changed >= len(shapes)
+    # (m-grouped layouts never take BLOCK_M = 256: nothing fits a multiple of 256)
+    with pytest.raises(ValueError, match=r"set_block_size_multiple_of\(256, 0\)"):
+        config(4096, 4096, 7168, bf16=bf16, gemm_type=1, block_size_multiple_of=(256, 0))
+
+
+@gpu
+@pytest.mark.parametrize("multiple", [(0, 64), (128, 0), (64, 128)], ids=lambda v: f"m{v[0]}-n{v[1]}")
+def test_gemms_run_with_block_size_multiple_of(multiple) -> None:
+    """The constrained tiles compute the same math: FP8 (1024 x 2112 x 7168, unconstrained BLOCK_N 144) against
+    float64 of the dequantized operands, BF16 against float64 of its operands; outputs poisoned."""
+    from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
+
+    m, n, k = 1024, 2112, 7168
+    torch.manual_seed(sum(multiple))
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a, sfa = per_token_cast_to_fp8(x, use_ue8m0=False)
+    b, sfb = per_block_cast_to_fp8(w, use_ue8m0=False)
+    try:
+        deep_gemm.set_block_size_multiple_of(multiple)
+        d8 = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d8)
+        d16 = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        deep_gemm.bf16_gemm_nt(x, w, d16)
+    finally:
+        deep_gemm.set_block_size_multiple_of(0)
+    a64 = a.double() * sfa.double().repeat_interleave(128, dim=1)[:, :k]
+    b64 = b.double() * sfb.double().repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[:n, :k]
+    assert torch.isfinite(d8).all() and torch.isfinite(d16).all()
+    assert calc_diff(d8, a64 @ b64.T) < 5e-6
+    assert calc_diff(d16, x.double() @ w.double().T) < 5e-6
+
+
 def mn_major(x: torch.Tensor) -> torch.Tensor:
     """The same values and shape, stored with stride 1 along the second-to-last dimension (x.T.contiguous().T)."""
     return x.transpose(-1, -2).contiguous().transpose(-1, -2)

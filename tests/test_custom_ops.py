@@ -19,6 +19,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deep_gemm
 from deep_gemm import _C, ops
+from deep_gemm.mega import moe as mega_moe
+from deep_gemm.mega.ops import MEGA_OP_NAMES
 from deep_gemm.testing import calc_diff
 from deep_gemm.utils import mn_major_tma_aligned_reference, per_block_cast_to_fp8, per_token_cast_to_fp8
 
@@ -174,7 +176,7 @@ def op_cases(device: str = "meta") -> dict[str, list[tuple]]:
 
 # ------------------------------------------------------------------------------------------------- the API
 def test_every_entry_point_calls_its_op() -> None:
-    assert sorted(set(ENTRY_POINTS.values())) == sorted(ops.OP_NAMES)
+    assert sorted(set(ENTRY_POINTS.values()) | set(MEGA_OP_NAMES)) == sorted(ops.OP_NAMES)
     for name, op_name in ENTRY_POINTS.items():
         fn = getattr(deep_gemm, name)
         assert fn is ops.PUBLIC_FUNCTIONS[name], name
@@ -191,6 +193,7 @@ NOT_KERNEL_ENTRY_POINTS = {
     "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl",
     "set_mk_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout", "set_ignore_compile_dims",
     "get_ignore_compile_dims", "set_block_size_multiple_of", "get_block_size_multiple_of", "get_tma_aligned_size",
+    "set_deterministic", "get_deterministic", "get_hc_prenorm_plan",
     "get_gemm_config", "compile_kernel", "parse_tune", "kernel_families",
     # ahead-of-time builds (deep_gemm.precompile): render and look up kernels, launch nothing
     "render_gemm_kernels", "render_mqa_logits_kernels", "render_paged_mqa_logits_kernels", "render_kernel",
@@ -221,10 +224,79 @@ def test_schemas_declare_only_the_outputs_mutated() -> None:
         mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         # (the casts return a pair of new tensors: values and scales)
         returns_tensor = [str(r.type) for r in schema.returns] in (["Tensor"], ["Tensor", "Tensor"])
-        expected = ["d", "sqr_sum"] if name == "tf32_hc_prenorm_gemm" else ["d"]  # (HC writes both in place)
+        expected = MUTATED.get(name, ["d"])
         assert mutated == ([] if returns_tensor else expected), (name, mutated)
         assert returns_tensor or not schema.returns, name
         assert torch.Tag.needs_exact_strides in getattr(torch.ops.deep_gemm, name).default.tags, name
+
+
+# What each op writes in place (the GEMMs: d)
+MUTATED = {
+    "tf32_hc_prenorm_gemm": ["d", "sqr_sum"],  # (HC writes both in place)
+    "fp8_mega_moe": ["y", "buffer", "cumulative_local_expert_recv_stats"],
+    "bf16_mega_moe": ["y", "buffer", "cumulative_local_expert_recv_stats"],
+    "fp8_fp4_mega_moe": ["y", "buffer", "cumulative_local_expert_recv_stats"],
+    "mega_moe_pre_dispatch_sm90": ["buf_x", "buf_x_sf", "buf_topk_idx", "buf_topk_weights"],
+}
+
+
+# ------------------------------------------------------------------------------------------- Mega MoE ops
+def test_mega_functions_call_their_ops() -> None:
+    for name in MEGA_OP_NAMES:
+        fn = getattr(deep_gemm.mega, name)
+        assert fn is getattr(deep_gemm, name) and fn is ops.PUBLIC_FUNCTIONS[name], name
+        assert fn.__wrapped__ is getattr(mega_moe, name), name  # the eager path
+        assert fn.__doc__ == getattr(mega_moe, name).__doc__, name
+        # The compile path binds the arguments in Python: names, order and defaults as the eager function's
+        assert signature_params(fn.__deep_gemm_traced__) == signature_params(getattr(mega_moe, name)), name
+
+
+def mega_cpu_buffer() -> "deep_gemm.mega.SymmBuffer":
+    """A registered SymmBuffer held in CPU memory (the op path's plumbing; no kernel runs on it)."""
+    from deep_gemm.mega import buffer as mega_buffer
+    from deep_gemm.mega.layout import mega_moe_buffer_layout
+
+    b = mega_buffer.SymmBuffer.__new__(mega_buffer.SymmBuffer)
+    b.layout = mega_moe_buffer_layout(1, 4, 16, 2, 256, 128, True, 128)
+    b.storage = torch.zeros(b.layout.num_bytes, dtype=torch.uint8)
+    b.use_fp8_dispatch, b.mma_type, b.rank, b.num_ranks, b._handle = True, "fp8xfp8", 0, 1, None
+    for name in ("x", "x_sf", "topk_idx", "topk_weights"):
+        setattr(b, name, b.view(name))
+    b.op_handle = next(mega_buffer._NEXT_HANDLE)
+    mega_buffer._BUFFERS[b.op_handle] = b
+    return b
+
+
+def test_compile_fullgraph_traces_the_mega_ops() -> None:
+    # A model step calling pre-dispatch and fp8_mega_moe the fork's way traces to one graph with both ops
+    buffer = mega_cpu_buffer()
+    l1 = (torch.zeros(4, 256, 256, dtype=FP8), torch.ones(4, 2, 2))
+    l2 = (torch.zeros(4, 256, 128, dtype=FP8), torch.ones(4, 2, 1))
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return lambda *args: None  # (only the graph is checked: the CPU buffer cannot run the kernels)
+
+    def step(x, idx, w, y):
+        deep_gemm.mega.mega_moe_pre_dispatch_sm90(x, idx, w, buffer.x, buffer.x_sf, buffer.topk_idx,
+                                                  buffer.topk_weights, x.shape[0], routed_scaling_factor=2.0)  # fmt: skip
+        deep_gemm.mega.fp8_mega_moe(y, l1, l2, buffer, activation_clamp=7)
+
+    x, y = torch.zeros(5, 256, dtype=torch.bfloat16), torch.zeros(5, 256, dtype=torch.bfloat16)
+    torch.compile(step, fullgraph=True, backend=capture)(x, torch.zeros(5, 2, dtype=torch.int64), torch.ones(5, 2), y)
+    assert len(graphs) == 1
+    code = graphs[0].code
+    assert "deep_gemm.mega_moe_pre_dispatch_sm90" in code and "deep_gemm.fp8_mega_moe" in code
+
+
+def test_mega_op_rejects_a_handle_of_another_buffer() -> None:
+    a, b = mega_cpu_buffer(), mega_cpu_buffer()
+    y = torch.zeros(1, 256, dtype=torch.bfloat16)
+    l1 = (torch.zeros(4, 256, 256, dtype=FP8), torch.ones(4, 2, 2))
+    l2 = (torch.zeros(4, 256, 128, dtype=FP8), torch.ones(4, 2, 1))
+    with pytest.raises(ValueError, match="names no live SymmBuffer whose storage is the buffer passed"):
+        torch.ops.deep_gemm.fp8_mega_moe(y, *l1, *l2, a.storage, b.op_handle)
 
 
 # ------------------------------------------------------------------------------------------- opcheck on meta

@@ -150,8 +150,72 @@ def test_bad_compile_params_raise() -> None:
         deep_gemm.compile_kernel("sm90_tf32_hc_prenorm_gemm", {"num_stages": 1})
     with pytest.raises(ValueError, match=r"shared memory"):
         deep_gemm.compile_kernel("sm90_tf32_hc_prenorm_gemm", {"n": 32, "num_stages": 12})
-    with pytest.raises(ValueError, match=r"unknown parameter 'block_m'"):
-        deep_gemm.compile_kernel("sm90_tf32_hc_prenorm_gemm", {"block_m": 64})
+    with pytest.raises(ValueError, match=r"block_m must be 64 or 128, got 96"):
+        deep_gemm.compile_kernel("sm90_tf32_hc_prenorm_gemm", {"block_m": 96})
+    with pytest.raises(ValueError, match=r"unknown parameter 'block_n'"):
+        deep_gemm.compile_kernel("sm90_tf32_hc_prenorm_gemm", {"block_n": 64})
+
+
+def test_block_m_64_compiles_without_spills(tmp_path, monkeypatch) -> None:
+    """The 64-row tiling (two m16 tiles per warp, 12 stages) at the widest N."""
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DG_JIT_PTXAS_CHECK", "1")
+    n = 32
+    result = deep_gemm.compile_kernel("sm90_tf32_hc_prenorm_gemm", {"n": n, "block_m": 64})
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    sass = dump_sass(result["cubin_path"])
+    assert sass.count("HMMA.1688.F32.TF32") >= 2 * 2 * (n // 8), sass.count("HMMA.1688.F32.TF32")
+    assert "LDGSTS" in sass and "LDL" not in sass and "STL" not in sass
+
+
+# The tiling the plan picks (num_splits=None, 132 SMs) for shapes of the GPU tests below: each kind is covered there
+PLAN_CASES = [
+    ((1, 24, 7168), (128, 56, "second_pass")),
+    ((1, 32, 28672), (128, 132, "second_pass")),
+    ((1024, 24, 7168), (64, 8, "cluster")),
+    ((1024, 32, 28672), (128, 16, "second_pass")),
+    ((4096, 32, 7680), (128, 4, "cluster")),
+    ((8192, 24, 28672), (128, 2, "cluster")),
+]
+
+
+@pytest.mark.parametrize(("shape", "expected"), PLAN_CASES, ids=lambda v: "x".join(map(str, v)))
+def test_plan_picks_each_tiling(shape, expected) -> None:
+    plan = deep_gemm._C.get_hc_prenorm_plan(*shape, num_sms=132)
+    assert (plan["block_m"], plan["num_splits"], plan["reduction"]) == expected, plan
+
+
+@pytest.mark.parametrize("k", KS, ids=lambda k: f"k{k}")
+@pytest.mark.parametrize("n", NS, ids=lambda n: f"n{n}")
+def test_plan_fills_the_sms(n: int, k: int) -> None:
+    """From M = 1024 every plan puts at least 120 of 132 SMs to work in one wave; below, at least 100 or as many as
+    splits of two K blocks allow (the second pass's splits); every split has at least two K blocks."""
+    for m in (1, 16, 64, 256, 1024, 4096, 8192):
+        plan = deep_gemm._C.get_hc_prenorm_plan(m, n, k, num_sms=132)
+        ctas = -(-m // plan["block_m"]) * plan["num_splits"]
+        assert (min(100, k // 128) if m < 1024 else 120) <= ctas <= 132, (m, plan)
+        assert k // 64 >= 2 * plan["num_splits"], (m, plan)
+        s = plan["num_splits"]
+        assert plan["reduction"] == ("none" if s == 1 else "cluster" if s <= 8 else "second_pass"), (m, plan)
+
+
+def test_deterministic_plan_depends_on_k_only() -> None:
+    """set_deterministic: the split count (the only thing that orders a row's sums) is min(8, K / 64) for every M and
+    SM count, added in a cluster."""
+    for k in (64, 128, 7168, 28672):
+        for m in (1, 7, 1024, 8192):
+            for num_sms in (8, 132):
+                plan = deep_gemm._C.get_hc_prenorm_plan(m, 32, k, num_sms=num_sms, deterministic=True)
+                assert plan["num_splits"] == min(8, k // 64), (k, m, num_sms, plan)
+                assert plan["reduction"] == ("cluster" if k > 64 else "none"), plan
+
+
+def test_plan_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match=r"get_hc_prenorm_plan: need m >= 1"):
+        deep_gemm._C.get_hc_prenorm_plan(1, 24, 100)
+    with pytest.raises(ValueError, match=r"get_hc_prenorm_plan: need m >= 1"):
+        deep_gemm._C.get_hc_prenorm_plan(0, 24, 7168)
 
 
 def test_bench_suite_is_registered() -> None:
@@ -225,10 +289,11 @@ def split_ranges(k: int, num_splits: int) -> list[tuple[int, int]]:
 @gpu
 @pytest.mark.parametrize("k", KS, ids=lambda k: f"k{k}")
 @pytest.mark.parametrize("n", NS, ids=lambda n: f"n{n}")
-@pytest.mark.parametrize("m", [1, 7, 129, 1024, 8192], ids=lambda m: f"m{m}")
+@pytest.mark.parametrize("m", [1, 7, 129, 1024, 4096, 8192], ids=lambda m: f"m{m}")
 def test_results_without_splits(m: int, n: int, k: int) -> None:
-    """num_splits=None: small M splits K over a cluster that adds the partials in shared memory, large M one CTA per
-    row block; both write [M, N] and [M]."""
+    """num_splits=None: every tiling of the plan (test_plan_picks_each_tiling): small M splits K wider than a cluster
+    and sums the partials in a second pass, M = 1024 takes 64-row blocks in clusters of 8 (K 7168 / 7680) or 128-row
+    ones with the second pass (K 28672), large M 128-row blocks in clusters of 2 or 4; all write [M, N] and [M]."""
     a, b = operands(m, n, k, seed=m * 7 + n + k)
     d, sqr_sum = poisoned(m, n), poisoned(m)
     deep_gemm.tf32_hc_prenorm_gemm(a, b, d, sqr_sum)
@@ -289,8 +354,9 @@ def test_b_is_rounded_to_nearest_ties_away(sign: float) -> None:
 @gpu
 @pytest.mark.parametrize("num_sms", [4, 10, 14, 30], ids=lambda s: f"sms{s}")
 def test_automatic_cluster_split_sizes(num_sms: int) -> None:
-    """M = 129 (two row blocks) with set_num_sms giving automatic splits of 1, 5, 7 and 8 (clusters of 5 and 7 CTAs
-    share the 128 rows unevenly among their ranks)."""
+    """M = 129 with set_num_sms giving plans of 2, 5 and 7 cluster splits over two 128-row blocks and 8 over three
+    64-row blocks (clusters of 5 and 7 CTAs share the rows unevenly among their ranks; the last 64-row block has one
+    row)."""
     m, n, k = 129, 32, 7680
     a, b = operands(m, n, k, seed=num_sms)
     previous = deep_gemm.get_num_sms()
@@ -329,7 +395,8 @@ def test_empty_m_is_a_no_op() -> None:
 @pytest.mark.parametrize("num_splits", [None, 4], ids=["auto", "s4"])
 @pytest.mark.parametrize("m", [7, 4096], ids=lambda m: f"m{m}")
 def test_graph_capture(m: int, num_splits: int | None) -> None:
-    """Captured once (m7 without num_splits: the cluster-reduced split), replayed on new inputs."""
+    """Captured once (m7 without num_splits: the second pass, its workspace from the graph's pool; m4096: clusters of
+    4), replayed on new inputs."""
     n, k = 24, 7168
     a, b = operands(m, n, k, seed=11)
     shape = (m, n) if num_splits is None else (num_splits, m, n)

@@ -8,7 +8,8 @@
 # Offline machines: wheels of what the image lacks in .whl/ (the README's `pip download` list); a carried
 # .jit-prebuilt/kernels.tar.gz (tools/prebuild_jit_cache.py) is unpacked into the kernel cache first.
 # Environment (all optional):
-#   DG_GPU_RUN_SKIP_TESTS=1 / DG_GPU_RUN_SKIP_JIT=1 / DG_GPU_RUN_SKIP_BENCH=1   skip that step
+#   DG_GPU_RUN_SKIP_INSTALL=1   keep the package an earlier call installed (a warm machine; source unchanged)
+#   DG_GPU_RUN_SKIP_TESTS=1 / DG_GPU_RUN_SKIP_JIT=1 / DG_GPU_RUN_SKIP_BENCH=1 / DG_GPU_RUN_SKIP_SMOKE=1   skip that step
 #   DG_GPU_RUN_TEST_PATHS="test_a.py ..."   test files (default: all); pytest runs `-m gpu` plus the given args
 #   DG_GPU_RUN_TEST_WORKERS=N               N pytest-xdist processes (wheels in .whl/); they share the GPU and
 #                                           compile kernels in parallel (the tests assert no timing)
@@ -21,6 +22,9 @@
 #   DG_GPU_RUN_OLD_INCLUDE=".ab/include-COMMIT.tar.gz ..."  the dense bench again (ours only) with an earlier
 #                                           commit's kernel headers (tools/with_old_headers.sh), compared row by
 #                                           row with this tree's in ab.log (tools/bench_ab.py)
+#   DG_GPU_RUN_REFERENCE=WHEEL                 the reference package's wheel (e.g. .whl/sgl_deep_gemm-*.whl) timed
+#                                           against ours on issue #48's calls (tools/bench_vs_reference.py):
+#                                           vs-reference.md; DG_GPU_RUN_REFERENCE_FAMILIES=dense,... picks families
 #   DG_GPU_RUN_SWEEP="--shapes ... --configs ...; ..."      tools/sweep_fp8_gemm.py calls, as sweep-<i>.json
 set -uo pipefail
 OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
@@ -45,19 +49,21 @@ trap pack EXIT
 } > "$L/env.txt" 2>&1
 note "$(sed -n 2p "$L/env.txt")"
 
-if [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh; else ./install.sh; fi > "$L/install.log" 2>&1 || {
+if [[ -n "${DG_GPU_RUN_SKIP_INSTALL:-}" ]] && (cd /tmp && python3 -c "import deep_gemm") 2>/dev/null; then
+    note "install skipped (DG_GPU_RUN_SKIP_INSTALL: the package a previous call installed on this warm machine)"
+elif [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh > "$L/install.log" 2>&1; else ./install.sh > "$L/install.log" 2>&1; fi || {
     note "install failed"; tail -50 "$L/install.log"; exit 1; }
 jit_cache_unpack | tee -a "$OUT/summary.txt"
 
 # Smoke: one call per GEMM kind under a short timeout, so that a hanging or wrong kernel stops the run in a
 # minute instead of at every later step's timeout
-for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "4096 4096 7168" "300 2112 7168 --bf16" \
+[[ -n "${DG_GPU_RUN_SKIP_SMOKE:-}" ]] || for smoke in "1 2112 7168" "64 4096 7168" "256 7168 2048" "4096 7168 2048" "4096 4096 7168" "300 2112 7168 --bf16" \
              "1000 1000 1024 --bf16 --fp32-c" "4096 7168 2048 --per-row --fp32-c"; do
     if ! DG_PRINT_CONFIGS=1 timeout 90 python3 tools/profile_gemm.py $smoke --calls 2 >> "$L/smoke.log" 2>&1; then
         note "smoke call failed: $smoke"; tail -20 "$L/smoke.log"; exit 1
     fi
 done
-note "smoke: $(grep -c calc_diff "$L/smoke.log") calls checked"
+[[ -n "${DG_GPU_RUN_SKIP_SMOKE:-}" ]] || note "smoke: $(grep -c calc_diff "$L/smoke.log") calls checked"
 pack
 
 if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
@@ -102,6 +108,32 @@ if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
     done
     [[ ${#reports[@]} -gt 0 ]] && (cd /tmp && python3 -m deep_gemm.bench --from-json "${reports[@]}" \
         --markdown "$OUT/perf.md") >> "$L/bench-markdown.log" 2>&1
+fi
+
+if [[ -n "${DG_GPU_RUN_REFERENCE:-}" ]]; then
+    # The reference package (a wheel installing `deep_gemm`) in its own folder, timed in a separate process with
+    # its own kernel cache on the same calls as ours (tools/bench_vs_reference.py); ratio table in vs-reference.md
+    ref_dir=/tmp/dg-reference
+    python3 -m pip install -q --no-deps --target "$ref_dir" "$DG_GPU_RUN_REFERENCE" > "$L/reference-install.log" 2>&1
+    fams=${DG_GPU_RUN_REFERENCE_FAMILIES:-dense,contiguous,masked,wgrad,kgrouped,mqa,paged,bf16_contiguous,bf16_masked}
+    # JIT warm-up first: one process per family and package in parallel (the compiles dominate), then the timing
+    for fam in ${fams//,/ }; do
+        (cd /tmp && PYTHONPATH=$ref_dir DG_JIT_CACHE_DIR=/tmp/dg-reference-cache timeout 400 python3 \
+            "$ROOT/tools/bench_vs_reference.py" --warm-only --families "$fam") > "$L/reference-warm-$fam.log" 2>&1 &
+        (cd /tmp && timeout 400 python3 "$ROOT/tools/bench_vs_reference.py" --warm-only --families "$fam") \
+            > "$L/reference-warm-ours-$fam.log" 2>&1 &
+    done
+    wait
+    (cd /tmp && PYTHONPATH=$ref_dir DG_JIT_CACHE_DIR=/tmp/dg-reference-cache timeout 500 python3 \
+        "$ROOT/tools/bench_vs_reference.py" --label reference --families "$fams" --json "$OUT/vs-ref-reference.json") \
+        > "$L/reference-bench.log" 2>&1
+    note "reference bench rc=$?"
+    (cd /tmp && timeout 500 python3 "$ROOT/tools/bench_vs_reference.py" --label ours --families "$fams" \
+        --json "$OUT/vs-ref-ours.json") > "$L/reference-ours.log" 2>&1
+    note "ours on the reference calls rc=$?"
+    python3 tools/bench_vs_reference.py --compare "$OUT/vs-ref-reference.json" "$OUT/vs-ref-ours.json" \
+        --markdown "$OUT/vs-reference.md" > /dev/null 2>&1 && note "$(tail -12 "$OUT/vs-reference.md")"
+    pack
 fi
 
 if [[ -n "${DG_GPU_RUN_NCU:-}" ]]; then

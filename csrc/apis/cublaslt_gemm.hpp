@@ -12,6 +12,7 @@
 
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
+#include "runtime.hpp"
 
 namespace dg::apis {
 
@@ -34,6 +35,7 @@ inline bool check_cublaslt_operand(const at::Tensor& t, const at::Tensor& view, 
 // n), else [N, K].
 inline void cublaslt_gemm(bool a_transposed, bool b_transposed, const at::Tensor& a, const at::Tensor& b,
                           const at::Tensor& d, const std::optional<at::Tensor>& c) {
+    check_not_deterministic("cublaslt_gemm");
     const char* a_shape = a_transposed ? "[K, M]" : "[M, K]";
     const char* b_shape = b_transposed ? "[K, N]" : "[N, K]";
     check_defined(a, "a");

@@ -32,6 +32,7 @@
 #include "../jit_kernels/impls/sm90_gemm.hpp"
 #include "../utils/tensor_checks.hpp"
 #include "gemm.hpp"
+#include "runtime.hpp"
 #include "grouped_gemm.hpp"
 #include "layout.hpp"
 
@@ -182,6 +183,7 @@ inline void einsum_per_head(EinsumExpr expr, const at::Tensor& a, const at::Tens
     if (a_last == 0)
         return void(d.zero_());
     if (use_cublaslt) {
+        check_not_deterministic("einsum(use_cublaslt=True)");
         // [h, b, .] x [h, ., .] batched over heads, then written into D's [b, h, .] layout
         const at::Tensor by_head = at::bmm(a.transpose(0, 1), bhr ? b.transpose(1, 2) : b);
         d.copy_(by_head.transpose(0, 1));
@@ -259,7 +261,8 @@ inline void fp8_einsum(const std::string& expr, const TensorPair& a, const Tenso
     const detail::HeadsFirst s = detail::heads_first(a_data, dim_d, d.options());
     const at::Tensor sfa_rows = at::empty({sf_r, heads * s.max_m}, sfa.options());
     sfa_rows.view({sf_r, heads, s.max_m}).narrow(2, 0, batch).copy_(sfa.permute({2, 1, 0}));
-    const at::Tensor sfa_mn_major = sfa_rows.t();  // [h * max_m, ceil(r/128)]
+    // (the masked kernel reads sfa per head: [h, max_m, ceil(r/128)], rows contiguous)
+    const at::Tensor sfa_mn_major = sfa_rows.view({sf_r, heads, s.max_m}).permute({1, 2, 0});
     const at::Tensor b_stacked = detail::stacked_groups(b_data);
     const at::Tensor sfb_rows = sfb.contiguous();
     detail::run_masked({s.a.view({heads * s.max_m, r}), b_stacked, s.d.view({heads * s.max_m, dim_d}), nullptr,

@@ -29,10 +29,11 @@ inline void check_hc_output(const at::Tensor& t, const char* name, at::IntArrayR
 // a BF16 [M, K] K-major, b FP32 [N, K] K-major (N a multiple of 8 in [8, 32], K a positive multiple of 64).
 // num_splits None: d FP32 [M, N], sqr_sum FP32 [M] get the results; num_splits S in [1, K / 64]: d [S, M, N] and
 // sqr_sum [S, M] get the partials of split s's K blocks (of 64) [s * KB / S, (s + 1) * KB / S), KB = K / 64, for the
-// caller to sum. Without num_splits, when the row blocks of 128 leave SMs idle (M small) the kernel splits K by
-// hc_prenorm_auto_splits (at most 8) and each row block's splits, one thread-block cluster, add their partials
-// through distributed shared memory in split order before writing d and sqr_sum: one launch, deterministic, no
-// atomics and no workspace.
+// caller to sum. Without num_splits, hc_prenorm_plan picks the row-block height (128 or 64) and the K splits that
+// fill the SMs: up to 8 splits per row block, one thread-block cluster, add their partials through distributed shared
+// memory in split order before writing d and sqr_sum (one launch, no workspace); wider splits (small M) write partials
+// to a workspace that a second pass sums in split order. Deterministic either way (no atomics); under
+// set_deterministic the split count depends on K only, so each row's result is independent of M.
 inline void tf32_hc_prenorm_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& d,
                                  const at::Tensor& sqr_sum, std::optional<int64_t> num_splits) {
     constexpr const char* fn = "tf32_hc_prenorm_gemm";
@@ -79,13 +80,34 @@ inline void tf32_hc_prenorm_gemm(const at::Tensor& a, const at::Tensor& b, const
 
     const jit::DeviceScope device_scope(a.device().index());
     const int device_index = a.device().index();
-    const bool auto_split = !num_splits.has_value();
-    const int64_t splits = auto_split ? kernels::hc_prenorm_auto_splits(
-                                            m, k, jit::DeviceRuntime::instance().num_sms(device_index))
-                                      : *num_splits;
+    if (num_splits.has_value()) {
+        kernels::launch_sm90_tf32_hc_prenorm_gemm(device_index, a.data_ptr(), a.stride(0), b.data_ptr<float>(),
+                                                  b.stride(0), d.data_ptr<float>(), sqr_sum.data_ptr<float>(), m, n, k,
+                                                  128, *num_splits, false);
+        return;
+    }
+    const bool deterministic = jit::DeviceRuntime::instance().deterministic();
+    const auto plan = kernels::hc_prenorm_plan(m, n, k, jit::DeviceRuntime::instance().num_sms(device_index),
+                                               deterministic);
+    if (plan.reduction != kernels::HcPrenormReduction::kSecondPass) {
+        kernels::launch_sm90_tf32_hc_prenorm_gemm(device_index, a.data_ptr(), a.stride(0), b.data_ptr<float>(),
+                                                  b.stride(0), d.data_ptr<float>(), sqr_sum.data_ptr<float>(), m, n, k,
+                                                  plan.block_m, plan.num_splits,
+                                                  plan.reduction == kernels::HcPrenormReduction::kCluster,
+                                                  !deterministic);
+        return;
+    }
+    // Splits wider than a cluster: the partials into a workspace, then summed over the splits (a reduction along the
+    // outer dimension: each output a serial sum in split order, no atomics, so the same bits on every run)
+    const int64_t s = plan.num_splits;
+    const at::Tensor partial_d = at::empty({s, m, n}, d.options());
+    const at::Tensor partial_sq = at::empty({s, m}, sqr_sum.options());
     kernels::launch_sm90_tf32_hc_prenorm_gemm(device_index, a.data_ptr(), a.stride(0), b.data_ptr<float>(), b.stride(0),
-                                              d.data_ptr<float>(), sqr_sum.data_ptr<float>(), m, n, k, splits,
-                                              auto_split && splits > 1);
+                                              partial_d.data_ptr<float>(), partial_sq.data_ptr<float>(), m, n, k,
+                                              plan.block_m, s, false);
+    at::Tensor d_out = d, sq_out = sqr_sum;
+    at::sum_out(d_out, partial_d, {0});
+    at::sum_out(sq_out, partial_sq, {0});
 }
 
 }  // namespace dg::apis

@@ -109,7 +109,8 @@ inline pybind11::list render_gemm_kernels(const std::vector<int64_t>& m_values, 
             device.ctas[i + 1] = cluster_ctas[i];
         measured = capacity_for(device, num_sms);
     }
-    const GemmOverrides forced = gemm_overrides_for(operands);
+    const GemmOverrides forced =
+        with_gemm_settings(gemm_overrides_for(operands), jit::DeviceRuntime::instance().gemm_settings_key());
 
     detail::SourceSet sources;
     for (const int64_t value: m_values) {

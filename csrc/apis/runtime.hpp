@@ -62,4 +62,15 @@ inline void set_block_size_multiple_of(const std::variant<int64_t, std::vector<i
 }
 inline std::pair<int, int> get_block_size_multiple_of() { return jit::DeviceRuntime::instance().block_size_multiple_of(); }
 
+inline void set_deterministic(bool deterministic) { jit::DeviceRuntime::instance().set_deterministic(deterministic); }
+inline bool get_deterministic() { return jit::DeviceRuntime::instance().deterministic(); }
+
+// For the APIs that cannot fix their reduction order (cuBLAS picks its own algorithm, split-K included, per shape)
+inline void check_not_deterministic(const char* fn) {
+    if (jit::DeviceRuntime::instance().deterministic()) [[unlikely]]
+        throw NotImplementedError(fmt::format("{}: set_deterministic(True) is on, and cuBLAS chooses its own reduction "
+                                              "order per shape (split-K included), so this call cannot promise "
+                                              "M-independent results; call set_deterministic(False) to use it", fn));
+}
+
 }  // namespace dg::apis

@@ -91,8 +91,8 @@ public:
     void set_ignore_compile_dims(bool ignore) { ignore_compile_dims_ = ignore; }
     bool ignore_compile_dims() const { return ignore_compile_dims_; }
 
-    // set_block_size_multiple_of: a BLOCK_M / BLOCK_N multiple the caller asks for (the reference's SM90 heuristic
-    // applies the N one to its BLOCK_N choice). Stored for API compatibility; 0 means no constraint.
+    // set_block_size_multiple_of: the BLOCK_M / BLOCK_N multiples the GEMM heuristics keep to (0: no constraint;
+    // GemmOverrides::block_m_multiple / block_n_multiple, through gemm_settings_key).
     void set_block_size_multiple_of(int block_m_multiple, int block_n_multiple) {
         DG_CHECK_INPUT(block_m_multiple >= 0 && block_n_multiple >= 0,
                        "set_block_size_multiple_of: the multiples must be non-negative, got ({}, {})", block_m_multiple,
@@ -101,6 +101,19 @@ public:
         block_n_multiple_ = block_n_multiple;
     }
     std::pair<int, int> block_size_multiple_of() const { return {block_m_multiple_, block_n_multiple_}; }
+
+    // set_deterministic(True): every kernel adds each output's partial sums in an order fixed by the problem's N and K
+    // alone (never by M, the SM count or timing): no split-K or stream-K in the GEMMs, the HC pre-norm's split count
+    // fixed by K; APIs that cannot promise it (cuBLASLt) raise.
+    void set_deterministic(bool deterministic) { deterministic_ = deterministic; }
+    bool deterministic() const { return deterministic_; }
+
+    // The settings a GEMM plan depends on, packed into one key (part of each plan's cache key): the BLOCK_M and
+    // BLOCK_N multiples (9 bits each, at most 256) and the deterministic bit
+    uint32_t gemm_settings_key() const {
+        return static_cast<uint32_t>(block_m_multiple_) | (static_cast<uint32_t>(block_n_multiple_) << 9) |
+               (static_cast<uint32_t>(deterministic_) << 18);
+    }
 
 private:
     static constexpr int kMaxDevices = 64;
@@ -113,6 +126,7 @@ private:
     int mk_alignment_ = 128;
     bool ignore_compile_dims_ = false;
     int block_m_multiple_ = 0, block_n_multiple_ = 0;
+    bool deterministic_ = false;
 };
 
 }  // namespace dg::jit

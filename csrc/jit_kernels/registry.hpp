@@ -18,6 +18,7 @@
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/sm90_tf32_hc_prenorm_gemm.hpp"
 #include "impls/smxx_layout.hpp"
+#include "impls/smxx_mega_moe.hpp"
 #include "impls/smxx_mqa_logits_pieces.hpp"
 #include "impls/smxx_paged_mqa_schedule.hpp"
 #include "impls/smxx_quant.hpp"
@@ -119,10 +120,13 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
         {"sm90_tf32_hc_prenorm_gemm",
          {{
               {"n", "columns of D (rows of B), a multiple of 8 in [8, 32] (default 32)"},
-              {"num_stages", "cp.async ring stages (default 8)"},
+              {"block_m", "rows per CTA, 64 or 128 (default 128)"},
+              {"num_stages", "cp.async ring stages (default 8 at block_m 128, 12 at 64)"},
           },
           [](const KernelParams& p) {
-              const auto c = hc_prenorm_config(param_or(p, "n", 32), param_or(p, "num_stages", kHcPrenormDefaultStages));
+              const uint32_t block_m = param_or(p, "block_m", 128);
+              const auto c = hc_prenorm_config(param_or(p, "n", 32), block_m,
+                                               param_or(p, "num_stages", hc_prenorm_default_stages(block_m)));
               check_fits_sm90_smem("sm90_tf32_hc_prenorm_gemm", c.smem_bytes);
               return render_sm90_tf32_hc_prenorm_gemm(c);
           }}},
@@ -173,6 +177,18 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
         {"smxx_transpose_fp8",
          {{{"aligned", "1: the source and its row stride are multiples of 16 bytes: 16-byte loads (default 1)"}},
           [](const KernelParams& p) { return render_transpose_fp8(param_or(p, "aligned", 1) != 0); }}},
+        {"smxx_mega_moe_route", {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kRoute); }}},
+        {"smxx_mega_moe_gather", {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kGather); }}},
+        {"smxx_mega_moe_swiglu",
+         {{{"fp8_out", "1: FP8 output with 1x128 scales, 0: BF16 (default 1)"},
+           {"fast_math", "1: approximate exp and division in SiLU (default 1)"}},
+          [](const KernelParams& p) {
+              return render_mega_moe_kernel(MegaMoeKernel::kSwiglu, param_or(p, "fp8_out", 1) != 0,
+                                            param_or(p, "fast_math", 1) != 0);
+          }}},
+        {"smxx_mega_moe_pre_dispatch",
+         {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kPreDispatch); }}},
+        {"smxx_mega_moe_combine", {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kCombine); }}},
         {"smxx_zero_padding_rows",
          {{{"psum_layout", "1: the cumulative-ends layout (default 0: per-row ids)"}},
           [](const KernelParams& p) { return render_zero_padding_kernel(param_or(p, "psum_layout", 0) != 0); }}},

@@ -5,7 +5,18 @@ one (e.g. grouped GEMMs), write ``deep_gemm/bench/<name>.py`` that calls
 :func:`register_suite`, and import it below.
 """
 
-from deep_gemm.bench import bf16_gemm, bf16_grouped, fp8_gemm, grouped, hc, k_grouped, mqa, quant
+from deep_gemm.bench import (
+    bf16_gemm,
+    bf16_grouped,
+    einsum,
+    fp8_gemm,
+    grouped,
+    hc,
+    k_grouped,
+    mega_moe,
+    mqa,
+    quant,
+)
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, get_suite, register_suite, suite_names
 
 __all__ = [
@@ -14,11 +25,13 @@ __all__ = [
     "SuiteReport",
     "bf16_gemm",
     "bf16_grouped",
+    "einsum",
     "fp8_gemm",
     "get_suite",
     "grouped",
     "hc",
     "k_grouped",
+    "mega_moe",
     "mqa",
     "quant",
     "register_suite",

@@ -37,8 +37,13 @@ namespace dg::kernels {
 // (where every tile re-reads the same A from L2) they ran 5-11 % slower than the heuristic's picks on the H200
 // (128 x 7168 x 16384: 45.1 against 40.6 us): the cluster's handshakes and half-rate A loads cost more than the L2
 // traffic they save.
+// block_m_multiple / block_n_multiple (set_block_size_multiple_of; 0: none): only tiles whose BLOCK_M / BLOCK_N are
+// multiples of them. fixed_reduction (set_deterministic): no split-K and no stream-K, so every output's K blocks are
+// added in one order, the same for every M (with a forced split_k or stream_k it is an error).
 struct GemmOverrides {
     uint32_t block_m = 0, block_n = 0, num_splits = 0;
+    uint32_t block_m_multiple = 0, block_n_multiple = 0;
+    bool fixed_reduction = false;
     int32_t overlap = -1;
     uint32_t fp32_buffers = 0;
     int32_t stream_k = -1;
@@ -70,6 +75,14 @@ inline GemmOverrides gemm_overrides(const TuneSettings& tune) {
 // planned).
 inline GemmOverrides gemm_overrides_for(const GemmOperands& operands) {
     return gemm_overrides(tune_settings(operands.is_fp8() ? TuneFamily::kFp8Gemm : TuneFamily::kBf16Gemm));
+}
+
+// The forced choices above with the runtime settings of DeviceRuntime::gemm_settings_key applied
+inline GemmOverrides with_gemm_settings(GemmOverrides forced, uint32_t settings_key) {
+    forced.block_m_multiple = settings_key & 0x1ffu;
+    forced.block_n_multiple = (settings_key >> 9) & 0x1ffu;
+    forced.fixed_reduction = ((settings_key >> 18) & 1u) != 0;
+    return forced;
 }
 
 constexpr uint32_t kMaxSplits = 8;  // (the CTAs of a tile's splits form one cluster: at most 8, portably)
@@ -115,6 +128,9 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
     DG_CHECK_INPUT(operands.is_fp8() ? !operands.mn_major_a && !operands.mn_major_b : true,
                    "FP8 operands must be K-major");
     const uint32_t num_k_blocks = (k + operands.block_k() - 1) / operands.block_k();
+    DG_CHECK_INPUT(!forced.fixed_reduction || (forced.num_splits <= 1 && forced.stream_k <= 0),
+                   "set_deterministic(True) forbids split-K and stream-K, but DG_TUNE forces split_k={} stream_k={}",
+                   forced.num_splits, forced.stream_k);
     GemmConfig best;
     double best_cost = -1;
     uint64_t best_busy = 0;
@@ -140,9 +156,12 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                                   : ((block_m == 64) != (m <= 64) || (block_m == 256 && m <= 128))) {
             continue;
         }
+        if (forced.block_m_multiple && block_m % forced.block_m_multiple != 0)
+            continue;
         const uint32_t wgs = gemm_math_warpgroups(block_m);
         for (uint32_t block_n = 16; block_n <= 256; block_n += 16) {
-            if (forced.block_n && block_n != forced.block_n)
+            if ((forced.block_n && block_n != forced.block_n) ||
+                (forced.block_n_multiple && block_n % forced.block_n_multiple != 0))
                 continue;
             if ((operands.block_sfb() && !fp8_gemm_block_n_fits_sfb(block_n)) ||
                 !gemm_fits_registers(block_m, block_n, wgs, operands.is_fp8(), forced.block_n == block_n) ||
@@ -158,7 +177,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                                       : splits > 1 && (m_blocks * n_blocks >= num_sms ||
                                                        splits * kMinKBlocksPerSplit > num_k_blocks))
                     continue;
-                if (splits > num_k_blocks || (splits > 1 && grouped))
+                if (splits > num_k_blocks || (splits > 1 && (grouped || forced.fixed_reduction)))
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
                 if (gemm_max_stages(block_m, block_n, tma_store, operands, splits,
@@ -181,7 +200,9 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 // Stream-K: where forced (each mode that fits), or by default where it was measured faster
                 // (gemm_stream_k_by_default); the model's cost of it counts where lower
                 uint32_t stream_k = 0;
-                if (splits == 1 && !multicast && !grouped && forced.stream_k > 0) {
+                if (forced.fixed_reduction) {
+                    // (no stream-K: its shared tiles' K ranges depend on the tile count, so on M)
+                } else if (splits == 1 && !multicast && !grouped && forced.stream_k > 0) {
                     const uint32_t mode = uint32_t(forced.stream_k);
                     if (gemm_stream_k_fits(units, slots, mode, num_k_blocks)) {
                         cost = GemmCostModel::stream_k_cost(m, n, k, block_m, block_n, units, slots,
@@ -219,9 +240,10 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
         }
     }
     DG_CHECK_INPUT(best_cost >= 0, "no {} GEMM config fits m={} n={} k={} with the forced block_m={} block_n={} "
-                   "split_k={} (DG_TUNE {}_gemm section or get_gemm_config arguments; 0 = not forced){}",
+                   "split_k={} (DG_TUNE {}_gemm section or get_gemm_config arguments; 0 = not forced) and "
+                   "set_block_size_multiple_of({}, {}) (0: none){}",
                    operands.is_fp8() ? "FP8" : "BF16", m, n, k, forced.block_m, forced.block_n, forced.num_splits,
-                   operands.is_fp8() ? "fp8" : "bf16",
+                   operands.is_fp8() ? "fp8" : "bf16", forced.block_m_multiple, forced.block_n_multiple,
                    forced.multicast_on_a ? " and multicast_on_a=1 (normal GEMMs, K-major A, no split-K, "
                                            "at least two column blocks)" : "");
 

@@ -35,7 +35,7 @@ struct GemmArgs {
     const at::Tensor& b;    // [N, K] (m-grouped: [G, N, K], groups stacked densely) e4m3 K-major, or BF16
     const at::Tensor& d;    // [M, N] BF16 or FP32, row stride `d.stride(0)`
     const at::Tensor* c;    // of D's type and shape, accumulated into D, may be `d`; or null
-    const at::Tensor* sfa;  // FP8: [M, ceil(K/128)] FP32, MN-major, TMA-aligned; BF16: null
+    const at::Tensor* sfa;  // FP8: [M, ceil(K/128)] FP32, MN-major, TMA-aligned (masked: [G, max_m, ceil(K/128)], each group so); BF16: null
     const at::Tensor* sfb;  // FP8 recipe (1, 128, 128): [ceil(N/128), ceil(K/128)] FP32, contiguous;
                             // recipe (1, 1, 128): [N, ceil(K/128)] FP32, MN-major, TMA-aligned; BF16: null
     GemmOperands operands;  // (has_c: set from `c`)
@@ -106,16 +106,22 @@ public:
 
         // With one K block the stride of an MN-major scale tensor's K dimension is meaningless: use the
         // aligned row length
-        const int64_t sfa_stride = !fp8 ? 0 : args.sfa->size(1) > 1 ? args.sfa->stride(1) : (m + 3) / 4 * 4;
+        // Masked: sfa is 3-D [G, max_m, K blocks] with unit row stride; its K-block and group strides (elements)
+        const bool sfa_3d = fp8 && args.sfa->dim() == 3;
+        const int64_t sfa_stride = !fp8     ? 0
+                                   : sfa_3d ? (args.sfa->size(2) > 1 ? args.sfa->stride(2) : (args.max_m + 3) / 4 * 4)
+                                   : args.sfa->size(1) > 1 ? args.sfa->stride(1) : (m + 3) / 4 * 4;
+        const int64_t sfa_group_stride = sfa_3d ? args.sfa->stride(0) : 0;
         const int64_t sfb_stride = !per_row_sfb ? 0 : args.sfb->size(1) > 1 ? args.sfb->stride(1) : (n + 3) / 4 * 4;
         // Row strides: between K rows of an MN-major operand, between MN rows of a K-major one
         const uint32_t num_groups = args.b.dim() == 3 ? static_cast<uint32_t>(args.b.size(0)) : 1;
         const int64_t lda = operands.mn_major_a ? row_stride(args.a, 1, k, m) : row_stride(args.a, 0, m, k);
         const int64_t ldb = operands.mn_major_b ? row_stride(args.b, args.b.dim() - 1, int64_t(k) * num_groups, n)
                                                 : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups, k);
-        const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfb_stride, num_sms,
-                            use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
-                            args.num_groups, args.grouped_alignment, args.max_m, args.config_m};
+        const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfa_group_stride, sfb_stride,
+                            num_sms, use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
+                            args.num_groups, args.grouped_alignment, args.max_m, args.config_m,
+                            jit::DeviceRuntime::instance().gemm_settings_key()};
         Plan& plan = get_plan(sig, &args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
@@ -180,10 +186,10 @@ public:
         const bool fp8 = operands.is_fp8();
         const int64_t sfa_stride = fp8 ? args.sfa->stride(0) : 0, sfb_stride = fp8 ? args.sfb->stride(0) : 0;
         const bool use_tma_store = k_grouped_tma_store_fits(n, reinterpret_cast<uintptr_t>(args.d.data_ptr()));
-        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.c != nullptr ? n : 0, sfa_stride, sfb_stride, num_sms,
-                            use_tma_store, args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), n), operands,
+        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.c != nullptr ? n : 0, sfa_stride, 0, sfb_stride,
+                            num_sms, use_tma_store, args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), n), operands,
                             args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
-                            num_groups, 0, 0, num_groups * m};
+                            num_groups, 0, 0, num_groups * m, jit::DeviceRuntime::instance().gemm_settings_key()};
         const Plan& plan = get_plan(sig, nullptr);
         const auto& c = plan.config;
 
@@ -237,7 +243,7 @@ private:
     struct Signature {
         int device;
         uint32_t m, n, k;
-        int64_t lda, ldb, ldd, ldc, sfa_stride, sfb_stride;
+        int64_t lda, ldb, ldd, ldc, sfa_stride, sfa_group_stride, sfb_stride;  // (sfa_group_stride: masked only)
         int num_sms;
         bool use_tma_store;
         bool c_by_tma;  // a C whose rows TMA can address (see c_loaded_by_tma)
@@ -245,6 +251,7 @@ private:
         bool compile_m, compile_n, compile_k;
         GemmType gemm_type;
         uint32_t num_groups, grouped_alignment, max_m, config_m;
+        uint32_t settings = 0;  // DeviceRuntime::gemm_settings_key (block size multiples, deterministic)
         bool operator==(const Signature&) const = default;
     };
     struct SignatureHash {
@@ -252,8 +259,9 @@ private:
             size_t h = 1469598103934665603ull;
             const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
             mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.ldc), mix(s.sfa_stride);
+            mix(s.sfa_group_stride);
             mix(s.sfb_stride), mix(s.num_sms), mix(static_cast<uint32_t>(s.gemm_type)), mix(s.num_groups);
-            mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m);
+            mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m), mix(s.settings);
             mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.c_by_tma << 4));
             mix(static_cast<uint32_t>(s.operands.kind) | (s.operands.mn_major_a << 4) | (s.operands.mn_major_b << 5) |
                 (s.operands.fp32_out << 6) | (s.operands.has_c << 7));
@@ -290,7 +298,10 @@ private:
                                   sig.ldb, halve_b ? c.block_n / 2 : c.block_n);
         plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), nullptr, nullptr, nullptr, nullptr};
         if (operands.is_fp8()) {
-            plan.tma[2] = scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, small_m_box_rows(c, sig.m, 4));
+            plan.tma[2] = sig.gemm_type == GemmType::kMGroupedMasked
+                              ? masked_scale_map(args.sfa->data_ptr(), sig.max_m, sf_k, sig.num_groups, sig.sfa_stride,
+                                                 sig.sfa_group_stride, c.block_m)
+                              : scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, small_m_box_rows(c, sig.m, 4));
             plan.tma_bases[2] = args.sfa->data_ptr();
         }
         if (operands.per_row_sfb()) {
@@ -351,7 +362,7 @@ private:
         auto& c = plan->config;
         const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
         // (DG_TUNE's section of this GEMM's family: fp8_gemm or bf16_gemm)
-        const GemmOverrides forced = gemm_overrides_for(sig.operands);
+        const GemmOverrides forced = with_gemm_settings(gemm_overrides_for(sig.operands), sig.settings);
         const GemmProblem problem{sig.m, sig.n, sig.k, static_cast<uint32_t>(sig.num_sms), sig.use_tma_store,
                                   sig.operands, sig.compile_m, sig.compile_n, sig.compile_k, sig.gemm_type,
                                   sig.num_groups, sig.grouped_alignment, sig.config_m};

@@ -1,10 +1,12 @@
 // HyperConnection pre-norm GEMM (SM90): D = A @ B.T on TF32 tensor cores and sqr_sum[m] = sum_k A[m, k]^2 in FP32,
 // both from one pass over A. A BF16 [M, K] K-major (row stride lda elements), B FP32 [kN, K] K-major (row stride
-// ldb), kN in {8, 16, 24, 32}, K a multiple of BLOCK_K = 64. Grid (S, ceil(M / 128)): CTA (s, y) owns rows
-// [128 y, 128 y + 128) and the K blocks [s * KB / S, (s + 1) * KB / S) of KB = K / 64. Without a cluster it writes
-// the FP32 partials D[s] [M, kN] and sqr_sum[s] [M] (contiguous; S = 1 is the whole result); launched with clusters
-// of S CTAs along x (S <= 8), the cluster adds its partials through distributed shared memory and writes D [M, kN]
-// and sqr_sum [M] once. Deterministic either way: no atomics, every sum in a fixed order (slices, then splits 0..S-1).
+// ldb), kN in {8, 16, 24, 32}, K a multiple of BLOCK_K = 64. BLOCK_M = kBlockM, 128 or 64 (the host picks 64 when
+// 128-row blocks would leave SMs idle). Grid (S, ceil(M / BLOCK_M)): CTA (s, y) owns rows [BLOCK_M y, BLOCK_M (y + 1))
+// and the K blocks [s * KB / S, (s + 1) * KB / S) of KB = K / 64. Without a cluster it writes the FP32 partials
+// D[s] [M, kN] and sqr_sum[s] [M] (contiguous; S = 1 is the whole result); launched with clusters of S CTAs along x
+// (S <= 8), the cluster adds its partials through distributed shared memory and writes D [M, kN] and sqr_sum [M]
+// once. Deterministic either way: no atomics, every sum in a fixed order (slices, then splits 0..S-1).
+// A row's sums do not depend on BLOCK_M (each row's k order is the same in every tiling); they depend on S only.
 //
 // Math: BF16 is exactly TF32 (its 8-bit mantissa fits TF32's 10 bits), so A goes to mma as its FP32 bits (a shift);
 // B is rounded to TF32 by cvt.rna (nearest, ties away from zero) on its way from shared memory to the fragments.
@@ -12,13 +14,14 @@
 // tf32_rna(B) up to FP32 accumulation error. sqr_sum accumulates FP32 fma's of the same A values.
 //
 // Pipeline per CTA (256 threads, 8 warps, no warp specialization: every thread loads and computes):
-//   ring:   kNumStages stages, each A [128 rows][64 k] BF16 (16 KB) + B [kN rows][64 k] FP32 (kN x 256 B), filled by
+//   ring:   kNumStages stages, each A [BLOCK_M rows][64 k] BF16 (16 or 8 KB) + B [kN rows][64 k] FP32 (kN x 256 B), by
 //           cp.async.cg (16-byte copies, L2 only; A rows >= M zero-filled by a 0-byte source). A classic cp.async
 //           ring: kNumStages - 1 groups in flight, wait_group + __syncthreads per K block, then the slot consumed
 //           in the previous block is refilled (one commit group per block, empty ones included).
-//   warps:  warp w = (k_slice = w % 4, m_half = w / 4): rows 64 m_half .. + 64 (four m16 tiles) x k 16 k_slice .. + 16
-//           of each stage (two k8 mma steps), all kN / 8 n8 tiles. Splitting the stage's K over warps (not M) reads
-//           each B element from shared memory by two warps only (one per m_half).
+//   warps:  warp w = (k_slice = w % 4, m_half = w / 4): rows WARP_M m_half .. + WARP_M (WARP_M = BLOCK_M / 2: four or
+//           two m16 tiles) x k 16 k_slice .. + 16 of each stage (two k8 mma steps), all kN / 8 n8 tiles. Splitting
+//           the stage's K over warps (not M) reads each B element from shared memory by two warps only (one per
+//           m_half).
 //   k map:  the k of an mma step is a sum, so its 8 logical k may be any 8 physical ones as long as A and B agree:
 //           lane (g = lane / 4, t = lane % 4) holds physical k 16 k_slice + 4t .. + 4; step i in {0, 1} maps logical
 //           k t to physical 4t + 2i and logical t + 4 to 4t + 2i + 1. So a lane reads A with one 8-byte load per row
@@ -27,15 +30,16 @@
 //   smem:   A rows of 128 B, 16-byte chunk c stored at c ^ ((row & 3) << 1): the 8-byte fragment loads of rows
 //           g .. g + 3 (one phase of 16 lanes) hit 16 distinct bank pairs. B rows of 256 B, chunk c at
 //           c ^ ((n & 1) << 2): the 16-byte loads of rows 8j + {0, 1} (one phase of 8 lanes) hit 8 distinct bank quads.
-//   regs:   per thread 4 x (kN / 8) x 4 FP32 accumulators (64 at kN = 32) and 8 row sums of squares (rows g, g + 8 of
-//           its four m16 tiles, over its k).
-//   epilogue: after the ring drains, its shared memory holds per k_slice warp the [128][kN + 4] FP32 partial D and the
-//           [128] row sums (each lane quad's sums reduced by two xor shuffles first); the 256 threads add the four
-//           k slices in order. Without a cluster they write D (coalesced rows of kN floats) and sqr_sum, rows < M.
+//   regs:   per thread (BLOCK_M / 32) x (kN / 8) x 4 FP32 accumulators (64 at kN = 32, BLOCK_M = 128) and
+//           BLOCK_M / 16 row sums of squares (rows g, g + 8 of its m16 tiles, over its k).
+//   epilogue: after the ring drains, its shared memory holds per k_slice warp the [BLOCK_M][kN + 4] FP32 partial D
+//           and the [BLOCK_M] row sums (each lane quad's sums reduced by two xor shuffles first); the 256 threads add
+//           the four k slices in order. Without a cluster they write D (coalesced rows of kN floats) and sqr_sum,
+//           rows < M.
 //           In a cluster each CTA stores its sums in shared memory, the cluster syncs, CTA r adds rows
-//           [r * 128 / S, (r + 1) * 128 / S) of all S CTAs (ld.shared::cluster, ranks in order) and writes them, and a
-//           last cluster sync keeps every CTA's shared memory alive until its peers have read it.
-// Limits: kN % 8 == 0 and kN <= 32, K % 64 == 0, A and B rows 16-byte aligned; ceil(M / 128) <= 65535.
+//           [r BLOCK_M / S, (r + 1) BLOCK_M / S) of all S CTAs (ld.shared::cluster, ranks in order) and writes
+//           them, and a last cluster sync keeps every CTA's shared memory alive until its peers have read it.
+// Limits: kN % 8 == 0 and kN <= 32, K % 64 == 0, A and B rows 16-byte aligned; ceil(M / BLOCK_M) <= 65535.
 #pragma once
 
 #include <deep_gemm/common/types.cuh>
@@ -45,17 +49,26 @@ namespace deep_gemm {
 
 namespace hc_prenorm {
 
-constexpr uint32_t BLOCK_M = 128, BLOCK_K = 64;
+constexpr uint32_t BLOCK_K = 64;
 constexpr uint32_t kNumKSlices = 4, kNumMHalves = 2;         // warps along K within a stage, along M
 constexpr uint32_t kNumThreads = 32 * kNumKSlices * kNumMHalves;  // 256
-constexpr uint32_t WARP_M = BLOCK_M / kNumMHalves;           // 64 rows per warp
-constexpr uint32_t kNumMTiles = WARP_M / 16;                 // m16 tiles per warp
 constexpr uint32_t SLICE_K = BLOCK_K / kNumKSlices;          // 16: two k8 steps per warp and stage
-constexpr uint32_t SMEM_A_PER_STAGE = BLOCK_M * BLOCK_K * 2;  // 16 KB of BF16
 constexpr uint32_t kMaxClusterSplits = 8;                     // the portable cluster size
 
-template <uint32_t kN>
+// The row-block tiling: BLOCK_M = 128 (four m16 tiles per warp) or 64 (two), the latter for twice the row blocks
+template <uint32_t kBlockM>
+struct HcPrenormTile {
+    static_assert(kBlockM == 64 || kBlockM == 128, "BLOCK_M must be 64 or 128");
+    static constexpr uint32_t BLOCK_M = kBlockM;
+    static constexpr uint32_t WARP_M = BLOCK_M / kNumMHalves;            // rows per warp
+    static constexpr uint32_t kNumMTiles = WARP_M / 16;                  // m16 tiles per warp
+    static constexpr uint32_t SMEM_A_PER_STAGE = BLOCK_M * BLOCK_K * 2;  // 16 KB (8 KB) of BF16
+};
+
+template <uint32_t kN, uint32_t kBlockM>
 struct HcPrenormSmem {
+    static constexpr uint32_t BLOCK_M = kBlockM;
+    static constexpr uint32_t SMEM_A_PER_STAGE = HcPrenormTile<kBlockM>::SMEM_A_PER_STAGE;
     static constexpr uint32_t SMEM_B_PER_STAGE = kN * BLOCK_K * 4;
     static constexpr uint32_t SMEM_PER_STAGE = SMEM_A_PER_STAGE + SMEM_B_PER_STAGE;
     static constexpr uint32_t D_PITCH = kN + 4;  // floats per row of the epilogue's partial D
@@ -131,11 +144,12 @@ __device__ __forceinline__ void mma_tf32_m16n8k8(float (&c)[4], uint32_t a0, uin
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Issue the copies of K block `k_block` (A rows m_begin .. + 128, B all kN rows) into the stage at `stage_addr`
-template <uint32_t kN>
+// Issue the copies of K block `k_block` (A rows m_begin .. + kBlockM, B all kN rows) into the stage at `stage_addr`
+template <uint32_t kN, uint32_t kBlockM>
 __device__ __forceinline__ void load_stage(uint32_t stage_addr, const uint8_t* a, uint64_t lda_bytes, const float* b,
                                            uint64_t ldb, uint32_t m, uint32_t m_begin, uint32_t k_block) {
-    constexpr uint32_t kAChunks = BLOCK_M * BLOCK_K * 2 / 16, kBChunks = kN * BLOCK_K * 4 / 16;
+    constexpr uint32_t SMEM_A_PER_STAGE = HcPrenormTile<kBlockM>::SMEM_A_PER_STAGE;
+    constexpr uint32_t kAChunks = kBlockM * BLOCK_K * 2 / 16, kBChunks = kN * BLOCK_K * 4 / 16;
     static_assert(kAChunks % kNumThreads == 0, "every thread copies the same number of A chunks");
     #pragma unroll
     for (uint32_t i = 0; i < kAChunks / kNumThreads; ++i) {
@@ -156,10 +170,14 @@ __device__ __forceinline__ void load_stage(uint32_t stage_addr, const uint8_t* a
     }
 }
 
-// One stage's mma steps of this warp (rows 64 m_half .., k 16 k_slice ..) and its rows' sums of squares
-template <uint32_t kN>
+// One stage's mma steps of this warp (rows WARP_M m_half .., k 16 k_slice ..) and its rows' sums of squares
+template <uint32_t kN, uint32_t kBlockM>
 __device__ __forceinline__ void compute_stage(const uint8_t* stage, uint32_t m_half, uint32_t k_slice, uint32_t lane,
-                                              float (&acc)[kNumMTiles][kN / 8][4], float (&sq)[kNumMTiles][2]) {
+                                              float (&acc)[HcPrenormTile<kBlockM>::kNumMTiles][kN / 8][4],
+                                              float (&sq)[HcPrenormTile<kBlockM>::kNumMTiles][2]) {
+    using Tile = HcPrenormTile<kBlockM>;
+    constexpr uint32_t SMEM_A_PER_STAGE = Tile::SMEM_A_PER_STAGE, WARP_M = Tile::WARP_M;
+    constexpr uint32_t kNumMTiles = Tile::kNumMTiles;
     const uint32_t g = lane / 4, t = lane % 4;
     const uint32_t chunk = 4 * k_slice + t;  // B: this lane's 16-byte chunk (4 floats, physical k 16 k_slice + 4t ..)
 
@@ -199,13 +217,15 @@ __device__ __forceinline__ void compute_stage(const uint8_t* stage, uint32_t m_h
 
 }  // namespace hc_prenorm
 
-template <uint32_t kN, uint32_t kNumStages>
+template <uint32_t kN, uint32_t kBlockM, uint32_t kNumStages>
 __global__ void __launch_bounds__(hc_prenorm::kNumThreads, 1)
 sm90_tf32_hc_prenorm_gemm_kernel(const uint8_t* __restrict__ a, uint64_t lda, const float* __restrict__ b,
                                  uint64_t ldb, float* __restrict__ d, float* __restrict__ sqr_sum, uint32_t m,
                                  uint32_t num_k_blocks) {
     using namespace hc_prenorm;
-    using Smem = HcPrenormSmem<kN>;
+    using Smem = HcPrenormSmem<kN, kBlockM>;
+    using Tile = HcPrenormTile<kBlockM>;
+    constexpr uint32_t BLOCK_M = Tile::BLOCK_M, WARP_M = Tile::WARP_M, kNumMTiles = Tile::kNumMTiles;
     static_assert(kN % 8 == 0 && kN >= 8 && kN <= 32, "N must be a multiple of 8 in [8, 32]");
     static_assert(kNumStages >= 2, "a ring needs two stages");
     extern __shared__ __align__(128) uint8_t smem[];
@@ -233,7 +253,8 @@ sm90_tf32_hc_prenorm_gemm_kernel(const uint8_t* __restrict__ a, uint64_t lda, co
     #pragma unroll
     for (uint32_t i = 0; i + 1 < kNumStages; ++i) {
         if (i < num_local)
-            load_stage<kN>(smem_addr + i * Smem::SMEM_PER_STAGE, a, lda_bytes, b, ldb, m, m_begin, kb_begin + i);
+            load_stage<kN, kBlockM>(smem_addr + i * Smem::SMEM_PER_STAGE, a, lda_bytes, b, ldb, m, m_begin,
+                                    kb_begin + i);
         cp_async_commit();
     }
 
@@ -243,10 +264,10 @@ sm90_tf32_hc_prenorm_gemm_kernel(const uint8_t* __restrict__ a, uint64_t lda, co
         __syncthreads();
         const uint32_t next = i + kNumStages - 1;
         if (next < num_local)
-            load_stage<kN>(smem_addr + (next % kNumStages) * Smem::SMEM_PER_STAGE, a, lda_bytes, b, ldb, m, m_begin,
-                           kb_begin + next);
+            load_stage<kN, kBlockM>(smem_addr + (next % kNumStages) * Smem::SMEM_PER_STAGE, a, lda_bytes, b, ldb, m,
+                                    m_begin, kb_begin + next);
         cp_async_commit();
-        compute_stage<kN>(smem + (i % kNumStages) * Smem::SMEM_PER_STAGE, m_half, k_slice, lane, acc, sq);
+        compute_stage<kN, kBlockM>(smem + (i % kNumStages) * Smem::SMEM_PER_STAGE, m_half, k_slice, lane, acc, sq);
     }
     cp_async_wait<0>();
     __syncthreads();

@@ -1,0 +1,136 @@
+"""Mega MoE expert weights: the one-time transform into the layout the Mega MoE kernels read.
+
+Linear 1's weight ``[E_local, 2 I, hidden]`` holds the gate rows then the up rows. The transform interleaves them in
+groups of 8 (gate rows 8q..8q+7, then up rows 8q..8q+7, for q = 0 .. I/8 - 1), so that every tile of linear 1's
+output holds the gate and up columns its SwiGLU needs side by side: the layout the fused SwiGLU epilogue of stage 2
+reads, and the one stage 1's SwiGLU kernel already reads. Linear 2's weight is unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deep_gemm.mega.buffer import ACTIVATIONS
+
+__all__ = [
+    "GATE_UP_INTERLEAVE",
+    "deinterleave_gate_up",
+    "interleave_gate_up",
+    "transform_weights_for_mega_moe",
+    "transform_weights_for_mega_moe_sm90",
+]
+
+# Gate and up rows alternate in groups of this many (the SGLang fork's SM90 layout).
+GATE_UP_INTERLEAVE = 8
+
+
+def _check_rows(fn: str, name: str, t: object) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 3:
+        raise ValueError(f"{fn}: {name} must be 3-D [E_local, 2 * I, ...], got shape {tuple(t.shape)}")
+    if t.shape[1] % (2 * GATE_UP_INTERLEAVE) != 0:
+        raise ValueError(
+            f"{fn}: {name} must have 2 * I rows with I a multiple of {GATE_UP_INTERLEAVE}, got {t.shape[1]} rows"
+        )
+    return t
+
+
+def interleave_gate_up(t: torch.Tensor) -> torch.Tensor:
+    """Rows ``[gate (I rows); up (I rows)]`` of ``t [E, 2 I, ...]`` -> gate and up alternating by 8 (a new tensor).
+
+    Raises:
+        TypeError / ValueError: ``t`` is not a 3-D tensor whose row count is ``2 I`` with ``I % 8 == 0``.
+    """
+    _check_rows("interleave_gate_up", "t", t)
+    e, rows, cols = t.shape
+    return (
+        t.reshape(e, 2, rows // (2 * GATE_UP_INTERLEAVE), GATE_UP_INTERLEAVE, cols)
+        .transpose(1, 2)
+        .reshape(e, rows, cols)
+    )
+
+
+def deinterleave_gate_up(t: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`interleave_gate_up` (a new tensor)."""
+    _check_rows("deinterleave_gate_up", "t", t)
+    e, rows, cols = t.shape
+    return (
+        t.reshape(e, rows // (2 * GATE_UP_INTERLEAVE), 2, GATE_UP_INTERLEAVE, cols)
+        .transpose(1, 2)
+        .reshape(e, rows, cols)
+    )
+
+
+def _transform_l1(fn: str, l1_weights, keep_block_scales: bool):
+    if isinstance(l1_weights, torch.Tensor):
+        return interleave_gate_up(_check_rows(fn, "l1_weights", l1_weights))
+    if not isinstance(l1_weights, (tuple, list)) or len(l1_weights) != 2:
+        raise TypeError(
+            f"{fn}: l1_weights must be a tensor or a (weights, scales) pair, got {type(l1_weights).__name__}"
+        )
+    data, sf = l1_weights
+    _check_rows(fn, "l1_weights[0]", data)
+    if not isinstance(sf, torch.Tensor) or sf.dim() != 3 or sf.shape[0] != data.shape[0]:
+        raise ValueError(
+            f"{fn}: l1_weights[1] must be a 3-D scale tensor with l1_weights[0]'s E_local = "
+            f"{data.shape[0]}, got {getattr(sf, 'shape', type(sf).__name__)}"
+        )
+    if sf.shape[1] == data.shape[1]:
+        # Per-row scales (1 x 32 or 1 x 128 along K): the rows move with the weights
+        return interleave_gate_up(data), interleave_gate_up(sf)
+    if keep_block_scales and sf.shape[1] * 128 == data.shape[1]:
+        # 128 x 128 block scales: unchanged (the kernels read the gate and up blocks' scales separately)
+        return interleave_gate_up(data), sf
+    raise ValueError(
+        f"{fn}: l1_weights[1] must have one row per weight row ({data.shape[1]}) or, for 128 x 128 "
+        f"blocks, {data.shape[1] // 128}; got {sf.shape[1]}"
+    )
+
+
+def transform_weights_for_mega_moe(l1_weights, l2_weights, activation="swiglu"):
+    """Return ``(l1_weights, l2_weights)`` in the Mega MoE layout (``bf16_mega_moe``, ``fp8_fp4_mega_moe``).
+
+    Args:
+        l1_weights: ``[E_local, 2 I, hidden]`` BF16, or a ``(weights, scales)`` pair: gate rows then up rows.
+            Per-row scales (``[E_local, 2 I, ...]``) are interleaved with the rows; 128 x 128 block scales
+            (``[E_local, 2 I / 128, ...]``) are kept as they are.
+        l2_weights: ``[E_local, hidden, I]`` (or a pair), returned unchanged.
+        activation: ``'swiglu'``.
+
+    Returns:
+        ``(l1, l2)``: ``l1`` a new tensor (or pair) with gate and up rows alternating in groups of 8.
+
+    Raises:
+        TypeError / ValueError: naming the argument of the wrong type or shape.
+    """
+    fn = "transform_weights_for_mega_moe"
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{fn}: activation must be one of {ACTIVATIONS}, got {activation!r}")
+    return _transform_l1(fn, l1_weights, keep_block_scales=True), l2_weights
+
+
+def transform_weights_for_mega_moe_sm90(l1_weights, l2_weights):
+    """The SGLang fork's SM90 form: FP8 weights with 128 x 128 block scales, for ``fp8_mega_moe``.
+
+    Args:
+        l1_weights: ``(weights FP8 [E_local, 2 I, hidden], scales FP32 [E_local, 2 I / 128, hidden / 128])``.
+        l2_weights: ``(weights FP8 [E_local, hidden, I], scales FP32 [E_local, hidden / 128, I / 128])``.
+
+    Returns:
+        ``(l1, l2)``: ``l1``'s weight rows with gate and up alternating in groups of 8, its scales unchanged;
+        ``l2`` unchanged.
+
+    Raises:
+        TypeError / ValueError: naming the argument of the wrong type or shape.
+    """
+    fn = "transform_weights_for_mega_moe_sm90"
+    if not isinstance(l1_weights, (tuple, list)):
+        raise TypeError(f"{fn}: l1_weights must be a (weights, scales) pair, got {type(l1_weights).__name__}")
+    if len(l1_weights) == 2 and isinstance(l1_weights[1], torch.Tensor) and l1_weights[1].dim() == 3:
+        if l1_weights[1].shape[1] * 128 != getattr(l1_weights[0], "shape", (0, 0))[1]:
+            raise ValueError(
+                f"{fn}: l1_weights[1] must be 128 x 128 block scales [E_local, 2 I / 128, hidden / 128],"
+                f" got shape {tuple(l1_weights[1].shape)}"
+            )
+    return _transform_l1(fn, l1_weights, keep_block_scales=True), l2_weights
