@@ -18,6 +18,7 @@
 #include "apis/layout.hpp"
 #include "apis/mega_moe.hpp"
 #include "apis/precompile.hpp"
+#include "apis/quant.hpp"
 #include "apis/runtime.hpp"
 #include "apis/skip_head_mid.hpp"
 #include "utils/tune.hpp"
@@ -188,6 +189,64 @@ PYBIND11_MODULE(_C, m) {
           "cumulative end rows of an m-grouped psum layout (checked; on SM90 FP32 per-row scales follow A's rows one\n"
           "to one, so it changes nothing). Raises ValueError on a shape or dtype mismatch, NotImplementedError off\n"
           "SM90.");
+
+    // FP8 casts as kernels (the fast path of deep_gemm.utils.per_token_cast_to_fp8 / per_block_cast_to_fp8)
+    m.def("per_token_quant_fp8", &dg::apis::per_token_quant_fp8, "x"_a, "use_ue8m0"_a = false, "gran_k"_a = 128,
+          "use_packed_ue8m0"_a = false, "sf_mn_major"_a = false,
+          "Quantize x to FP8 e4m3 with one scale per row per gran_k columns, in one JIT-compiled kernel on the\n"
+          "current stream; bit-exact with deep_gemm.utils.casts' PyTorch per_token_cast_to_fp8 (amax clamped at 1e-4,\n"
+          "scale = amax / 448, optionally rounded up to a power of two, value = x / scale rounded to nearest even).\n"
+          "x: torch.bfloat16 or torch.float32 [M, K] or [G, M, K] on a CUDA device of SM90 or newer, any strides\n"
+          "    (a copy is made when K is not the stride-1 dim); any K >= 0 (the last group of a row is zero-padded).\n"
+          "use_ue8m0: power-of-two scales. gran_k: 128 or 32. use_packed_ue8m0: the scales as UE8M0 bytes packed\n"
+          "    four to an int32 along K (byte i of word j is group 4j + i, 0 past the last group); needs use_ue8m0.\n"
+          "sf_mn_major: write the scales MN-major with the M stride padded to 16 bytes, the layout the FP8 GEMMs read\n"
+          "    (what get_mn_major_tma_aligned_tensor / get_mn_major_tma_aligned_packed_ue8m0_tensor return, padding\n"
+          "    rows zeroed), instead of K-major contiguous.\n"
+          "Returns (x_fp8, sf): x_fp8 torch.float8_e4m3fn [G?, M, K] contiguous; sf torch.float32 [G?, M,\n"
+          "ceil(K / gran_k)] (or torch.int32 [G?, M, ceil(ceil(K / gran_k) / 4)] packed).\n"
+          "Raises ValueError naming the argument on a bad dtype, rank, device or gran_k; NotImplementedError below\n"
+          "SM90.");
+    m.def("silu_and_mul_quant_fp8", &dg::apis::silu_and_mul_quant_fp8, "x"_a, "use_ue8m0"_a = false,
+          "gran_k"_a = 128, "use_packed_ue8m0"_a = false, "row_weights"_a = py::none(),
+          "activation_clamp"_a = py::none(), "masked_m"_a = py::none(), "sf_mn_major"_a = true,
+          "The MoE intermediate in one kernel: y = silu(gate) * up (optionally clamped first: gate <= c, up in\n"
+          "[-c, c]; optionally times a per-row weight), quantized per row per gran_k columns as per_token_quant_fp8.\n"
+          "All in FP32: y = silu(g) * u * w with silu(g) = g / (1 + exp(-g)), bit-exact with the PyTorch\n"
+          "deep_gemm.utils.casts.silu_and_mul_reference followed by per_token_cast_to_fp8.\n"
+          "x: torch.bfloat16 or torch.float32 [M, 2 * I] (contiguous layout) or [G, M_max, 2 * I] (masked layout),\n"
+          "    each row gate (the first I columns) then up; CUDA, SM90 or newer.\n"
+          "use_ue8m0, gran_k (128 or 32), use_packed_ue8m0: as per_token_quant_fp8.\n"
+          "row_weights: None, or torch.float32 [M] ([G, M_max] for a 3-D x), contiguous: y of row m times\n"
+          "    row_weights[m] (the routing weight), after the SwiGLU.\n"
+          "activation_clamp: None, or c >= 0 (finite): gate clamped to <= c and up to [-c, c] before the SwiGLU.\n"
+          "masked_m: None, or torch.int32 [G] (3-D x only): group g's first masked_m[g] rows are computed (values\n"
+          "    above M_max count as M_max); the other rows of x_fp8 and sf are left unwritten.\n"
+          "sf_mn_major: True (the default) writes the scales in the GEMMs' MN-major TMA-aligned layout, ready for\n"
+          "    m_grouped_fp8_gemm_nt_masked / _contiguous; False K-major contiguous.\n"
+          "Returns (x_fp8, sf): x_fp8 torch.float8_e4m3fn [G?, M, I]; sf as per_token_quant_fp8's for K = I.\n"
+          "Raises ValueError naming the argument on a bad dtype, shape, device or value; NotImplementedError below\n"
+          "SM90.");
+    m.def("per_token_quant_fp4", &dg::apis::per_token_quant_fp4, "x"_a, "use_ue8m0"_a = false, "gran_k"_a = 128,
+          "use_packed_ue8m0"_a = false, "sf_mn_major"_a = false,
+          "Quantize x to FP4 e2m1 with one scale per row per gran_k columns, in one JIT-compiled kernel on the\n"
+          "current stream; bit-exact with deep_gemm.utils.fp4_casts' PyTorch per_token_cast_to_fp4 (scale = amax / 6,\n"
+          "amax clamped at 1e-4, optionally rounded up to a power of two; values rounded to the nearest e2m1 value,\n"
+          "ties to the even code, saturating at 6; two codes a byte, element 2j in the low nibble). NaN inputs are\n"
+          "not matched (they saturate here).\n"
+          "x: torch.bfloat16 or torch.float32 [M, K] or [G, M, K] on a CUDA device of SM90 or newer, any strides;\n"
+          "    K even. use_ue8m0, gran_k (128 or 32), use_packed_ue8m0, sf_mn_major: as per_token_quant_fp8.\n"
+          "Returns (packed, sf): packed torch.int8 [G?, M, K / 2] contiguous; sf as per_token_quant_fp8's.\n"
+          "Raises ValueError naming the argument on a bad dtype, rank, device, K or gran_k; NotImplementedError\n"
+          "below SM90.");
+    m.def("per_block_quant_fp8", &dg::apis::per_block_quant_fp8, "x"_a, "use_ue8m0"_a = false,
+          "Quantize x to FP8 e4m3 with one scale per 128 x 128 block (the weight recipe), in one JIT-compiled kernel\n"
+          "on the current stream; bit-exact with deep_gemm.utils.casts' PyTorch per_block_cast_to_fp8 at gran_k=128.\n"
+          "x: torch.bfloat16 or torch.float32 [N, K] or [G, N, K] on a CUDA device of SM90 or newer, any strides;\n"
+          "    any N, K (edge blocks count their real elements only). use_ue8m0: power-of-two scales.\n"
+          "Returns (x_fp8, sf): x_fp8 torch.float8_e4m3fn of x's shape, contiguous; sf torch.float32 [G?,\n"
+          "ceil(N / 128), ceil(K / 128)], contiguous.\n"
+          "Raises ValueError naming the argument on a bad dtype, rank or device; NotImplementedError below SM90.");
 
     // cuBLASLt passthrough: the vendor library behind the same API, as a baseline
     {

@@ -27,6 +27,31 @@ def get_mn_major_tma_aligned_tensor(sf: torch.Tensor) -> torch.Tensor: ...
 def get_mn_major_tma_aligned_packed_ue8m0_tensor(
     sf: torch.Tensor, psum_layout: torch.Tensor | None = None
 ) -> torch.Tensor: ...
+def per_token_quant_fp8(
+    x: torch.Tensor,
+    use_ue8m0: bool = False,
+    gran_k: int = 128,
+    use_packed_ue8m0: bool = False,
+    sf_mn_major: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+def silu_and_mul_quant_fp8(
+    x: torch.Tensor,
+    use_ue8m0: bool = False,
+    gran_k: int = 128,
+    use_packed_ue8m0: bool = False,
+    row_weights: torch.Tensor | None = None,
+    activation_clamp: float | None = None,
+    masked_m: torch.Tensor | None = None,
+    sf_mn_major: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+def per_token_quant_fp4(
+    x: torch.Tensor,
+    use_ue8m0: bool = False,
+    gran_k: int = 128,
+    use_packed_ue8m0: bool = False,
+    sf_mn_major: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+def per_block_quant_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]: ...
 def transform_sf_into_required_layout(
     sf: torch.Tensor,
     mn: int,

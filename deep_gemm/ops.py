@@ -1,7 +1,7 @@
 """The kernel entry points as ``torch.library`` custom ops (namespace ``deep_gemm``), for ``torch.compile``.
 
 Every public kernel entry point of ``deep_gemm`` (the FP8, BF16 and cuBLASLt GEMMs, the MQA logits, the
-paged-MQA schedule and the scale-layout transforms) is an op ``torch.ops.deep_gemm.<name>`` with a fake
+paged-MQA schedule, the scale-layout transforms and the FP8 casts) is an op ``torch.ops.deep_gemm.<name>`` with a fake
 (meta) implementation, so ``torch.compile(fullgraph=True)`` (and ``torch.export``) traces a model calling
 them with no graph break, and CUDA graphs capture the compiled code (the kernels never synchronize).
 
@@ -640,3 +640,108 @@ def _tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None):
 
 
 tf32_hc_prenorm_gemm = _public(_C.tf32_hc_prenorm_gemm, _tf32_hc_prenorm_gemm)
+
+
+# ------------------------------------------------------------------------------------------------- FP8 casts
+def _check_cast_fake(fn: str, x: torch.Tensor, gran_k: int, use_ue8m0: bool, use_packed_ue8m0: bool) -> None:
+    """The extension's argument checks that decide the output shapes (tracing raises what the call would)."""
+    if gran_k not in (32, 128):
+        raise ValueError(f"{fn}: gran_k must be 32 or 128 for the kernels, got {gran_k}")
+    if use_packed_ue8m0 and not use_ue8m0:
+        raise ValueError(f"{fn}: use_packed_ue8m0=True needs use_ue8m0=True (power-of-two scales)")
+    if x.dtype not in (torch.bfloat16, torch.float32) or x.dim() not in (2, 3):
+        raise ValueError(f"{fn}: x must be torch.bfloat16 or torch.float32, 2-D [M, K] or 3-D [G, M, K], got "
+                         f"{x.dtype} {list(x.shape)}")  # fmt: skip
+
+
+def _per_token_outputs(x: torch.Tensor, k, gran_k: int, packed: bool, mn_major: bool):
+    """(x_fp8, sf) as the per-token cast kernels allocate them: x_fp8 [G?, M, k] contiguous; sf [G?, M, words]
+    K-major contiguous, or MN-major with the M stride padded to 16 bytes (storage [G, words, align(M, 4)])."""
+    batched = x.dim() == 3
+    m = x.size(-2)
+    sf_k = (k + gran_k - 1) // gran_k
+    words = (sf_k + 3) // 4 if packed else sf_k
+    dtype = torch.int32 if packed else torch.float32
+    out = x.new_empty((*x.shape[:-1], k), dtype=torch.float8_e4m3fn)
+    if mn_major:
+        groups = x.size(0) if batched else 1
+        storage = x.new_empty((groups, words, _tma_aligned_size(m, 4)), dtype=dtype)
+        sf = storage.transpose(1, 2).narrow(1, 0, m)
+        return out, sf if batched else sf.squeeze(0)
+    return out, x.new_empty((*x.shape[:-1], words), dtype=dtype)
+
+
+def _per_token_quant_fake(x, use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major):
+    _check_cast_fake("per_token_quant_fp8", x, gran_k, use_ue8m0, use_packed_ue8m0)
+    return _per_token_outputs(x, x.size(-1), gran_k, use_packed_ue8m0, sf_mn_major)
+
+
+_define("per_token_quant_fp8", "(Tensor x, bool use_ue8m0=False, int gran_k=128, bool use_packed_ue8m0=False, "
+        "bool sf_mn_major=False) -> (Tensor, Tensor)", _C.per_token_quant_fp8, _per_token_quant_fake)
+
+
+def _per_token_quant_fp8(x, use_ue8m0=False, gran_k=128, use_packed_ue8m0=False, sf_mn_major=False):
+    return torch.ops.deep_gemm.per_token_quant_fp8(x, use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major)
+
+
+per_token_quant_fp8 = _public(_C.per_token_quant_fp8, _per_token_quant_fp8)
+
+
+def _per_token_quant_fp4_fake(x, use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major):
+    _check_cast_fake("per_token_quant_fp4", x, gran_k, use_ue8m0, use_packed_ue8m0)
+    if x.size(-1) % 2 != 0:
+        raise ValueError(f"per_token_quant_fp4: x: K must be even (two FP4 values to a byte), got {list(x.shape)}")
+    _, sf = _per_token_outputs(x, x.size(-1), gran_k, use_packed_ue8m0, sf_mn_major)
+    return x.new_empty((*x.shape[:-1], x.size(-1) // 2), dtype=torch.int8), sf
+
+
+_define("per_token_quant_fp4", "(Tensor x, bool use_ue8m0=False, int gran_k=128, bool use_packed_ue8m0=False, "
+        "bool sf_mn_major=False) -> (Tensor, Tensor)", _C.per_token_quant_fp4, _per_token_quant_fp4_fake)
+
+
+def _per_token_quant_fp4(x, use_ue8m0=False, gran_k=128, use_packed_ue8m0=False, sf_mn_major=False):
+    return torch.ops.deep_gemm.per_token_quant_fp4(x, use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major)
+
+
+per_token_quant_fp4 = _public(_C.per_token_quant_fp4, _per_token_quant_fp4)
+
+
+def _silu_and_mul_quant_fake(x, use_ue8m0, gran_k, use_packed_ue8m0, row_weights, activation_clamp, masked_m,
+                             sf_mn_major):
+    _check_cast_fake("silu_and_mul_quant_fp8", x, gran_k, use_ue8m0, use_packed_ue8m0)
+    if x.size(-1) % 2 != 0:
+        raise ValueError(f"silu_and_mul_quant_fp8: x must be [..., 2 * I] (gate then up), its last dim must be even, "
+                         f"got {list(x.shape)}")
+    return _per_token_outputs(x, x.size(-1) // 2, gran_k, use_packed_ue8m0, sf_mn_major)
+
+
+_define("silu_and_mul_quant_fp8", "(Tensor x, bool use_ue8m0=False, int gran_k=128, bool use_packed_ue8m0=False, "
+        "Tensor? row_weights=None, float? activation_clamp=None, Tensor? masked_m=None, bool sf_mn_major=True) -> "
+        "(Tensor, Tensor)", _C.silu_and_mul_quant_fp8, _silu_and_mul_quant_fake)
+
+
+def _silu_and_mul_quant_fp8(x, use_ue8m0=False, gran_k=128, use_packed_ue8m0=False, row_weights=None,
+                            activation_clamp=None, masked_m=None, sf_mn_major=True):
+    return torch.ops.deep_gemm.silu_and_mul_quant_fp8(x, use_ue8m0, gran_k, use_packed_ue8m0, row_weights,
+                                                      activation_clamp, masked_m, sf_mn_major)
+
+
+silu_and_mul_quant_fp8 = _public(_C.silu_and_mul_quant_fp8, _silu_and_mul_quant_fp8)
+
+
+def _per_block_quant_fake(x, use_ue8m0):
+    _check_cast_fake("per_block_quant_fp8", x, 128, use_ue8m0, False)
+    n, k = x.size(-2), x.size(-1)
+    sf = x.new_empty((*x.shape[:-2], (n + 127) // 128, (k + 127) // 128), dtype=torch.float32)
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn, memory_format=torch.contiguous_format), sf
+
+
+_define("per_block_quant_fp8", "(Tensor x, bool use_ue8m0=False) -> (Tensor, Tensor)", _C.per_block_quant_fp8,
+        _per_block_quant_fake)
+
+
+def _per_block_quant_fp8(x, use_ue8m0=False):
+    return torch.ops.deep_gemm.per_block_quant_fp8(x, use_ue8m0)
+
+
+per_block_quant_fp8 = _public(_C.per_block_quant_fp8, _per_block_quant_fp8)

@@ -63,6 +63,17 @@ def test_stub_matches_extension() -> None:
              ("disable_ue8m0_cast", "False"), ("psum_layout", "None")],
         ),
         ("get_tma_aligned_size", [("x", None), ("element_size", None)]),
+        # (ours: the FP8 cast kernels, tests/test_quant_kernels.py)
+        ("per_token_quant_fp8",
+         [("x", None), ("use_ue8m0", "False"), ("gran_k", "128"), ("use_packed_ue8m0", "False"),
+          ("sf_mn_major", "False")]),
+        ("silu_and_mul_quant_fp8",
+         [("x", None), ("use_ue8m0", "False"), ("gran_k", "128"), ("use_packed_ue8m0", "False"),
+          ("row_weights", "None"), ("activation_clamp", "None"), ("masked_m", "None"), ("sf_mn_major", "True")]),
+        ("per_block_quant_fp8", [("x", None), ("use_ue8m0", "False")]),
+        ("per_token_quant_fp4",
+         [("x", None), ("use_ue8m0", "False"), ("gran_k", "128"), ("use_packed_ue8m0", "False"),
+          ("sf_mn_major", "False")]),
     ],
 )  # fmt: skip
 def test_signatures_match_engines(name: str, expected: list[tuple[str, str | None]]) -> None:

@@ -54,6 +54,8 @@ ENTRY_POINTS = {
     "transform_sf_into_required_layout": "transform_sf_into_required_layout",
     "einsum": "einsum", "fp8_einsum": "fp8_einsum", "fp8_gemm_nt_skip_head_mid": "fp8_gemm_nt_skip_head_mid",
     "tf32_hc_prenorm_gemm": "tf32_hc_prenorm_gemm",
+    "per_token_quant_fp8": "per_token_quant_fp8", "silu_and_mul_quant_fp8": "silu_and_mul_quant_fp8",
+    "per_block_quant_fp8": "per_block_quant_fp8", "per_token_quant_fp4": "per_token_quant_fp4",
 }  # fmt: skip
 ALIASES = {
     "fp8_fp4_gemm_nt": "fp8_gemm_nt", "m_grouped_fp8_fp4_gemm_nt_contiguous": "m_grouped_fp8_gemm_nt_contiguous",
@@ -157,6 +159,18 @@ def op_cases(device: str = "meta") -> dict[str, list[tuple]]:
         (e(64, 7168, dtype=bf16), e(24, 7168), e(64, 24), e(64), None),
         (e(64, 7168, dtype=bf16), e(32, 7168), e(4, 64, 32), e(4, 64), 4),
     ]  # fmt: skip
+    cases["per_token_quant_fp8"] = [
+        (e(5, 300, dtype=bf16), False, 128, False, False),
+        (e(2, 7, 256), True, 32, True, True),
+        (e(6, 1000, dtype=bf16), True, 128, False, True),
+    ]  # fmt: skip
+    cases["silu_and_mul_quant_fp8"] = [
+        (e(5, 512, dtype=bf16), False, 128, False, None, None, None, True),
+        (e(3, 9, 2000, dtype=bf16), True, 32, True, e(3, 9), 7.0, e(3, dtype=i32), True),
+        (e(4, 256), False, 128, False, e(4), None, None, False),
+    ]  # fmt: skip
+    cases["per_block_quant_fp8"] = [(e(300, 1000, dtype=bf16), False), (e(2, 128, 256), True)]
+    cases["per_token_quant_fp4"] = [(e(5, 300, dtype=bf16), False, 128, False, False), (e(7, 64), True, 32, True, True)]
     return cases
 
 
@@ -208,7 +222,8 @@ def test_schemas_declare_only_the_outputs_mutated() -> None:
     for name in ops.OP_NAMES:
         schema = getattr(torch.ops.deep_gemm, name).default._schema
         mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-        returns_tensor = [str(r.type) for r in schema.returns] == ["Tensor"]
+        # (the casts return a pair of new tensors: values and scales)
+        returns_tensor = [str(r.type) for r in schema.returns] in (["Tensor"], ["Tensor", "Tensor"])
         expected = MUTATED.get(name, ["d"])
         assert mutated == ([] if returns_tensor else expected), (name, mutated)
         assert returns_tensor or not schema.returns, name
@@ -330,6 +345,9 @@ def test_fake_cuda_outputs() -> None:
             for args in all_args:
                 out = op(*args)
                 if out is None:
+                    continue
+                if isinstance(out, tuple):  # (the casts: values and scales, checked in tests/test_quant_kernels.py)
+                    assert all(t.device == torch.device("cuda", 0) for t in out), name
                     continue
                 assert out.device == torch.device("cuda", 0), name
                 if name == "fp8_fp4_mqa_logits":
@@ -631,11 +649,17 @@ def test_opcheck_on_cuda() -> None:
         (torch.ops.deep_gemm.get_paged_mqa_logits_metadata.default, (lens, 64, 132, None)),
         (torch.ops.deep_gemm.m_grouped_fp8_gemm_nt_contiguous.default,
          (*a, *w1, d, layout, None, None, None, "nk", False, False, True, None)),
+        (torch.ops.deep_gemm.per_token_quant_fp8.default, (x, False, 128, False, True)),
+        (torch.ops.deep_gemm.per_token_quant_fp8.default, (x[:, :96], True, 32, True, False)),
+        (torch.ops.deep_gemm.silu_and_mul_quant_fp8.default, (x, True, 128, False, None, 3.0, None, True)),
+        (torch.ops.deep_gemm.per_block_quant_fp8.default, (x, False)),
+        (torch.ops.deep_gemm.per_token_quant_fp4.default, (x, True, 32, True, True)),
     ]  # fmt: skip
     for op, args in cases:
         # (opcheck's schema test compares inputs before and after with arithmetic PyTorch lacks for FP8 tensors:
-        # "mul_cuda" not implemented for 'Float8_e4m3fn'; the meta-tier opcheck runs it on every op)
-        has_fp8 = any(isinstance(t, torch.Tensor) and t.dtype == torch.float8_e4m3fn for t in args)
+        # "mul_cuda" not implemented for 'Float8_e4m3fn'; the meta-tier opcheck runs it on every op; the casts return
+        # FP8 tensors)
+        has_fp8 = any(isinstance(t, torch.Tensor) and t.dtype == torch.float8_e4m3fn for t in args) or "quant" in str(op)
         utils = ("test_faketensor",) if has_fp8 else ("test_schema", "test_faketensor")
         result = torch.library.opcheck(op, args, test_utils=utils)
         assert all(v == "SUCCESS" for v in result.values()), (op, result)

@@ -21,6 +21,7 @@
 #include "impls/smxx_mega_moe.hpp"
 #include "impls/smxx_mqa_logits_pieces.hpp"
 #include "impls/smxx_paged_mqa_schedule.hpp"
+#include "impls/smxx_quant.hpp"
 #include "impls/smxx_transpose_fp8.hpp"
 #include "impls/smxx_zero_padding.hpp"
 
@@ -139,6 +140,40 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
          {{{"num_heads", "query heads H (default 64)"}, {"head_dim", "head dimension D (default 128)"}},
           [](const KernelParams& p) {
               return render_mqa_logits_pieces(param_or(p, "num_heads", 64), param_or(p, "head_dim", 128));
+          }}},
+        {"smxx_quant_per_token",
+         {{
+              {"gran_k", "values per scale along K, 32 or 128 (default 128)"},
+              {"fp32_input", "1: FP32 input (default 0: BF16)"},
+              {"ue8m0", "1: power-of-two scales (default 0)"},
+              {"packed_ue8m0", "1: scales as UE8M0 bytes packed four to an int32, needs ue8m0 (default 0)"},
+              {"swiglu", "1: rows are [gate, up], silu(gate) * up is cast (default 0)"},
+              {"aligned", "1: rows 16-byte aligned and K a multiple of 8: vector loads and stores (default 1)"},
+              {"fp4", "1: e2m1 codes two to a byte, scale amax / 6 (default 0: e4m3)"},
+          },
+          [](const KernelParams& p) {
+              PerTokenQuantVariant v;
+              v.fp4 = param_or(p, "fp4", 0) != 0;
+              v.gran_k = static_cast<uint32_t>(param_or(p, "gran_k", 128));
+              v.fp32_input = param_or(p, "fp32_input", 0) != 0;
+              v.ue8m0 = param_or(p, "ue8m0", 0) != 0;
+              v.packed_ue8m0 = param_or(p, "packed_ue8m0", 0) != 0;
+              v.swiglu = param_or(p, "swiglu", 0) != 0;
+              v.aligned = param_or(p, "aligned", 1) != 0;
+              return render_per_token_quant(v);
+          }}},
+        {"smxx_quant_per_block",
+         {{
+              {"fp32_input", "1: FP32 input (default 0: BF16)"},
+              {"ue8m0", "1: power-of-two scales (default 0)"},
+              {"aligned", "1: rows 16-byte aligned and K a multiple of 8: vector loads and stores (default 1)"},
+          },
+          [](const KernelParams& p) {
+              PerBlockQuantVariant v;
+              v.fp32_input = param_or(p, "fp32_input", 0) != 0;
+              v.ue8m0 = param_or(p, "ue8m0", 0) != 0;
+              v.aligned = param_or(p, "aligned", 1) != 0;
+              return render_per_block_quant(v);
           }}},
         {"smxx_transpose_fp8",
          {{{"aligned", "1: the source and its row stride are multiples of 16 bytes: 16-byte loads (default 1)"}},

@@ -5,7 +5,19 @@ one (e.g. grouped GEMMs), write ``deep_gemm/bench/<name>.py`` that calls
 :func:`register_suite`, and import it below.
 """
 
-from deep_gemm.bench import bf16_gemm, bf16_grouped, einsum, fp4_gemm, fp8_gemm, grouped, hc, k_grouped, mega_moe, mqa
+from deep_gemm.bench import (
+    bf16_gemm,
+    bf16_grouped,
+    einsum,
+    fp4_gemm,
+    fp8_gemm,
+    grouped,
+    hc,
+    k_grouped,
+    mega_moe,
+    mqa,
+    quant,
+)
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, get_suite, register_suite, suite_names
 
 __all__ = [
@@ -23,6 +35,7 @@ __all__ = [
     "k_grouped",
     "mega_moe",
     "mqa",
+    "quant",
     "register_suite",
     "suite_names",
 ]

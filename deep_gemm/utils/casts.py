@@ -1,6 +1,10 @@
-"""Reference FP8 quantization (the DeepSeek-V3 recipe) and UE8M0 scale packing.
+"""FP8 quantization (the DeepSeek-V3 recipe) and UE8M0 scale packing.
 
-Every cast here is plain PyTorch, so it runs on the CPU and on CUDA alike. The recipe:
+Every cast here has a plain PyTorch form that runs on the CPU and on CUDA alike (the ``*_reference`` functions).
+``per_token_cast_to_fp8`` and ``per_block_cast_to_fp8`` run a JIT-compiled kernel instead (``deep_gemm.per_token_quant_fp8``,
+``deep_gemm.per_block_quant_fp8``: the same bits, several times faster) when ``x`` is a BF16 or FP32 CUDA tensor on
+an SM90-or-newer GPU and ``gran_k`` is one the kernels serve (32 or 128 per token, 128 per block); any other input
+runs the PyTorch form. The recipe:
 split the operand into blocks, take ``amax = max(|x|)`` of each block (clamped at 1e-4 so
 an all-zero block gets a finite scale), set ``scale = amax / 448`` (448 is the largest
 ``float8_e4m3fn`` value) and store ``x / scale`` as ``float8_e4m3fn``. With
@@ -17,7 +21,6 @@ way; with ``use_ue8m0=True`` the two are identical.
 
 import os
 
-
 import torch
 import torch.nn.functional as F
 
@@ -32,6 +35,8 @@ __all__ = [
     "per_token_cast_to_fp8",
     "unpack_ue8m0_from_int",
 ]
+# (the PyTorch forms, for tests and for inputs the kernels do not serve; not re-exported by deep_gemm.utils:
+# per_block_cast_to_fp8_reference, per_token_cast_to_fp8_reference, silu_and_mul_reference)
 
 FP8_E4M3_MAX = 448.0
 AMAX_CLAMP_MIN = 1e-4
@@ -59,6 +64,26 @@ def _check_cast_args(fn: str, x: torch.Tensor, use_ue8m0: bool, gran_k: int) -> 
 def _check_bool(fn: str, name: str, value: object) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{fn}: {name} must be a bool, got {type(value).__name__}")
+
+
+def _sm90_or_newer(device_index: int) -> bool:
+    """Whether CUDA device device_index can run the cast kernels (a constant while torch.compile traces)."""
+    if device_index not in _SM90_OR_NEWER:
+        _SM90_OR_NEWER[device_index] = torch.cuda.get_device_capability(device_index)[0] >= 9
+    return _SM90_OR_NEWER[device_index]
+
+
+# What torch.compiler.assume_constant_result sets (Dynamo calls the function while tracing and keeps its result as a
+# constant); set here directly because that decorator imports torch._dynamo, which made `import deep_gemm` take
+# 1.0 s instead of 0.05 s
+_sm90_or_newer._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_SM90_OR_NEWER: dict[int, bool] = {}
+
+
+def _kernel_serves(x: torch.Tensor, gran_ks: tuple[int, ...], gran_k: int) -> bool:
+    """Whether the cast kernels take this call: BF16/FP32 CUDA x of an SM90-or-newer GPU, a gran_k they serve."""
+    return (x.is_cuda and x.dtype in (torch.bfloat16, torch.float32) and x.dim() in (2, 3) and gran_k in gran_ks
+            and _sm90_or_newer(x.device.index if x.device.index is not None else torch.cuda.current_device()))
 
 
 # Values of an env flag that mean "off", as the extension reads them (csrc/utils/env.hpp, get_env_flag)
@@ -128,6 +153,10 @@ def per_token_cast_to_fp8(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize a K-major operand with one scale per row per ``gran_k`` columns (the LHS recipe).
 
+    BF16/FP32 CUDA inputs on SM90 or newer with ``gran_k`` 32 or 128 run the kernel
+    :func:`deep_gemm.per_token_quant_fp8` (same bits; it can also write the scales in the GEMMs' MN-major layout);
+    others :func:`per_token_cast_to_fp8_reference`.
+
     Args:
         x: ``[M, K]`` (or ``[G, M, K]``), ``torch.bfloat16`` or ``torch.float32``, any
             strides, CPU or CUDA. ``K`` need not be a multiple of ``gran_k``: the last
@@ -148,12 +177,57 @@ def per_token_cast_to_fp8(
             ``use_packed_ue8m0`` have the wrong type.
         ValueError: ``x`` is not 2D/3D, ``gran_k <= 0``, or ``use_packed_ue8m0`` without ``use_ue8m0``.
     """
-    _check_cast_args("per_token_cast_to_fp8", x, use_ue8m0, gran_k)
-    _check_bool("per_token_cast_to_fp8", "use_packed_ue8m0", use_packed_ue8m0)
+    _check_per_token_args("per_token_cast_to_fp8", x, use_ue8m0, gran_k, use_packed_ue8m0)
+    if _kernel_serves(x, (32, 128), gran_k):
+        from deep_gemm import ops
+
+        return ops.per_token_quant_fp8(x, use_ue8m0, gran_k, use_packed_ue8m0)
+    return per_token_cast_to_fp8_reference(x, use_ue8m0, gran_k, use_packed_ue8m0)
+
+
+def _check_per_token_args(fn: str, x: torch.Tensor, use_ue8m0: bool, gran_k: int, use_packed_ue8m0: bool) -> None:
+    _check_cast_args(fn, x, use_ue8m0, gran_k)
+    _check_bool(fn, "use_packed_ue8m0", use_packed_ue8m0)
     if use_packed_ue8m0 and not use_ue8m0:
-        raise ValueError("per_token_cast_to_fp8: use_packed_ue8m0=True needs use_ue8m0=True (power-of-two scales)")
+        raise ValueError(f"{fn}: use_packed_ue8m0=True needs use_ue8m0=True (power-of-two scales)")
+
+
+def per_token_cast_to_fp8_reference(
+    x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128, use_packed_ue8m0: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PyTorch form of :func:`per_token_cast_to_fp8` (same arguments, results and errors), on any device: what
+    the kernel is checked against, and what runs for the inputs it does not serve."""
+    _check_per_token_args("per_token_cast_to_fp8", x, use_ue8m0, gran_k, use_packed_ue8m0)
     x_fp8, sf = _cast_blocks(x, 1, gran_k, use_ue8m0)
     return x_fp8, pack_scales_along_k(sf) if use_packed_ue8m0 else sf
+
+
+def silu_and_mul_reference(
+    x: torch.Tensor, row_weights: torch.Tensor | None = None, activation_clamp: float | None = None
+) -> torch.Tensor:
+    """The SwiGLU of the MoE intermediate in FP32, as :func:`deep_gemm.silu_and_mul_quant_fp8` computes it before
+    quantizing: ``silu(gate) * up`` (gate the first half of each row, up the second), with ``gate`` clamped to
+    ``<= activation_clamp`` and ``up`` to ``[-activation_clamp, activation_clamp]`` first when given, then times
+    ``row_weights`` (one per row) when given. ``silu(g) = g / (1 + exp(-g))``, computed as those three operations
+    (each rounded to FP32): ``torch.nn.functional.silu`` is one fused kernel whose rounding depends on how PyTorch
+    was compiled (an FMA contraction of the add), so it is not a reproducible reference for a bit-exact kernel.
+
+    Args:
+        x: ``[..., M, 2 * I]``, a float dtype, any device.
+        row_weights: None, or ``[..., M]`` (x's shape without the last dim), converted to FP32.
+        activation_clamp: None or a float.
+
+    Returns:
+        ``[..., M, I]`` ``torch.float32``.
+    """
+    gate, up = x.float().chunk(2, dim=-1)
+    if activation_clamp is not None:
+        gate = gate.clamp(max=activation_clamp)
+        up = up.clamp(min=-activation_clamp, max=activation_clamp)
+    y = gate / (1 + torch.exp(-gate)) * up
+    if row_weights is not None:
+        y = y * row_weights.float().unsqueeze(-1)
+    return y
 
 
 def per_channel_cast_to_fp8(
@@ -189,6 +263,9 @@ def per_block_cast_to_fp8(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize a K-major operand with one scale per ``gran_k x gran_k`` block (the RHS recipe).
 
+    BF16/FP32 CUDA inputs on SM90 or newer with ``gran_k`` 128 run the kernel :func:`deep_gemm.per_block_quant_fp8`
+    (same bits); others :func:`per_block_cast_to_fp8_reference`.
+
     Args:
         x: ``[N, K]`` (or ``[G, N, K]``), ``torch.bfloat16`` or ``torch.float32``, any
             strides, CPU or CUDA. Neither ``N`` nor ``K`` need be block multiples: partial
@@ -207,6 +284,18 @@ def per_block_cast_to_fp8(
             have the wrong type.
         ValueError: ``x`` is not 2D/3D, or ``gran_k <= 0``.
     """
+    _check_cast_args("per_block_cast_to_fp8", x, use_ue8m0, gran_k)
+    if _kernel_serves(x, (128,), gran_k):
+        from deep_gemm import ops
+
+        return ops.per_block_quant_fp8(x, use_ue8m0)
+    return _cast_blocks(x, gran_k, gran_k, use_ue8m0)
+
+
+def per_block_cast_to_fp8_reference(
+    x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PyTorch form of :func:`per_block_cast_to_fp8` (same arguments, results and errors), on any device."""
     _check_cast_args("per_block_cast_to_fp8", x, use_ue8m0, gran_k)
     return _cast_blocks(x, gran_k, gran_k, use_ue8m0)
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from deep_gemm.utils.arith import align, ceil_div
 from deep_gemm.utils.casts import (
     AMAX_CLAMP_MIN,
+    _kernel_serves,
     ceil_to_ue8m0,
     pack_scales_along_k,
     unpack_ue8m0_from_int,
@@ -93,6 +94,10 @@ def per_token_cast_to_fp4(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x [M, K]`` to packed E2M1 with one scale per row per ``gran_k`` columns.
 
+    BF16/FP32 CUDA inputs on SM90 or newer with ``gran_k`` 32 or 128 run the kernel
+    :func:`deep_gemm.per_token_quant_fp4` (same bits, NaN inputs aside); others
+    :func:`per_token_cast_to_fp4_reference`.
+
     See the module docstring for the code, rounding and packing. ``x ≈ cast_back_from_fp4(...)``.
 
     Args:
@@ -113,6 +118,15 @@ def per_token_cast_to_fp4(
         ValueError: ``x`` is not 2D, ``K`` is odd, ``gran_k <= 0``, or ``use_packed_ue8m0``
             without ``use_ue8m0``.
     """
+    _check_fp4_args(x, use_ue8m0, gran_k, use_packed_ue8m0)
+    if _kernel_serves(x, (32, 128), gran_k) and x.dim() == 2:
+        from deep_gemm import ops
+
+        return ops.per_token_quant_fp4(x, use_ue8m0, gran_k, use_packed_ue8m0)
+    return per_token_cast_to_fp4_reference(x, use_ue8m0, gran_k, use_packed_ue8m0)
+
+
+def _check_fp4_args(x: torch.Tensor, use_ue8m0: bool, gran_k: int, use_packed_ue8m0: bool) -> None:
     fn = "per_token_cast_to_fp4"
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: x must be a torch.Tensor, got {type(x).__name__}")
@@ -127,6 +141,14 @@ def per_token_cast_to_fp4(
     _check_bool(fn, "use_packed_ue8m0", use_packed_ue8m0)
     if use_packed_ue8m0 and not use_ue8m0:
         raise ValueError(f"{fn}: use_packed_ue8m0=True needs use_ue8m0=True (power-of-two scales)")
+
+
+def per_token_cast_to_fp4_reference(
+    x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128, use_packed_ue8m0: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PyTorch form of :func:`per_token_cast_to_fp4` (same arguments, results and errors), on any device: what
+    the kernel :func:`deep_gemm.per_token_quant_fp4` is checked against, and what runs for inputs it does not serve."""
+    _check_fp4_args(x, use_ue8m0, gran_k, use_packed_ue8m0)
     m, k = x.shape
     padded_k = align(k, gran_k)
     blocks = F.pad(x.float(), (0, padded_k - k)).view(m, padded_k // gran_k, gran_k)

@@ -339,4 +339,40 @@ struct PagedMqaProblem {
     uint64_t ld_logits;
 };
 
+// ------------------------------------------------------------------------------------------------ FP8 quantization
+
+// Chunks of 8 values each lane of the per-token cast loads before it computes any: two 16-byte loads in flight per
+// lane either way (a SwiGLU chunk loads gate and up; two SwiGLU chunks spilled registers). The host sizes the grid
+// with it.
+DG_HOST_DEVICE constexpr uint32_t per_token_quant_chunks_per_lane(bool swiglu) {
+    return swiglu ? 1 : 2;
+}
+
+// The per-token FP8 cast's kernel parameter (deep_gemm/impls/smxx_quant_per_token.cuh), passed by value. Rows are
+// [num_batches, num_rows] (a 2-D input is one batch); each row has num_cols output values. Strides are in elements of
+// the tensor they index; the scale strides are in 4-byte words (an FP32 scale, or a word of four packed UE8M0 bytes).
+struct PerTokenQuantParams {
+    const void* x;                 // BF16 or FP32; with SwiGLU each row is [gate (num_cols), up (num_cols)]
+    int64_t x_stride_batch, x_stride_row;
+    uint8_t* out;                  // e4m3 [num_batches, num_rows, num_cols]
+    int64_t out_stride_batch, out_stride_row;
+    void* sf;                      // FP32 scales, or int32 words of packed UE8M0 bytes
+    int64_t sf_stride_batch, sf_stride_row, sf_stride_k;
+    uint32_t sf_padding_rows;      // MN-major: rows after the last one that are zeroed (align(M, 4) - M), else 0
+    uint32_t num_batches, num_rows, num_cols, num_sf_k;  // num_sf_k = ceil(num_cols / gran_k)
+    const int32_t* masked_m;       // nullptr, or [num_batches]: rows past masked_m[b] are left untouched
+    const float* row_weights;      // nullptr, or FP32 [num_batches, num_rows] contiguous: SwiGLU output scaled per row
+    float activation_clamp;        // SwiGLU: gate <= clamp, up in [-clamp, clamp] (when has_clamp)
+    uint32_t has_clamp;
+};
+
+// The 128x128-block FP8 cast's kernel parameter (deep_gemm/impls/smxx_quant_per_block.cuh), passed by value.
+struct PerBlockQuantParams {
+    const void* x;                 // BF16 or FP32 [num_batches, num_rows, num_cols]
+    int64_t x_stride_batch, x_stride_row;
+    uint8_t* out;                  // e4m3, contiguous
+    float* sf;                     // FP32 [num_batches, ceil(num_rows / 128), ceil(num_cols / 128)], contiguous
+    uint32_t num_batches, num_rows, num_cols;
+};
+
 }  // namespace deep_gemm
