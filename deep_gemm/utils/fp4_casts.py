@@ -94,9 +94,8 @@ def per_token_cast_to_fp4(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x [M, K]`` to packed E2M1 with one scale per row per ``gran_k`` columns.
 
-    BF16/FP32 CUDA inputs on SM90 or newer with ``gran_k`` 32 or 128 run the kernel
-    :func:`deep_gemm.per_token_quant_fp4` (same bits, NaN inputs aside); others
-    :func:`per_token_cast_to_fp4_reference`.
+    Runs :func:`per_token_cast_to_fp4_reference` (the kernel :func:`deep_gemm.per_token_quant_fp4` serves CUDA
+    inputs by its own name; see deep_gemm.utils.casts).
 
     See the module docstring for the code, rounding and packing. ``x ≈ cast_back_from_fp4(...)``.
 
