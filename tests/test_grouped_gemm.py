@@ -359,30 +359,3 @@ def test_m_grouped_masked_graph_replay_and_clamping() -> None:
         graph.replay()
         torch.cuda.synchronize()
         check_masked(d, a, sfa, b, sfb, counts, f"replay {counts}")
-
-
-@gpu
-@pytest.mark.parametrize("sfa_layout", ["row-major", "per-group-mn-major", "flattened-mn-major"])
-def test_m_grouped_masked_sfa_layouts(sfa_layout: str) -> None:
-    # The scale layouts callers pass: row-major [G, max_m, K/128] as the cast returns it; each group MN-major and
-    # TMA-aligned (get_mn_major_tma_aligned_tensor of the 3-D tensor, what engines pass: read in place, one kernel
-    # per call); the flattened groups' MN-major layout seen as [G, max_m, K/128] (transformed)
-    num_groups, max_m, n, k = 3, 192, 512, 896
-    a, sfa, b, sfb = make_masked_inputs(num_groups, max_m, n, k)
-    if sfa_layout == "per-group-mn-major":
-        sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa)
-        assert sfa.stride(1) == 1 and sfa.stride(0) == sfa.shape[2] * sfa.stride(2)
-    elif sfa_layout == "flattened-mn-major":
-        sfa = deep_gemm.get_mn_major_tma_aligned_tensor(sfa.reshape(-1, sfa.shape[2])).view(num_groups, max_m, -1)
-    counts = [150, 0, 192]
-    masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
-    d = torch.full((num_groups, max_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 128)
-    check_masked(d, a, sfa, b, sfb, counts, sfa_layout)
-    if sfa_layout == "per-group-mn-major":
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 128)
-            torch.cuda.synchronize()
-        kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        assert len(kernels) == 1, f"expected only the GEMM kernel, got {kernels}"

@@ -261,8 +261,7 @@ inline void fp8_einsum(const std::string& expr, const TensorPair& a, const Tenso
     const detail::HeadsFirst s = detail::heads_first(a_data, dim_d, d.options());
     const at::Tensor sfa_rows = at::empty({sf_r, heads * s.max_m}, sfa.options());
     sfa_rows.view({sf_r, heads, s.max_m}).narrow(2, 0, batch).copy_(sfa.permute({2, 1, 0}));
-    // (the masked kernel reads sfa per head: [h, max_m, ceil(r/128)], rows contiguous)
-    const at::Tensor sfa_mn_major = sfa_rows.view({sf_r, heads, s.max_m}).permute({1, 2, 0});
+    const at::Tensor sfa_mn_major = sfa_rows.t();  // [h * max_m, ceil(r/128)]
     const at::Tensor b_stacked = detail::stacked_groups(b_data);
     const at::Tensor sfb_rows = sfb.contiguous();
     detail::run_masked({s.a.view({heads * s.max_m, r}), b_stacked, s.d.view({heads * s.max_m, dim_d}), nullptr,

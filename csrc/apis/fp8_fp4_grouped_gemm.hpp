@@ -87,10 +87,9 @@ inline void m_grouped_fp8_fp4_gemm_nt_masked_packed(const at::Tensor& a, const a
         return;
     const at::Tensor a_flat = a.view({num_groups * max_m, k});
     const at::Tensor d_flat = d.view({num_groups * max_m, n});
-    // (sfa stays [G, max_m, ceil(K/128)], each group MN-major: the masked kernel reads it through a 3-D map)
-    at::Tensor sfa_storage;
-    const at::Tensor sfa_fp32 = fp4_gemm_sfa_fp32(sfa_in, k);
-    const at::Tensor& sfa = mn_major_tma_aligned(sfa_fp32, sfa_storage);
+    const int64_t sf_k = (k + 127) / 128;
+    const at::Tensor sfa =
+        get_mn_major_tma_aligned_tensor(fp4_gemm_sfa_fp32(sfa_in, k).reshape({num_groups * max_m, sf_k}));
     const at::Tensor sfb = fp4_b_scale_words(sfb_in);
     detail::run_masked({a_flat, b, d_flat, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n,
                         cdims.k},

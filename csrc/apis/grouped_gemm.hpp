@@ -242,13 +242,10 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     if (n == 0 || max_m == 0)
         return;
 
-    // The groups flattened: A [G * max_m, K], D [G * max_m, N]; sfa stays [G, max_m, ceil(K/128)], each group
-    // MN-major (the kernel reads it through a 3-D map): the layout engines pass is used as is, others take one
-    // transform
+    // The groups flattened: A [G * max_m, K], D [G * max_m, N], sfa [G * max_m, ceil(K/128)]
     const at::Tensor a_flat = a.view({num_groups * max_m, k});
     const at::Tensor d_flat = d.view({num_groups * max_m, n});
-    at::Tensor sfa_storage;
-    const at::Tensor& sfa = mn_major_tma_aligned(sfa_in, sfa_storage);
+    const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in.reshape({num_groups * max_m, sf_k}));
     const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
     detail::run_masked({a_flat, b, d_flat, nullptr, &sfa, &sfb, kernels::fp8_operands(false), cdims.m, cdims.n, cdims.k},
                        masked_m, max_m, expected_m);

@@ -35,7 +35,7 @@ struct GemmArgs {
     const at::Tensor& b;    // [N, K] (m-grouped: [G, N, K], groups stacked densely) e4m3 K-major, or BF16
     const at::Tensor& d;    // [M, N] BF16 or FP32, row stride `d.stride(0)`
     const at::Tensor* c;    // of D's type and shape, accumulated into D, may be `d`; or null
-    const at::Tensor* sfa;  // FP8: [M, ceil(K/128)] FP32, MN-major, TMA-aligned (masked: [G, max_m, ceil(K/128)], each group so); BF16: null
+    const at::Tensor* sfa;  // FP8: [M, ceil(K/128)] FP32, MN-major, TMA-aligned; BF16: null
     const at::Tensor* sfb;  // FP8 recipe (1, 128, 128): [ceil(N/128), ceil(K/128)] FP32, contiguous;
                             // recipe (1, 1, 128): [N, ceil(K/128)] FP32, MN-major, TMA-aligned; BF16: null
     GemmOperands operands;  // (has_c: set from `c`)
@@ -106,12 +106,7 @@ public:
 
         // With one K block the stride of an MN-major scale tensor's K dimension is meaningless: use the
         // aligned row length
-        // Masked: sfa is 3-D [G, max_m, K blocks] with unit row stride; its K-block and group strides (elements)
-        const bool sfa_3d = fp8 && args.sfa->dim() == 3;
-        const int64_t sfa_stride = !fp8     ? 0
-                                   : sfa_3d ? (args.sfa->size(2) > 1 ? args.sfa->stride(2) : (args.max_m + 3) / 4 * 4)
-                                   : args.sfa->size(1) > 1 ? args.sfa->stride(1) : (m + 3) / 4 * 4;
-        const int64_t sfa_group_stride = sfa_3d ? args.sfa->stride(0) : 0;
+        const int64_t sfa_stride = !fp8 ? 0 : args.sfa->size(1) > 1 ? args.sfa->stride(1) : (m + 3) / 4 * 4;
         // (FP8 x FP4 m-grouped: [G, N, ceil(K/128)] MN-major, the K-block stride the last dimension's)
         const int64_t sfb_stride = !sfb_by_tma ? 0 : args.sfb->size(-1) > 1 ? args.sfb->stride(-1) : (n + 3) / 4 * 4;
         // Row strides: between K rows of an MN-major operand, between MN rows of a K-major one
@@ -121,7 +116,7 @@ public:
         const int64_t ldb = operands.mn_major_b ? row_stride(args.b, args.b.dim() - 1, int64_t(k) * num_groups, n)
                                                 : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups,
                                                              operands.fp4_b() ? k / 2 : k);
-        const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfa_group_stride, sfb_stride,
+        const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfb_stride,
                             num_sms, use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
                             args.num_groups, args.grouped_alignment, args.max_m, args.config_m,
                             jit::DeviceRuntime::instance().gemm_settings_key()};
@@ -189,8 +184,8 @@ public:
         const bool fp8 = operands.is_fp8();
         const int64_t sfa_stride = fp8 ? args.sfa->stride(0) : 0, sfb_stride = fp8 ? args.sfb->stride(0) : 0;
         const bool use_tma_store = k_grouped_tma_store_fits(n, reinterpret_cast<uintptr_t>(args.d.data_ptr()));
-        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.c != nullptr ? n : 0, sfa_stride, 0, sfb_stride,
-                            num_sms, use_tma_store, args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), n), operands,
+        const Signature sig{device, m, n, 0, 0, 0, static_cast<int64_t>(n), args.c != nullptr ? n : 0, sfa_stride, sfb_stride, num_sms,
+                            use_tma_store, args.c != nullptr && c_loaded_by_tma(args.c->data_ptr(), n), operands,
                             args.compile_m, args.compile_n, false, GemmType::kKGroupedContiguous,
                             num_groups, 0, 0, num_groups * m, jit::DeviceRuntime::instance().gemm_settings_key()};
         const Plan& plan = get_plan(sig, nullptr);
@@ -246,7 +241,7 @@ private:
     struct Signature {
         int device;
         uint32_t m, n, k;
-        int64_t lda, ldb, ldd, ldc, sfa_stride, sfa_group_stride, sfb_stride;  // (sfa_group_stride: masked only)
+        int64_t lda, ldb, ldd, ldc, sfa_stride, sfb_stride;
         int num_sms;
         bool use_tma_store;
         bool c_by_tma;  // a C whose rows TMA can address (see c_loaded_by_tma)
@@ -262,7 +257,6 @@ private:
             size_t h = 1469598103934665603ull;
             const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
             mix(s.device), mix(s.m), mix(s.n), mix(s.k), mix(s.lda), mix(s.ldb), mix(s.ldd), mix(s.ldc), mix(s.sfa_stride);
-            mix(s.sfa_group_stride);
             mix(s.sfb_stride), mix(s.num_sms), mix(static_cast<uint32_t>(s.gemm_type)), mix(s.num_groups);
             mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m), mix(s.settings);
             mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.c_by_tma << 4));
@@ -303,10 +297,7 @@ private:
                                         sig.ldb, halve_b ? c.block_n / 2 : c.block_n);
         plan.tma_bases = {args.a.data_ptr(), args.b.data_ptr(), nullptr, nullptr, nullptr, nullptr};
         if (operands.is_fp8()) {
-            plan.tma[2] = sig.gemm_type == GemmType::kMGroupedMasked
-                              ? masked_scale_map(args.sfa->data_ptr(), sig.max_m, sf_k, sig.num_groups, sig.sfa_stride,
-                                                 sig.sfa_group_stride, c.block_m)
-                              : scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, small_m_box_rows(c, sig.m, 4));
+            plan.tma[2] = scale_map(args.sfa->data_ptr(), sig.m, sf_k, sig.sfa_stride, small_m_box_rows(c, sig.m, 4));
             plan.tma_bases[2] = args.sfa->data_ptr();
         }
         if (operands.sfb_by_tma()) {

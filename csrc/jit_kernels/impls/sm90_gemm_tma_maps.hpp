@@ -71,14 +71,6 @@ struct Sm90GemmMaps {
                                 driver::CU_TENSOR_MAP_SWIZZLE_NONE);
     }
 
-    // Masked FP8 sfa: [groups][K blocks][max_m] FP32 with unit row stride, K blocks `k_floats` and groups
-    // `group_floats` apart (multiples of 4: TMA strides are multiples of 16 bytes); boxes of box_m rows.
-    static jit::CUtensorMap masked_scale_map(const void* base, uint64_t max_m, uint64_t k_blocks, uint64_t groups,
-                                             uint64_t k_floats, uint64_t group_floats, uint32_t box_m) {
-        return jit::make_tma_3d(base, driver::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, {max_m, k_blocks, groups},
-                                {k_floats * 4, group_floats * 4}, {box_m, 1, 1}, driver::CU_TENSOR_MAP_SWIZZLE_NONE);
-    }
-
     // Rows of the A box (granularity 8) and the sfa box (granularity 4): the kernel's rule
     // (deep_gemm::sm90_gemm_small_m_box_rows), by which it arms the stage barrier with the bytes of these boxes.
     static uint32_t small_m_box_rows(const GemmConfig& c, uint32_t m, uint32_t granularity) {

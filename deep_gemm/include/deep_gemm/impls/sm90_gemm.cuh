@@ -82,9 +82,7 @@
 //   map) and sfb as [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous:
 //   skipping padding blocks; masked: A and D [groups * max_m, ...], walking each group's masked_m rows), the
 //   producer offsets B's rows and the sfb loader its scales by the group; tiles with rows that must not
-//   be written are stored directly with a per-row check, whole ones through TMA. Masked FP8 reads sfa through
-//   a 3-D map [groups][K blocks][max_m] (any group and K-block strides), so the per-group MN-major layout
-//   engines pass needs no transform.
+//   be written are stored directly with a per-row check, whole ones through TMA.
 // K-grouped (kKGroupedContiguous, MoE weight gradients; FP8 recipe (1, 1, 128) or BF16): per group g,
 //   D[g] = C[g] + A_g @ B_g^T with A_g [M, K_g] and B_g [N, K_g] (FP8: K-major; BF16 tn: MN-major [K_g, M] and
 //   [K_g, N]), back to back in flat buffers. Their row strides or extents differ per group, so the host passes
@@ -395,15 +393,8 @@ struct Sm90Gemm {
                 } else {
                     load_tile<BLOCK_N, kMnMajorB>(s.b(pipe.stage), tma_b, full, k_block, b_row, b_group);
                 }
-                if constexpr (kIsFp8 && kGemmType == GemmType::kMGroupedMasked) {
-                    // Masked: sfa is [G][K blocks][rows] (each group MN-major, as the per-group layout transform
-                    // gives it, or the flattened [K blocks][G * max_m] seen per group): a 3-D map at (row in the
-                    // group, K block, group)
-                    ptx::tma_load_3d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M - tile.group * layout.max_m,
-                                     k_block, tile.group);
-                } else if constexpr (kIsFp8) {
+                if constexpr (kIsFp8)
                     ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, sf_row + k_block);
-                }
                 if constexpr (kPerRowSfb && !kFp4B)
                     ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, full, n_block * BLOCK_N, sf_row + k_block);
             }
