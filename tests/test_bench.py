@@ -340,3 +340,35 @@ def test_einsum_suite_is_registered() -> None:
     assert {tuple(s[1:]) for s in EINSUM_SHAPES if s[0] == "mn"} == {(8, 4096, 4096, 4096), (8, 7168, 7168, 4096)}
     assert any(s[0] == "skip" for s in EINSUM_SHAPES)
     assert all(parse_einsum_shape(f"{s[0]}:{'x'.join(map(str, s[1:]))}") == s for s in EINSUM_SHAPES)
+
+
+def test_run_rows_drives_a_suite_without_a_gpu(monkeypatch, capsys) -> None:
+    # The row loop the quant, hc and einsum suites share, with the GPU parts stubbed: throughput, cells, geomeans per
+    # group, notes, and a failed row making the report not ok
+    import torch
+
+    from deep_gemm.bench import common
+    from deep_gemm.bench.registry import BenchOptions
+    from deep_gemm.bench.report import Column, Table
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stub GPU")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(common, "d2d_copy_bandwidth", lambda: 2e12)
+    monkeypatch.setattr(common, "gpu_idle", lambda seconds: None)
+    monkeypatch.setattr(common, "report_header", lambda name, options, max_diff, bw: {"suite": name})
+
+    def bench(item, options):
+        group, us, accurate = item
+        return {"group": group, "flops": 1e9, "bytes": 1e6, "ours": {"median_us": us}, "ours_error": None,
+                "ours_diff": 0.0, "ours_accurate": accurate, "torch": {"median_us": 4 * us}, "torch_error": None}  # fmt: skip
+
+    table = Table([Column("group", 6), Column("us", 6), Column("diff", 6)])
+    cells = lambda row: [row["group"], f"{row['ours']['median_us']:.0f}", common.diff_cell(row, ".0f")]  # noqa: E731
+    items = [("a", 10.0, True), ("a", 20.0, True), ("b", 5.0, False)]
+    report = common.run_rows("stub", BenchOptions(), items, bench, table, cells, 1e-3, group_of=lambda r: r["group"])
+    out = capsys.readouterr().out
+    assert not report.ok  # (row b is inaccurate)
+    assert report.data["geomean_speedup"] == {"a": pytest.approx(4.0), "b": pytest.approx(4.0)}
+    assert report.data["rows"][0]["gbps"] == pytest.approx(1e6 / 10e-6 * 1e-9)
+    assert "0!" in out and "geomean speedup vs torch (a): 4.000" in out and "stub GPU" in out

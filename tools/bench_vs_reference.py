@@ -92,7 +92,11 @@ def dense_calls(dg, shapes):
         b, sfb = fp8_per_block(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         sfa = sf_layout(dg, sfa)
-        yield f"{m}x{n}x{k}", 2 * m * n * k, lambda a=a, sfa=sfa, b=b, sfb=sfb, d=d: dg.fp8_gemm_nt((a, sfa), (b, sfb), d)
+        yield (
+            f"{m}x{n}x{k}",
+            2 * m * n * k,
+            lambda a=a, sfa=sfa, b=b, sfb=sfb, d=d: dg.fp8_gemm_nt((a, sfa), (b, sfb), d),
+        )
 
 
 def contiguous_calls(dg, shapes):
@@ -128,8 +132,11 @@ def wgrad_calls(dg, shapes):
         b, sfb = fp8_per_token(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
         d = torch.randn(m, n, device="cuda", dtype=torch.float32)
         sfa, sfb = sf_layout(dg, sfa), sf_layout(dg, sfb)
-        yield f"{m}x{n}x{k}", 2 * m * n * k, (
-            lambda a=a, sfa=sfa, b=b, sfb=sfb, d=d: dg.fp8_gemm_nt((a, sfa), (b, sfb), d, c=d, recipe=(1, 1, 128)))
+        yield (
+            f"{m}x{n}x{k}",
+            2 * m * n * k,
+            (lambda a=a, sfa=sfa, b=b, sfb=sfb, d=d: dg.fp8_gemm_nt((a, sfa), (b, sfb), d, c=d, recipe=(1, 1, 128))),
+        )
 
 
 def kgrouped_calls(dg, shapes):
@@ -161,8 +168,11 @@ def mqa_calls(dg, shapes, h: int = 64, dim: int = 128):
         ke = torch.arange(s_kv - s + 1, s_kv + 1, device="cuda", dtype=torch.int32)
         ks = torch.zeros(s, device="cuda", dtype=torch.int32)
         pairs = int((ke - ks).sum())
-        yield f"{s}x{s_kv}", 2 * h * dim * pairs, (
-            lambda q=q, kv=kv, kv_sf=kv_sf, w=weights, ks=ks, ke=ke: dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke))
+        yield (
+            f"{s}x{s_kv}",
+            2 * h * dim * pairs,
+            (lambda q=q, kv=kv, kv_sf=kv_sf, w=weights, ks=ks, ke=ke: dg.fp8_mqa_logits(q, (kv, kv_sf), w, ks, ke)),
+        )
 
 
 def paged_calls(dg, shapes, h: int = 64, dim: int = 128, block_kv: int = 64):
@@ -175,7 +185,8 @@ def paged_calls(dg, shapes, h: int = 64, dim: int = 128, block_kv: int = 64):
         table = torch.randperm(num_blocks, device="cuda").int().view(batch, per_req)
         cache = torch.randint(0, 256, (num_blocks, block_kv * (dim + 4)), device="cuda", dtype=torch.uint8)
         cache[:, block_kv * dim :] = (
-            torch.rand(num_blocks, block_kv, device="cuda").add_(0.5).view(torch.uint8).view(num_blocks, -1))
+            torch.rand(num_blocks, block_kv, device="cuda").add_(0.5).view(torch.uint8).view(num_blocks, -1)
+        )
         cache[:, : block_kv * dim] &= 0xF7
         cache = cache.view(num_blocks, block_kv, 1, dim + 4)
         q = torch.randn(batch, next_n, h, dim, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
@@ -183,7 +194,7 @@ def paged_calls(dg, shapes, h: int = 64, dim: int = 128, block_kv: int = 64):
         pairs = int(sum(next_n * int(x) for x in lens.tolist()))
         num_sms = dg.get_num_sms()
 
-        def call(q=q, cache=cache, w=weights, lens=lens, table=table, max_len=max_len):
+        def call(q=q, cache=cache, w=weights, lens=lens, table=table, max_len=max_len, num_sms=num_sms):
             meta = dg.get_paged_mqa_logits_metadata(lens, block_kv, num_sms)
             return dg.fp8_paged_mqa_logits(q, cache, w, lens, table, meta, max_len, False)
 
@@ -197,8 +208,11 @@ def bf16_contiguous_calls(dg, shapes):
         b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
         layout = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(m)
         d = torch.empty(g * m, n, device="cuda", dtype=torch.bfloat16)
-        yield f"{g}x{m}x{n}x{k}", 2 * g * m * n * k, (
-            lambda a=a, b=b, d=d, layout=layout: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout))
+        yield (
+            f"{g}x{m}x{n}x{k}",
+            2 * g * m * n * k,
+            (lambda a=a, b=b, d=d, layout=layout: dg.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)),
+        )
 
 
 def bf16_masked_calls(dg, shapes):
@@ -208,8 +222,11 @@ def bf16_masked_calls(dg, shapes):
         b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
         masked = torch.full((g,), m, device="cuda", dtype=torch.int32)
         d = torch.empty(g, MASKED_CAPACITY, n, device="cuda", dtype=torch.bfloat16)
-        yield f"{g}x{m}x{n}x{k}", 2 * g * m * n * k, (
-            lambda a=a, b=b, d=d, masked=masked, m=m: dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, m))
+        yield (
+            f"{g}x{m}x{n}x{k}",
+            2 * g * m * n * k,
+            (lambda a=a, b=b, d=d, masked=masked, m=m: dg.m_grouped_bf16_gemm_nt_masked(a, b, d, masked, m)),
+        )
 
 
 SUITES = {

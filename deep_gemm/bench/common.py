@@ -10,12 +10,13 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.registry import BenchOptions
-from deep_gemm.bench.report import fmt
-from deep_gemm.testing import bench_kernel, d2d_copy_bandwidth, kineto_kernel_times
+from deep_gemm.bench.registry import BenchOptions, SuiteReport
+from deep_gemm.bench.report import Table, fmt, geomean
+from deep_gemm.testing import bench_kernel, d2d_copy_bandwidth, gpu_idle, kineto_kernel_times
 
 __all__ = [
     "derive_throughput",
+    "diff_cell",
     "driver_version",
     "copy_bandwidth_text",
     "device_copy_bandwidth",
@@ -24,6 +25,7 @@ __all__ = [
     "parse_int_shape",
     "pct_of_copy_bandwidth",
     "report_header",
+    "run_rows",
     "time_call",
     "try_first_call",
 ]
@@ -169,3 +171,58 @@ def derive_throughput(row: dict[str, Any], copy_bandwidth: float, baselines: tup
     for key in baselines:
         theirs = row.get(key)
         row[f"speedup_vs_{key}"] = theirs["median_us"] * 1e-6 / ours_s if ours_s and theirs else None
+
+
+def diff_cell(row: dict[str, Any], spec: str) -> str:
+    """A table's accuracy cell: ERROR where ours failed, else the diff (``spec``), '!' when above the limit."""
+    if row["ours_error"]:
+        return "ERROR"
+    return fmt(row["ours_diff"], spec) + ("" if row["ours_accurate"] else "!")
+
+
+def run_rows(
+    name: str,
+    options: BenchOptions,
+    items: list,
+    bench: Callable[[Any, BenchOptions], dict[str, Any]],
+    table: Table,
+    cells: Callable[[dict[str, Any]], list[str]],
+    max_diff: float,
+    baselines: tuple[str, ...] = ("torch",),
+    group_of: Callable[[dict[str, Any]], str] | None = None,
+) -> SuiteReport:
+    """The loop of the suites that time our kernel against baselines row by row (quant, hc, einsum): the CUDA check,
+    the device and copy-bandwidth lines, per item the GPU idled then ``bench(item, options)`` (a row with ``ours``,
+    ``ours_error``, ``ours_diff``, ``ours_accurate``, ``flops``, ``bytes`` and each baseline's timing), its throughput
+    (:func:`derive_throughput`) and its printed ``cells(row)``; then the geomean speedup vs the first baseline (per
+    ``group_of(row)`` when given), the errors as notes, and the report (not ok where ours failed or was inaccurate)."""
+    if not torch.cuda.is_available():
+        message = "no CUDA GPU (torch.cuda.is_available() is False)"
+        print(f"{name}: {message}")
+        return SuiteReport(data={"suite": name, "error": message}, ok=False)
+    copy_bandwidth = d2d_copy_bandwidth()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s (read + write)")
+    print(table.header())
+    rows = []
+    for item in items:
+        gpu_idle(options.idle_s)
+        row = bench(item, options)
+        derive_throughput(row, copy_bandwidth, baselines)
+        print(table.row(cells(row)), flush=True)
+        rows.append(row)
+        torch.cuda.empty_cache()
+    first = baselines[0]
+    groups = dict.fromkeys(group_of(r) for r in rows) if group_of else {first: None}
+    geomeans = {
+        group: geomean(r.get(f"speedup_vs_{first}") for r in rows if group_of is None or group_of(r) == group)
+        for group in groups
+    }
+    for group, value in geomeans.items():
+        print(f"geomean speedup vs {first}{f' ({group})' if group_of else ''}: {fmt(value, '.3f')}")
+    notes = {f"{key}: {r[f'{key}_error']}" for r in rows for key in ("ours", *baselines) if r.get(f"{key}_error")}
+    for note in sorted(notes):
+        print(f"note: {note}")
+    failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
+    data = {**report_header(name, options, max_diff, copy_bandwidth), "geomean_speedup": geomeans, "rows": rows}
+    return SuiteReport(data=data, ok=not failed)

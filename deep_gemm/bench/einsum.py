@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, report_header
+from deep_gemm.bench.common import diff_cell, run_rows
 from deep_gemm.bench.grouped import MAX_DIFF, measure_baselines, measure_ours
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
-from deep_gemm.bench.report import Column, Table, fmt, geomean
-from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle
+from deep_gemm.bench.report import Column, Table, fmt
+from deep_gemm.testing import calc_diff
 
 __all__ = ["EINSUM_SHAPES", "parse_einsum_shape", "run_einsum"]
 
@@ -66,8 +66,10 @@ def parse_einsum_shape(text: str) -> tuple:
     """
     case, sep, dims_text = text.partition(":")
     if not sep or case not in _DIMS:
-        raise ValueError(f"expected a shape CASE:DIMS with CASE one of {', '.join(_DIMS)}, such as "
-                         f"'bhd:4096x128x128x512', got {text!r}")
+        raise ValueError(
+            f"expected a shape CASE:DIMS with CASE one of {', '.join(_DIMS)}, such as "
+            f"'bhd:4096x128x128x512', got {text!r}"
+        )
     try:
         dims = tuple(int(p) for p in dims_text.lower().split("x"))
     except ValueError:
@@ -75,8 +77,10 @@ def parse_einsum_shape(text: str) -> tuple:
     count = _DIMS[case]
     positive = dims[:3] if case == "skip" else dims
     if len(dims) != count or any(d <= 0 for d in positive) or any(d < 0 for d in dims):
-        raise ValueError(f"expected a shape {case}: of {count} integers separated by 'x' (positive"
-                         f"{'; LEFT, MID, RIGHT non-negative' if case == 'skip' else ''}), got {text!r}")
+        raise ValueError(
+            f"expected a shape {case}: of {count} integers separated by 'x' (positive"
+            f"{'; LEFT, MID, RIGHT non-negative' if case == 'skip' else ''}), got {text!r}"
+        )
     if case == "skip" and dims[3] + dims[5] == 0:
         raise ValueError(f"expected LEFT + RIGHT > 0 in a skip shape, got {text!r}")
     return (case, *dims)
@@ -200,56 +204,25 @@ def _bench(shape: tuple, options: BenchOptions) -> dict[str, Any]:
 
 def run_einsum(options: BenchOptions) -> SuiteReport:
     """Run the ``einsum`` suite, print its table, return the JSON-ready report."""
-    if not torch.cuda.is_available():
-        message = "no CUDA GPU (torch.cuda.is_available() is False)"
-        print(f"einsum: {message}")
-        return SuiteReport(data={"suite": "einsum", "error": message}, ok=False)
     shapes = [parse_einsum_shape(s) for s in options.shapes] if options.shapes else list(EINSUM_SHAPES)
-    copy_bandwidth = d2d_copy_bandwidth()
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-    print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s (read + write)")
-    print(_TABLE.header())
-    rows = []
-    for shape in shapes:
-        gpu_idle(options.idle_s)
-        row = _bench(shape, options)
-        derive_throughput(row, copy_bandwidth, ("torch", "fp8_copies"))
-        print(
-            _TABLE.row(
-                [
-                    row["case"],
-                    "x".join(map(str, row["dims"])),
-                    fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"),
-                    fmt(row["tflops"], ".0f"),
-                    fmt(row["gbps"], ".0f"),
-                    fmt(row["torch"]["median_us"] if row.get("torch") else None, ".1f"),
-                    fmt(row["speedup_vs_torch"], ".2f"),
-                    "ERROR"
-                    if row["ours_error"]
-                    else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!"),
-                ]
-            ),
-            flush=True,
-        )
-        rows.append(row)
-        torch.cuda.empty_cache()
-    geomeans = {
-        case: geomean(r.get("speedup_vs_torch") for r in rows if r["case"] == case)
-        for case in dict.fromkeys(r["case"] for r in rows)
-    }
-    for case, value in geomeans.items():
-        print(f"geomean speedup vs torch ({case}): {fmt(value, '.3f')}")
-    notes = {
-        f"{key}: {r[f'{key}_error']}"
-        for r in rows
-        for key in ("ours", "torch", "fp8_copies")
-        if r.get(f"{key}_error")
-    }
-    for note in sorted(notes):
-        print(f"note: {note}")
-    failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
-    data = {**report_header("einsum", options, MAX_DIFF, copy_bandwidth), "geomean_speedup": geomeans, "rows": rows}
-    return SuiteReport(data=data, ok=not failed)
+
+    def cells(row: dict[str, Any]) -> list[str]:
+        return [row["case"], "x".join(map(str, row["dims"])), fmt(row["ours"]["median_us"] if row["ours"] else None,
+                ".1f"), fmt(row["tflops"], ".0f"), fmt(row["gbps"], ".0f"),
+                fmt(row["torch"]["median_us"] if row.get("torch") else None, ".1f"), fmt(row["speedup_vs_torch"], ".2f"),
+                diff_cell(row, ".1e")]  # fmt: skip
+
+    return run_rows(
+        "einsum",
+        options,
+        shapes,
+        _bench,
+        _TABLE,
+        cells,
+        MAX_DIFF,
+        baselines=("torch", "fp8_copies"),
+        group_of=lambda row: row["case"],
+    )
 
 
 EINSUM_SUITE = register_suite(

@@ -21,11 +21,10 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, parse_int_shape, report_header
+from deep_gemm.bench.common import diff_cell, parse_int_shape, run_rows
 from deep_gemm.bench.grouped import MAX_DIFF, measure_baselines, measure_ours
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
-from deep_gemm.bench.report import Column, Table, fmt, geomean
-from deep_gemm.testing import d2d_copy_bandwidth, gpu_idle
+from deep_gemm.bench.report import Column, Table, fmt
 
 __all__ = ["QUANT_CASES", "QUANT_SHAPES", "parse_quant_shape", "run_quant"]
 
@@ -117,49 +116,16 @@ def _bench(case: str, m: int, k: int, options: BenchOptions) -> dict[str, Any]:
 
 def run_quant(options: BenchOptions) -> SuiteReport:
     """Run the ``quant`` suite, print its table, return the JSON-ready report."""
-    if not torch.cuda.is_available():
-        message = "no CUDA GPU (torch.cuda.is_available() is False)"
-        print(f"quant: {message}")
-        return SuiteReport(data={"suite": "quant", "error": message}, ok=False)
     shapes = [parse_quant_shape(s) for s in options.shapes] if options.shapes else list(QUANT_SHAPES)
-    copy_bandwidth = d2d_copy_bandwidth()
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-    print(f"device-to-device copy: {copy_bandwidth * 1e-9:.0f} GB/s (read + write)")
-    print(_TABLE.header())
-    rows = []
-    for m, k in shapes:
-        for case in QUANT_CASES:
-            gpu_idle(options.idle_s)
-            row = _bench(case, m, k, options)
-            derive_throughput(row, copy_bandwidth, ("torch",))
-            print(
-                _TABLE.row(
-                    [
-                        case,
-                        str(m),
-                        str(k),
-                        fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"),
-                        fmt(row["gbps"], ".0f"),
-                        fmt(row["pct_copy_bandwidth"], ".0f"),
-                        fmt(row["torch"]["median_us"] if row.get("torch") else None, ".1f"),
-                        fmt(row["speedup_vs_torch"], ".2f"),
-                        "ERROR"
-                        if row["ours_error"]
-                        else fmt(row["ours_diff"], ".0f") + ("" if row["ours_accurate"] else "!"),
-                    ]
-                ),
-                flush=True,
-            )
-            rows.append(row)
-            torch.cuda.empty_cache()
-    geomeans = {"torch": geomean(r.get("speedup_vs_torch") for r in rows)}
-    print(f"geomean speedup vs torch: {fmt(geomeans['torch'], '.3f')}")
-    notes = {f"{key}: {r[f'{key}_error']}" for r in rows for key in ("ours", "torch") if r.get(f"{key}_error")}
-    for note in sorted(notes):
-        print(f"note: {note}")
-    failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
-    data = {**report_header("quant", options, MAX_DIFF, copy_bandwidth), "geomean_speedup": geomeans, "rows": rows}
-    return SuiteReport(data=data, ok=not failed)
+    items = [(case, m, k) for m, k in shapes for case in QUANT_CASES]
+
+    def cells(row: dict[str, Any]) -> list[str]:
+        return [row["case"], str(row["m"]), str(row["k"]), fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"),
+                fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".0f"),
+                fmt(row["torch"]["median_us"] if row.get("torch") else None, ".1f"), fmt(row["speedup_vs_torch"], ".2f"),
+                diff_cell(row, ".0f")]  # fmt: skip
+
+    return run_rows("quant", options, items, lambda item, opts: _bench(*item, opts), _TABLE, cells, MAX_DIFF)
 
 
 QUANT_SUITE = register_suite(
