@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import copy_bandwidth_text, derive_throughput, parse_int_shape, report_header
+from deep_gemm.bench.common import copy_bandwidth_text, derive_throughput, report_header
 from deep_gemm.bench.common import time_call as _time
 from deep_gemm.bench.common import try_first_call as _try_first_call
+from deep_gemm.bench.fp8_gemm import parse_mnk
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, count_bytes, d2d_copy_bandwidth, gpu_idle
@@ -49,15 +50,6 @@ _TABLE = Table(
         Column("diff", 8),
     ]
 )
-
-
-def parse_mnk(text: str) -> tuple[int, int, int]:
-    """Parse ``"MxNxK"`` into positive ints (K a multiple of 32).
-
-    Raises:
-        ValueError: not three positive integers separated by ``x``.
-    """
-    return parse_int_shape(text, 3, "MxNxK of positive integers", "64x7168x2048")
 
 
 def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> dict[str, Any]:
