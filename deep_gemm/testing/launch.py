@@ -2,8 +2,9 @@
 
 Used by the multi-GPU tests (``tests/test_mega_moe_dist.py``, NCCL) and the ``mega_moe_dist`` bench suite, and by
 the CPU tier with the gloo backend. The parent hosts the rendezvous store (a ``TCPStore`` on a port the OS picks, so
-concurrent runs never collide), starts the ranks with ``torch.multiprocessing`` (spawn: CUDA cannot be forked), and
-waits. A rank that raises sends its traceback back; the parent then gives the other ranks a short grace period (they
+concurrent runs never collide), starts the ranks with ``torch.multiprocessing``, and waits. NCCL ranks are spawned
+(CUDA cannot be forked); gloo ranks are forked by default, which saves each rank the ~3 s of importing torch and
+deep_gemm again (the CPU tier runs on 2 cores). A rank that raises sends its traceback back; the parent then gives the other ranks a short grace period (they
 are usually blocked in a collective waiting for the failed one), terminates them, and raises :class:`RankError`
 with every failed rank's traceback. A rank that dies without a word (a crash) is reported by its exit code.
 
@@ -14,8 +15,8 @@ it reliably, and no deep_gemm path relies on it.
 from __future__ import annotations
 
 import datetime
+import io
 import os
-import pickle
 import queue as queue_module
 import time
 import traceback
@@ -79,8 +80,10 @@ def _rank_main(
             **kwargs,
         )
         result = fn(rank, num_ranks, *args)
-        # (pickled here, by value: a tensor shared through memory would die with this process)
-        results.put((rank, True, pickle.dumps(result)))
+        # (serialized here, by value: a tensor shared through memory would die with this process)
+        payload = io.BytesIO()
+        torch.save(result, payload)
+        results.put((rank, True, payload.getvalue()))
     except BaseException:  # noqa: BLE001 -- every failure, KeyboardInterrupt included, goes to the parent
         results.put((rank, False, traceback.format_exc()))
         return
@@ -95,12 +98,14 @@ def run_ranks(
     backend: str = "gloo",
     timeout_s: float = 120.0,
     env: dict[str, str] | None = None,
+    start_method: str | None = None,
 ) -> list[Any]:
     """Run ``fn(rank, num_ranks, *args)`` in ``num_ranks`` new processes that form one ``torch.distributed`` group.
 
     Each process joins the default process group (``backend``; with ``"nccl"`` rank r also makes ``cuda:r`` its
-    current device) before ``fn`` runs, and leaves it after. ``fn`` and ``args`` must be picklable (a module-level
-    function), and what ``fn`` returns must unpickle in the parent: return CPU tensors and plain data.
+    current device) before ``fn`` runs, and leaves it after. With the spawn start method ``fn`` and ``args`` must be
+    picklable (a module-level function); what ``fn`` returns goes back through ``torch.save``: return CPU tensors and
+    plain data.
 
     Args:
         fn: the function every rank runs.
@@ -109,6 +114,8 @@ def run_ranks(
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (one GPU per rank; needs ``num_ranks`` visible GPUs).
         timeout_s: the longest the whole run may take, and the process group's collective timeout.
         env: environment variables for the ranks, on top of this process's and ``NCCL_NVLS_ENABLE=0``.
+        start_method: ``"spawn"``, ``"fork"`` or ``"forkserver"``; None: spawn for NCCL, fork for gloo where the
+            platform has it. Fork only a process that has not initialized CUDA.
 
     Returns:
         What each rank's ``fn`` returned, in rank order.
@@ -126,6 +133,10 @@ def run_ranks(
         raise ValueError(f"run_ranks: backend must be one of {BACKENDS}, got {backend!r}")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
         raise ValueError(f"run_ranks: timeout_s must be a positive number, got {timeout_s!r}")
+    if start_method is not None and start_method not in ("spawn", "fork", "forkserver"):
+        raise ValueError(f"run_ranks: start_method must be 'spawn', 'fork', 'forkserver' or None, got {start_method!r}")
+    if backend == "nccl" and start_method == "fork":
+        raise ValueError("run_ranks: start_method 'fork' cannot start NCCL ranks (CUDA cannot be forked); use 'spawn'")
     if env is not None and not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
         raise TypeError("run_ranks: env must be a dict of str to str or None")
     import torch
@@ -143,7 +154,9 @@ def run_ranks(
         "127.0.0.1", 0, num_ranks, is_master=True, wait_for_workers=False,
         timeout=datetime.timedelta(seconds=timeout_s),
     )  # fmt: skip
-    ctx = mp.get_context("spawn")
+    if start_method is None:
+        start_method = "fork" if backend == "gloo" and "fork" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(start_method)
     results = ctx.Queue()
     processes = [
         ctx.Process(
@@ -180,7 +193,7 @@ def run_ranks(
                             first_failure = time.monotonic()
                 continue
             if ok:
-                outputs[rank] = pickle.loads(payload)
+                outputs[rank] = torch.load(io.BytesIO(payload), weights_only=False)
             else:
                 failures[rank] = payload
                 if len(failures) == 1:
