@@ -15,6 +15,7 @@ tokens, and a CUDA graph captured once and replayed with new routing.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -416,7 +417,8 @@ def _dist_layer_worker(rank: int, num_ranks: int, use_fp8: bool) -> dict:
     torch.cuda.synchronize()
     dist.barrier()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # (thread-local: NCCL's watchdog thread queries events while this thread captures)
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         call(y)
     torch.cuda.synchronize()
     for seed, pattern in ((12, "uneven"), (13, "random"), (14, "uneven")):
@@ -441,3 +443,103 @@ def test_mega_moe_across_ranks(num_ranks: int, use_fp8: bool) -> None:
     assert len(results) == num_ranks
     for rank, diffs in enumerate(results):
         assert set(diffs) == {"uneven", "no_tokens", "graph-12", "graph-13", "graph-14"}, rank
+
+
+# ----------------------------------------------------------------------------- mega_moe_dist bench (CPU tier)
+def test_dist_bench_suite_shapes_and_parsing() -> None:
+    from deep_gemm.bench import get_suite
+    from deep_gemm.bench.mega_moe_dist import default_dist_shapes, parse_dist_shape
+
+    suite = get_suite("mega_moe_dist")
+    assert suite.parse_shape("8x256x256x8x7168x2048") == (8, 256, 256, 8, 7168, 2048)
+    assert default_dist_shapes(1) == []
+    assert [(s[0], s[1]) for s in default_dist_shapes(4)] == [(r, t) for r in (2, 4) for t in (64, 256, 1024, 4096)]
+    assert len(default_dist_shapes(8)) == 12 and all(s[2:] == (256, 8, 7168, 2048) for s in default_dist_shapes(8))
+    for text, pattern in (
+        ("1x64x256x8x7168x2048", r"R >= 2"),
+        ("3x64x256x8x7168x2048", r"E \(256\) to be a multiple of R \(3\)"),
+        ("2x64x8x16x7168x2048", r"K \(16\) <= E \(8\)"),
+        ("2x64x256x8x7000x2048", r"multiples of 128"),
+        ("2x64x256x8x7168", r"RxTxExKxHxI"),
+    ):
+        with pytest.raises(ValueError, match=pattern):
+            parse_dist_shape(text)
+
+
+def test_dist_bench_transfer_bytes() -> None:
+    from deep_gemm.bench.mega_moe_dist import transfer_bytes
+
+    # 2 ranks, 4 experts (rank 0: 0-1, rank 1: 2-3); H = 256
+    per_rank = [torch.tensor([[0, 2], [3, -1]]), torch.tensor([[1, 1], [2, 0], [-1, -1]])]
+    fp8 = transfer_bytes(per_rank, 4, 256, True)
+    # rank 0: slots on 2 and 3 are remote (2); rank 1: slots on 1, 1, 0 are remote (3)
+    assert fp8 == [{"dispatch": 2 * (256 + 8), "combine": 2 * 512}, {"dispatch": 3 * (256 + 8), "combine": 3 * 512}]
+    assert transfer_bytes(per_rank, 4, 256, False)[1] == {"dispatch": 3 * 512, "combine": 3 * 512}
+
+
+def test_dist_bench_row_merge_and_format() -> None:
+    from deep_gemm.bench.mega_moe_dist import ALLREDUCE_BYTES, allreduce_bus_bandwidth, format_dist_row, merge_rank_rows
+
+    assert allreduce_bus_bandwidth(1000, 1e-6, 4) == pytest.approx(1000 / 1e-6 * 1.5)
+    base = {"dtype": "fp8", "r": 2, "t": 64, "e": 256, "k": 8, "h": 7168, "i": 2048}
+    ranks = [
+        base | {"ours_us": 100.0, "baseline_us": 300.0, "dispatch_us": 40.0, "combine_us": 50.0, "diff": 2e-4,
+                "dispatch_bytes": 4_000_000, "combine_bytes": 6_000_000},
+        base | {"ours_us": 120.0, "baseline_us": 240.0, "dispatch_us": 20.0, "combine_us": 60.0, "diff": 5e-4,
+                "dispatch_bytes": 2_000_000, "combine_bytes": 4_000_000},
+    ]  # fmt: skip
+    row = merge_rank_rows(ranks, [0.002, 0.001])
+    assert row["ours_us"] == 120.0 and row["baseline_us"] == 300.0 and row["speedup"] == pytest.approx(2.5)
+    assert row["diff"] == 5e-4 and row["accurate"]
+    assert row["dispatch_bytes"] == 3_000_000 and row["dispatch_bw"] == pytest.approx(3e6 / 40e-6)
+    assert row["combine_bw"] == pytest.approx(5e6 / 60e-6)
+    assert row["ours_comm_bw"] == pytest.approx(8e6 / 120e-6)
+    assert row["allreduce_busbw"] == pytest.approx(ALLREDUCE_BYTES / 0.002)  # (R = 2: 2 (R-1)/R = 1)
+    text = format_dist_row(row)
+    assert "2.50" in text and "5.0e-04" in text and "!" not in text
+    json_row = json.loads(json.dumps(row))
+    assert json_row["speedup"] == pytest.approx(2.5)
+    failed = merge_rank_rows([ranks[0] | {"ours_us": None, "diff": None}, ranks[1]], [0.001, 0.001])
+    assert failed["speedup"] is None and not failed["accurate"] and format_dist_row(failed).rstrip().endswith("-")
+
+
+def test_dist_bench_baseline_plan_routes_every_slot() -> None:
+    """The all-to-all baseline's host plan, with the exchange simulated: every received row reaches its expert's
+    segment, and every returned row comes back to the slot that sent it."""
+    from deep_gemm.bench.mega_moe_dist import _baseline_plan
+
+    num_ranks, e_local, alignment, topk = 3, 2, 4, 3
+    gen = torch.Generator().manual_seed(3)
+    all_idx = [torch.rand(t, num_ranks * e_local, generator=gen).topk(topk, dim=1).indices for t in (5, 1, 7)]
+    plans = [_baseline_plan(all_idx, r, e_local, alignment) for r in range(num_ranks)]
+    for rank, plan in enumerate(plans):
+        # what each source sends this rank, in source order: (source, token, global expert)
+        received = []
+        for s, src_plan in enumerate(plans):
+            first = sum(src_plan["in_splits"][:rank])
+            entries = src_plan["send_entries"][first : first + src_plan["in_splits"][rank]]
+            assert plan["out_splits"][s] == entries.numel()
+            received += [(s, int(i) // topk, int(all_idx[s].flatten()[i])) for i in entries]
+        groups, perm = plan["groups"].tolist(), plan["perm"].tolist()
+        assert len(groups) % alignment == 0
+        for row, g in enumerate(groups):
+            if g >= 0:
+                assert received[perm[row]][2] == rank * e_local + g
+        assert sorted(perm[r] for r, g in enumerate(groups) if g >= 0) == list(range(len(received)))
+        for i, row in enumerate(plan["row_of_recv"].tolist()):
+            assert perm[row] == i and groups[row] >= 0
+    # the combine sends row_of_recv's rows back with the splits swapped: each slot gets its own expert's row
+    for rank, plan in enumerate(plans):
+        assert sum(plan["in_splits"]) == all_idx[rank].numel()
+        tokens = plan["send_tokens"].tolist()
+        assert tokens == [int(i) // topk for i in plan["send_entries"]]
+
+
+def test_dist_bench_without_gpus_reports_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from deep_gemm.bench import BenchOptions, get_suite
+
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has GPUs enough to run the suite")
+    report = get_suite("mega_moe_dist").run(BenchOptions())
+    assert not report.ok and "needs two or more CUDA GPUs" in report.data["error"]
+    assert "needs two or more CUDA GPUs" in capsys.readouterr().out
