@@ -1,6 +1,7 @@
 """Shared pytest setup.
 
-- Tests marked ``gpu`` are skipped when no CUDA GPU is visible.
+- Tests marked ``gpu`` are skipped when no CUDA GPU is visible, and those marked ``multigpu`` (one process per
+  GPU, e.g. test_mega_moe_dist.py) when fewer than two are.
 - Tests that compile kernels with NVCC (marked ``nvcc``, or parametrized ``use_nvrtc=False``) are skipped when no
   nvcc is found, and those that compile with NVRTC (marked ``nvrtc``, or ``use_nvrtc=True``) when no NVRTC library
   loads: the CPU tier then runs everything else and says what was skipped and why.
@@ -18,6 +19,7 @@ from jit_helpers import find_nvcc, find_nvrtc
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
+    config.addinivalue_line("markers", "multigpu: needs two or more CUDA GPUs (one process per GPU)")
     config.addinivalue_line("markers", "nvcc: compiles kernels with NVCC (skipped when no nvcc is found)")
     config.addinivalue_line("markers", "nvrtc: compiles kernels with NVRTC (skipped when no NVRTC library loads)")
 
@@ -45,9 +47,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "gpu": None if torch.cuda.is_available() else pytest.mark.skip(
             reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
         ),
+        "multigpu": None if torch.cuda.device_count() >= 2 else pytest.mark.skip(
+            reason=f"needs two or more CUDA GPUs (torch.cuda.device_count() is {torch.cuda.device_count()})"
+        ),
     }
     for item in items:
-        needed = compilers_needed(item) | ({"gpu"} if "gpu" in item.keywords else set())
+        needed = compilers_needed(item) | {name for name in ("gpu", "multigpu") if name in item.keywords}
         for name in sorted(needed):
             if skips[name] is not None:
                 item.add_marker(skips[name])

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from jit_helpers import signature_params
+from mega_moe_reference import dequant_blocks, dequant_rows, expected_routing, moe_reference, swiglu64
 
 import deep_gemm
 from deep_gemm import mega
@@ -229,28 +230,6 @@ def test_transform_bad_arguments(call, error: type, pattern: str) -> None:
 
 
 # ----------------------------------------------------------------------------- routing model (CPU tier)
-def expected_routing(topk_per_rank: list[torch.Tensor], rank: int, num_local_experts: int, alignment: int):
-    """What the route kernel must produce on `rank`: psum_ends [E_local], src_of_row {row: entry code} and the
-    rows written into each source rank's combine_row {(s, t, j): row}. Entries in (rank, token, slot) order."""
-    first = rank * num_local_experts
-    per_expert: list[list[tuple[int, int, int]]] = [[] for _ in range(num_local_experts)]
-    for s, ids in enumerate(topk_per_rank):
-        for t in range(ids.shape[0]):
-            for j in range(ids.shape[1]):
-                e = int(ids[t, j])
-                if first <= e < first + num_local_experts:
-                    per_expert[e - first].append((s, t, j))
-    ends, src_of_row, combine = [], {}, {}
-    start = 0
-    for entries in per_expert:
-        for i, (s, t, j) in enumerate(entries):
-            src_of_row[start + i] = (s, t, j)
-            combine[(s, t, j)] = start + i
-        ends.append(start + len(entries))
-        start += -(-len(entries) // alignment) * alignment
-    return ends, src_of_row, combine
-
-
 def test_routing_model_invariants() -> None:
     gen = torch.Generator().manual_seed(0)
     ranks, e_local, topk, alignment = 3, 4, 3, 8
@@ -534,22 +513,6 @@ def ue_free_block_cast(w: torch.Tensor):
     return per_block_cast_to_fp8(w, use_ue8m0=False)
 
 
-def dequant_blocks(w_fp8: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
-    scale = sf.double().repeat_interleave(128, dim=-2).repeat_interleave(128, dim=-1)
-    return w_fp8.double() * scale[..., : w_fp8.shape[-2], : w_fp8.shape[-1]]
-
-
-def dequant_rows(x_fp8: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
-    return x_fp8.double() * sf.double().repeat_interleave(128, dim=-1)
-
-
-def swiglu64(h: torch.Tensor, inter: int, clamp: float | None) -> torch.Tensor:
-    g, u = h[..., :inter], h[..., inter:]
-    if clamp is not None:
-        g, u = g.clamp(max=clamp), u.clamp(-clamp, clamp)
-    return g * torch.sigmoid(g) * u
-
-
 class Problem:
     """One layer on one rank: random weights and routing, the buffer filled, the float64 reference."""
 
@@ -634,28 +597,18 @@ class Problem:
     def reference(self, num_tokens: int) -> torch.Tensor:
         """float64 of the kernels' quantized math, rounded where the kernels store BF16 or FP8."""
         t = num_tokens
-        if self.use_fp8:
-            x = dequant_rows(self.buffer.x[:t], self.buffer.x_sf[:t])
-            w1, w2 = dequant_blocks(self.w1, self.s1), dequant_blocks(self.w2, self.s2)
-        else:
-            x = self.buffer.x[:t].double()
-            w1, w2 = self.w1.double(), self.w2.double()
-        y = torch.zeros(t, self.hidden, dtype=torch.float64, device=self.device)
-        ids, weights = self.buffer.topk_idx[:t], self.buffer.topk_weights[:t].double()
-        for expert in range(self.e):
-            tok, slot = (ids == expert).nonzero(as_tuple=True)
-            if tok.numel() == 0:
-                continue
-            h = (x[tok] @ w1[expert].T).to(torch.bfloat16).double()  # L1's BF16 output
-            a = swiglu64(h, self.inter, self.clamp) * weights[tok, slot, None]
-            if self.use_fp8:
-                a_fp8, a_sf = per_token_cast_to_fp8(a.float(), use_ue8m0=False)
-                a = dequant_rows(a_fp8, a_sf)
-            else:
-                a = a.to(torch.bfloat16).double()
-            out = (a @ w2[expert].T).to(torch.bfloat16).double()  # L2's BF16 output
-            y.index_add_(0, tok, out)
-        return y
+        return moe_reference(
+            self.buffer.x[:t],
+            self.buffer.x_sf[:t] if self.use_fp8 else None,
+            self.buffer.topk_idx[:t],
+            self.buffer.topk_weights[:t],
+            self.w1,
+            self.s1 if self.use_fp8 else None,
+            self.w2,
+            self.s2 if self.use_fp8 else None,
+            self.inter,
+            self.clamp,
+        )
 
 
 # ----------------------------------------------------------------------------- emulated pipeline (CPU tier)

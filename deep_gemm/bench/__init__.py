@@ -15,6 +15,7 @@ from deep_gemm.bench import (
     hc,
     k_grouped,
     mega_moe,
+    mega_moe_dist,
     mqa,
     quant,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "hc",
     "k_grouped",
     "mega_moe",
+    "mega_moe_dist",
     "mqa",
     "quant",
     "register_suite",
