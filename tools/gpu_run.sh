@@ -96,7 +96,9 @@ if [[ -z "${DG_GPU_RUN_SKIP_JIT:-}" ]]; then
 fi
 
 if [[ -z "${DG_GPU_RUN_SKIP_BENCH:-}" ]]; then
-    suites=${DG_GPU_RUN_SUITES:-$(cd /tmp && python3 -m deep_gemm.bench --list | cut -d: -f1)}
+    # (the multi-GPU suites only where there are several GPUs)
+    multi_gpu_suites=$([[ $(nvidia-smi -L 2>/dev/null | wc -l) -ge 2 ]] || echo mega_moe_dist)
+    suites=${DG_GPU_RUN_SUITES:-$(cd /tmp && python3 -m deep_gemm.bench --list | cut -d: -f1 | grep -vxF "${multi_gpu_suites:-_}")}
     reports=()
     for suite in $suites; do
         # (run from /tmp: the installed package, not the source folder)
