@@ -181,7 +181,10 @@ def test_per_row_sfb_heuristic() -> None:
 # layout's epilogue compile with NVCC without spills (SASS of the other modes is unchanged by this mode)
 @pytest.mark.parametrize(
     ("m", "n", "k", "extra"),
-    [(8192, 3072, 7168, {"gemm_type": 2}), (1024, 4096, 7168, {"gemm_type": 3, "num_groups": 4, "grouped_alignment": 4096})],
+    [
+        (8192, 3072, 7168, {"gemm_type": 2}),
+        (1024, 4096, 7168, {"gemm_type": 3, "num_groups": 4, "grouped_alignment": 4096}),
+    ],
     ids=["psum", "masked"],
 )
 def test_per_row_sfb_m_grouped_compiles_without_spills(tmp_path, monkeypatch, m, n, k, extra) -> None:

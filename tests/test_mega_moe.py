@@ -200,9 +200,7 @@ def test_interleaved_row_scales() -> None:
     w_fp8, blocks = ue_free_block_cast(w)
     rows = interleaved_row_scales(blocks)
     assert rows.shape == (e, 2 * inter, hidden // 128) and rows.stride() == (2 * inter * hidden // 128, 1, 2 * inter)
-    assert torch.equal(
-        dequant_rows(interleave_gate_up(w_fp8), rows), interleave_gate_up(dequant_blocks(w_fp8, blocks))
-    )
+    assert torch.equal(dequant_rows(interleave_gate_up(w_fp8), rows), interleave_gate_up(dequant_blocks(w_fp8, blocks)))
     with pytest.raises(ValueError, match=r"block_scales must be a 3-D FP32 tensor"):
         interleaved_row_scales(blocks.double())
 
@@ -217,6 +215,10 @@ def test_l1_row_scales_cached_per_scale_tensor() -> None:
     again = moe._l1_row_scales(blocks)
     assert again is not first and torch.equal(again, 2 * first)
     assert moe._l1_row_scales(blocks.clone()) is not again  # (another tensor: its own)
+    with torch.inference_mode():  # (no version counter: computed once)
+        frozen = torch.rand(2, 4, 3)
+    assert moe._l1_row_scales(frozen) is moe._l1_row_scales(frozen)
+    assert torch.equal(moe._l1_row_scales(frozen), interleaved_row_scales(frozen))
 
 
 def test_transform_weights_forms() -> None:

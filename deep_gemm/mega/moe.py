@@ -155,12 +155,15 @@ _ROW_SCALES_ATTR = "_deep_gemm_mega_l1_row_scales"
 def _l1_row_scales(block_scales: torch.Tensor) -> torch.Tensor:
     """:func:`interleaved_row_scales` of linear 1's block scales, computed once per scale tensor: kept on the tensor
     object with its version counter, so an in-place change of the scales recomputes them. (Keyed on the object, not on
-    its address: a freed tensor's address may come back holding other scales.)"""
+    its address: a freed tensor's address may come back holding other scales.) Inference-mode tensors have no version
+    counter: theirs are computed once, so scales created under ``torch.inference_mode()`` and then changed in place
+    (inside it) keep their first expansion; pass a new scale tensor instead."""
+    version = None if block_scales.is_inference() else block_scales._version
     cached = getattr(block_scales, _ROW_SCALES_ATTR, None)
-    if cached is not None and cached[0] == block_scales._version:
+    if cached is not None and cached[0] == version:
         return cached[1]
     rows = interleaved_row_scales(block_scales)
-    setattr(block_scales, _ROW_SCALES_ATTR, (block_scales._version, rows))
+    setattr(block_scales, _ROW_SCALES_ATTR, (version, rows))
     return rows
 
 
