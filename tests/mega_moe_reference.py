@@ -68,7 +68,8 @@ def moe_reference(
         tok, slot = (topk_idx == expert).nonzero(as_tuple=True)
         if tok.numel() == 0:
             continue
-        h = (xd[tok] @ w1d[expert].T).to(torch.bfloat16).double()  # L1's BF16 output
+        h = xd[tok] @ w1d[expert].T
+        h = (h.float() if use_fp8 else h.to(torch.bfloat16)).double()  # L1's FP32 (FP8) or BF16 output
         a = swiglu64(h, inter, clamp) * weights[tok, slot, None]
         if use_fp8:
             a_fp8, a_sf = per_token_cast_to_fp8(a.float(), use_ue8m0=False)

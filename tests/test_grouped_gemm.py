@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from jit_helpers import compile_params
 
 import deep_gemm
 from deep_gemm.testing import H200_CLUSTER_CTAS, calc_diff
@@ -31,14 +32,16 @@ def cpu_operands(num_groups: int = 2, m: int = 256, n: int = 128, k: int = 256):
         ("b_2d", r"b\[0\] \(B\) must be 3-D"),
         ("b_k", r"b\[0\] \(B\) must be \[G, N, K\] with K = 256"),
         ("b_not_dense", r"the groups must be stacked densely"),
-        ("d_dtype", r"d must have dtype torch.bfloat16"),
+        ("d_dtype", r"d \(recipe \(1, 128, 128\) writes BF16\) must have dtype torch.bfloat16"),
+        ("per_row_d_dtype", r"d \(recipe \(1, 1, 128\) writes FP32\) must have dtype torch.float32"),
+        ("per_row_sfb_shape", r"b\[1\] \(sfb\) must be \[G, N, ceil\(K/128\)\] = \[2, 128, 2\]"),
         ("d_shape", r"d must be \[M, N\] = \[256, 128\]"),
         ("sfb_shape", r"b\[1\] \(sfb\) must be \[G, ceil\(N/128\), ceil\(K/128\)\] = \[2, 1, 2\]"),
         ("layout_dtype", r"grouped_layout must have dtype torch.int32"),
         ("layout_shape", r"grouped_layout must be int32 \[M\] = \[256\]"),
         ("psum_shape", r"grouped_layout \(use_psum_layout=True\) must be int32 \[G\] = \[2\]"),
         ("m_unaligned", r"M = 200 must be a multiple of get_mk_alignment_for_contiguous_layout\(\) = 128"),
-        ("recipe", r"recipe must be \(1, 128, 128\) for m-grouped GEMMs"),
+        ("recipe", r"recipe must be \(1, 128, 128\) or \(1, 1, 128\) for m-grouped GEMMs"),
         ("k_zero", r"K must be positive"),
         ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
     ],
@@ -53,7 +56,11 @@ def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
     elif case == "b_not_dense":
         b = torch.zeros(2, 256, 256, dtype=torch.float8_e4m3fn)[:, :128]
     elif case == "d_dtype":
-        d = d.float()
+        d = d.half()
+    elif case == "per_row_d_dtype":
+        kwargs["recipe"] = (1, 1, 128)
+    elif case == "per_row_sfb_shape":
+        d = d.float()  # (FP32 D: recipe (1, 1, 128) by default, B scaled per row)
     elif case == "d_shape":
         d = d[:, :64]
     elif case == "sfb_shape":
@@ -67,7 +74,7 @@ def test_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
     elif case == "m_unaligned":
         a, sfa, d, layout = a[:200], sfa[:200], d[:200], layout[:200]
     elif case == "recipe":
-        kwargs["recipe"] = (1, 1, 128)
+        kwargs["recipe"] = (1, 64, 128)
     elif case == "k_zero":
         a, sfa = torch.zeros(256, 0, dtype=torch.float8_e4m3fn), torch.ones(256, 0)
         b, sfb = torch.zeros(2, 128, 0, dtype=torch.float8_e4m3fn), torch.ones(2, 1, 0)
@@ -92,6 +99,8 @@ def masked_cpu_operands(num_groups: int = 2, max_m: int = 128, n: int = 128, k: 
         ("max_m", r"max_m = 100\) must be a multiple of 64"),
         ("d_shape", r"d must be \[G, max_m, N\] = \[2, 128, 128\]"),
         ("sfa_shape", r"a\[1\] \(sfa\) must be \[G, max_m, ceil\(K/128\)\] = \[2, 128, 2\]"),
+        ("per_row_d_dtype", r"d \(recipe \(1, 1, 128\) writes FP32\) must have dtype torch.float32"),
+        ("per_row_sfb_shape", r"b\[1\] \(sfb\) must be \[G, N, ceil\(K/128\)\] = \[2, 128, 2\]"),
         ("masked_dtype", r"masked_m must have dtype torch.int32"),
         ("masked_shape", r"masked_m must be a contiguous int32 \[G\] = \[2\]"),
         ("expected_m", r"expected_m must be positive"),
@@ -101,7 +110,12 @@ def masked_cpu_operands(num_groups: int = 2, max_m: int = 128, n: int = 128, k: 
 def test_masked_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
     a, sfa, b, sfb, d, masked_m = masked_cpu_operands()
     expected_m = 64
-    if case == "a_2d":
+    kwargs = {}
+    if case == "per_row_d_dtype":
+        kwargs["recipe"] = (1, 1, 128)
+    elif case == "per_row_sfb_shape":
+        d = d.float()
+    elif case == "a_2d":
         a = a[0]
     elif case == "b_groups":
         b = torch.zeros(3, 128, 256, dtype=torch.float8_e4m3fn)
@@ -118,7 +132,7 @@ def test_masked_bad_inputs_raise_value_error(case: str, pattern: str) -> None:
     elif case == "expected_m":
         expected_m = 0
     with pytest.raises(ValueError, match=pattern):
-        deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)
+        deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m, **kwargs)
 
 
 def test_alias_and_heuristic() -> None:
@@ -149,6 +163,36 @@ def test_contiguous_heuristic_takes_overlapped_128x128_tiles() -> None:
     masked = config(1024, 7168, 2048, gemm_type=3, num_groups=1)
     assert (masked["block_n"], masked["overlap_promotion"]) == (160, False), masked
     assert not config(32768, 4096, 7168, gemm_type=1, bf16=True)["overlap_promotion"]
+
+
+def test_per_row_sfb_heuristic() -> None:
+    # Recipe (1, 1, 128) in every m-grouped layout (Mega MoE's one-pass linear 1): FP32 D through TMA (32-column
+    # chunks), no split-K or multicast, a row block inside one group
+    config = deep_gemm._C.get_gemm_config
+    for gemm_type, extra in ((1, {}), (2, {}), (3, {"num_groups": 4, "grouped_alignment": 4096})):
+        for m, n, k in ((8192, 3072, 7168), (512, 4096, 2048), (1024, 576, 7168)):
+            cfg = config(m, n, k, per_row_sfb=True, gemm_type=gemm_type, allow_multicast=True, **extra)
+            assert cfg["per_row_sfb"] and cfg["gemm_type"] == gemm_type, cfg
+            assert cfg["use_tma_store"] and cfg["block_n"] % 32 == 0 and cfg["fp32_buffers"] >= 1, cfg
+            assert cfg["num_splits"] == 1 and cfg["num_multicast"] == 1 and cfg["block_m"] in (64, 128), cfg
+
+
+# The one-pass linear 1 of Mega MoE (psum layout, recipe (1, 1, 128), FP32 D: deep_gemm/mega/moe.py) and the masked
+# layout's epilogue compile with NVCC without spills (SASS of the other modes is unchanged by this mode)
+@pytest.mark.parametrize(
+    ("m", "n", "k", "extra"),
+    [
+        (8192, 3072, 7168, {"gemm_type": 2}),
+        (1024, 4096, 7168, {"gemm_type": 3, "num_groups": 4, "grouped_alignment": 4096}),
+    ],
+    ids=["psum", "masked"],
+)
+def test_per_row_sfb_m_grouped_compiles_without_spills(tmp_path, monkeypatch, m, n, k, extra) -> None:
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = deep_gemm._C.get_gemm_config(m, n, k, per_row_sfb=True, **extra)
+    result = deep_gemm.compile_kernel("sm90_gemm", compile_params(cfg, n, k))
+    assert result["registers"] > 0 and result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
 
 
 def test_masked_heuristic_plans_per_group() -> None:
@@ -359,3 +403,69 @@ def test_m_grouped_masked_graph_replay_and_clamping() -> None:
         graph.replay()
         torch.cuda.synchronize()
         check_masked(d, a, sfa, b, sfb, counts, f"replay {counts}")
+
+
+# ----------------------------------------------------------------------------- recipe (1, 1, 128), FP32 D (GPU tier)
+def per_row_b(b_bf16: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """B [G, N, K] cast per row and 128 of K: FP8 [G, N, K] and FP32 sfb [G, N, ceil(K/128)]."""
+    g, n, k = b_bf16.shape
+    b, sfb = per_token_cast_to_fp8(b_bf16.reshape(g * n, k))
+    return b.view(g, n, k), sfb.view(g, n, -1)
+
+
+def per_row_reference(a, sfa, b_g, sfb_g) -> torch.Tensor:
+    """float64 A_g @ B_g^T of the dequantized inputs. FP32 D keeps what the tensor cores' accumulation of a 128-deep
+    block leaves (about 14 mantissa bits): calc_diff ~1e-9, bounded at 1e-7 as the dense per-row tests; a wrong
+    group's scales or rows give > 1e-3."""
+    k = a.shape[-1]
+    a_d = a.double() * sfa.double().repeat_interleave(128, dim=-1)[..., :k]
+    return a_d @ (b_g.double() * sfb_g.double().repeat_interleave(128, dim=-1)[:, :k]).t()
+
+
+@gpu
+@pytest.mark.parametrize("psum", [False, True], ids=["per_row", "psum"])
+@pytest.mark.parametrize(("num_groups", "expected_m", "n", "k"), [(8, 300, 3072, 7168), (5, 200, 576, 1040)])
+def test_m_grouped_contiguous_per_row_sfb(psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
+    # Every group's own per-row B scales (a wrong group's scales, or expert 0's for all, fail the float64 check:
+    # the groups' B and scales differ); padding rows stay NaN, ensure_zero_padding zeroes them (FP32 rows)
+    a, sfa, _, _, per_row, ends, segments = make_grouped_inputs(num_groups, expected_m, 128, k, seed=3 * num_groups)
+    b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)
+    b_bf16 *= torch.rand(num_groups, 1, 1, device="cuda") * 4 + 0.25  # (each group its own scale range)
+    b, sfb = per_row_b(b_bf16)
+    layout = ends if psum else per_row
+    d = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.float32)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, recipe=(1, 1, 128),
+                                               use_psum_layout=psum, ensure_zero_padding=False)  # fmt: skip
+    written = torch.zeros(d.shape[0], dtype=torch.bool, device="cuda")
+    for g, (s, e) in enumerate(segments):
+        if s == e:
+            continue
+        assert torch.isfinite(d[s:e]).all(), f"group {g} has unwritten rows"
+        diff = calc_diff(d[s:e], per_row_reference(a[s:e], sfa[s:e], b[g], sfb[g]))
+        assert diff < 1e-7, f"group {g} calc_diff vs float64 = {diff}"
+        written[s:e] = True
+    assert d[~written].isnan().all(), "padding rows of d were written"
+    # FP32 D is the default recipe's output type; the padding rows are zeroed by default
+    d2 = torch.full_like(d, float("nan"))
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d2, layout, use_psum_layout=psum)
+    assert torch.equal(d2[written], d[written]), "two runs differ"
+    assert (d2[~written] == 0).all(), "ensure_zero_padding: FP32 padding rows not zero"
+
+
+@gpu
+def test_m_grouped_masked_per_row_sfb() -> None:
+    num_groups, max_m, n, k = 6, 256, 1536, 2048
+    a, sfa, _, _ = make_masked_inputs(num_groups, max_m, 128, k)
+    b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)
+    b_bf16 *= torch.rand(num_groups, 1, 1, device="cuda") * 4 + 0.25
+    b, sfb = per_row_b(b_bf16)
+    counts = [100, 0, 256, 37, 1, 129]
+    masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+    d = torch.full((num_groups, max_m, n), float("nan"), device="cuda", dtype=torch.float32)
+    deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 100, recipe=(1, 1, 128))
+    for g, rows in enumerate(counts):
+        if rows:
+            assert torch.isfinite(d[g, :rows]).all(), f"group {g} has unwritten rows"
+            diff = calc_diff(d[g, :rows], per_row_reference(a[g, :rows], sfa[g, :rows], b[g], sfb[g]))
+            assert diff < 1e-7, f"group {g} calc_diff vs float64 = {diff}"
+        assert d[g, rows:].isnan().all(), f"group {g} rows past masked_m were written"

@@ -27,7 +27,7 @@ from deep_gemm import mega
 from deep_gemm.mega.buffer import SymmBuffer
 from deep_gemm.mega.layout import REGION_ALIGNMENT, mega_moe_buffer_layout, received_rows_bound
 from deep_gemm.mega.moe import pre_dispatch_reference
-from deep_gemm.mega.weights import deinterleave_gate_up, interleave_gate_up
+from deep_gemm.mega.weights import deinterleave_gate_up, interleave_gate_up, interleaved_row_scales
 from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
 
 gpu = pytest.mark.gpu
@@ -113,9 +113,9 @@ def test_buffer_layout_regions(use_fp8: bool, num_ranks: int) -> None:
     assert r["x_sf"].shape == (300, 4 if use_fp8 else 0)
     assert r["topk_idx"].shape == (300, 6) and r["topk_idx"].dtype == "int64"
     assert r["l1_acts"].shape == (layout.max_rows, 512)
-    assert r["l1_out"].shape == (layout.max_rows, 768) and r["l1_out_up"].shape[0] == (
-        layout.max_rows if use_fp8 else 0
-    )
+    # (FP8: linear 1 runs once with per-row scales and writes FP32)
+    assert r["l1_out"].shape == (layout.max_rows, 768) and "l1_out_up" not in r
+    assert r["l1_out"].dtype == ("float32" if use_fp8 else "bfloat16")
     assert r["l2_acts"].shape == (layout.max_rows, 384) and r["l2_out"].shape == (layout.max_rows, 512)
     assert r["l1_acts_sf"].mn_major and r["l1_acts_sf"].row_stride == (layout.max_rows + 3) // 4 * 4
     assert r["l1_acts_sf"].nbytes == (4 * r["l1_acts_sf"].row_stride * 4 if use_fp8 else 0)
@@ -192,6 +192,34 @@ def test_interleave_round_trip_and_order() -> None:
     for i in range(inter):
         assert torch.equal(wi[:, (i // 8) * 16 + i % 8], w[:, i])  # gate row i
         assert torch.equal(wi[:, (i // 8) * 16 + 8 + i % 8], w[:, inter + i])  # up row i
+
+
+def test_interleaved_row_scales() -> None:
+    # Row r of the interleaved weight times its row scale = the interleaved rows of the block-dequantized weight
+    e, inter, hidden = 3, 256, 384
+    w = torch.randn(e, 2 * inter, hidden)
+    w_fp8, blocks = ue_free_block_cast(w)
+    rows = interleaved_row_scales(blocks)
+    assert rows.shape == (e, 2 * inter, hidden // 128) and rows.stride() == (2 * inter * hidden // 128, 1, 2 * inter)
+    assert torch.equal(dequant_rows(interleave_gate_up(w_fp8), rows), interleave_gate_up(dequant_blocks(w_fp8, blocks)))
+    with pytest.raises(ValueError, match=r"block_scales must be a 3-D FP32 tensor"):
+        interleaved_row_scales(blocks.double())
+
+
+def test_l1_row_scales_cached_per_scale_tensor() -> None:
+    from deep_gemm.mega import moe
+
+    blocks = torch.rand(2, 4, 3)
+    first = moe._l1_row_scales(blocks)
+    assert moe._l1_row_scales(blocks) is first  # computed once
+    blocks.mul_(2)  # an in-place change recomputes them
+    again = moe._l1_row_scales(blocks)
+    assert again is not first and torch.equal(again, 2 * first)
+    assert moe._l1_row_scales(blocks.clone()) is not again  # (another tensor: its own)
+    with torch.inference_mode():  # (no version counter: computed once)
+        frozen = torch.rand(2, 4, 3)
+    assert moe._l1_row_scales(frozen) is moe._l1_row_scales(frozen)
+    assert torch.equal(moe._l1_row_scales(frozen), interleaved_row_scales(frozen))
 
 
 def test_transform_weights_forms() -> None:
@@ -649,9 +677,9 @@ class EmulatedExtension:
             stats += torch.tensor([ends[0]] + [e - -(-p // alignment) * alignment for p, e in zip(ends, ends[1:], strict=False)],
                                   dtype=torch.int32)  # fmt: skip
 
-    def _mega_moe_swiglu(self, peers, layout, num_rows, inter, src_of_row, gate_src, up_src, l2_acts, l2_sf, clamp,
-                         fast_math):  # fmt: skip
+    def _mega_moe_swiglu(self, peers, layout, num_rows, inter, src_of_row, l1_out, l2_acts, l2_sf, clamp, fast_math):
         self._check_layout(layout)
+        assert l1_out.dtype == (torch.float32 if l2_sf is not None else torch.bfloat16)
         b = self.buffer
         for row in range(num_rows):
             code = int(src_of_row[row])
@@ -660,7 +688,7 @@ class EmulatedExtension:
             w = float(b.topk_weights.flatten()[code])
             cols = torch.arange(inter)
             gate_cols = (cols // 8) * 16 + cols % 8
-            g, u = gate_src[row, gate_cols].double(), up_src[row, gate_cols + 8].double()
+            g, u = l1_out[row, gate_cols].double(), l1_out[row, gate_cols + 8].double()
             a = swiglu64(torch.cat([g, u]), inter, clamp) * w
             if l2_sf is not None:
                 q, sf = per_token_cast_to_fp8(a.float()[None], use_ue8m0=False)
@@ -684,14 +712,21 @@ class EmulatedExtension:
         start = 0
         for g, end in enumerate(ends.tolist()):
             if end > start:
-                d[start:end] = (a[start:end] @ b[g].T).to(torch.bfloat16)
+                d[start:end] = (a[start:end] @ b[g].T).to(d.dtype)
             start = -(-end // 128) * 128
 
-    def m_grouped_fp8_gemm_nt_contiguous(self, a_pair, b_pair, d, ends, use_psum_layout, ensure_zero_padding):
+    def m_grouped_fp8_gemm_nt_contiguous(self, a_pair, b_pair, d, ends, use_psum_layout, ensure_zero_padding,
+                                         recipe=None):  # fmt: skip
         assert use_psum_layout and not ensure_zero_padding
         (a, sfa), (b, sfb) = a_pair, b_pair
         assert sfa.stride() == (1, (a.shape[0] + 3) // 4 * 4), "the scales must already be MN-major TMA-aligned"
-        self._grouped(dequant_rows(a, sfa), dequant_blocks(b, sfb), d, ends)
+        if recipe == (1, 1, 128):  # (linear 1: per-row scales, MN-major, FP32 D)
+            assert d.dtype == torch.float32 and sfb.shape == (*b.shape[:2], b.shape[2] // 128)
+            assert sfb.stride() == (sfb.shape[1] * sfb.shape[2], 1, sfb.shape[1]), "per-row sfb must be MN-major"
+            self._grouped(dequant_rows(a, sfa), dequant_rows(b, sfb), d, ends)
+        else:
+            assert recipe is None and d.dtype == torch.bfloat16
+            self._grouped(dequant_rows(a, sfa), dequant_blocks(b, sfb), d, ends)
 
     def m_grouped_bf16_gemm_nt_contiguous(self, a, b, d, ends, use_psum_layout, ensure_zero_padding):
         assert use_psum_layout and not ensure_zero_padding

@@ -41,11 +41,12 @@ inline int64_t check_contiguous_layout(const at::Tensor& grouped_layout, int64_t
     return alignment;
 }
 
-// BF16 D [M, N] of an m-grouped GEMM, row-major.
-inline void check_grouped_d(const at::Tensor& d, int64_t m, int64_t n) {
+// D [M, N] of an m-grouped GEMM (BF16, or FP32 where `d_name` says so), row-major.
+inline void check_grouped_d(const at::Tensor& d, int64_t m, int64_t n, at::ScalarType dtype = at::kBFloat16,
+                            const char* d_name = "d") {
     check_defined(d, "d");
     check_dim(d, 2, "d");
-    check_dtype(d, at::kBFloat16, "d");
+    check_dtype(d, dtype, d_name);
     DG_CHECK_INPUT(d.size(0) == m && d.size(1) == n, "d must be [M, N] = [{}, {}], got a {}", m, n, describe(d));
     DG_CHECK_INPUT(d.stride(1) == 1 || n <= 1, "d must be row-major (stride 1 along N), got a {}", describe(d));
 }
@@ -56,18 +57,20 @@ inline void check_masked_rows(int64_t max_m) {
 }
 
 // The operands of a contiguous m-grouped GEMM (dtypes and row-major layout already checked): A [M, K], B given as
-// `b` (named `b_name`, shaped `b_shape`) and seen as the logical [G, N, K] `b_nk`, D [M, N] BF16: matching K (A's,
+// `b` (named `b_name`, shaped `b_shape`) and seen as the logical [G, N, K] `b_nk`, D [M, N] BF16 (or `d_dtype`,
+// checked under the name `d_name`): matching K (A's,
 // "`k_owner`'s K" in messages), at least one group stacked densely, sizes within int32, K positive. Returns
 // (M, K, G, N).
 inline std::tuple<int64_t, int64_t, int64_t, int64_t> check_contiguous_operands(
     const at::Tensor& a, const char* a_name, const char* k_owner, const at::Tensor& b, const at::Tensor& b_nk,
-    const char* b_name, const char* b_shape, const at::Tensor& d) {
+    const char* b_name, const char* b_shape, const at::Tensor& d, at::ScalarType d_dtype = at::kBFloat16,
+    const char* d_name = "d") {
     const int64_t m = a.size(0), k = a.size(1), num_groups = b_nk.size(0), n = b_nk.size(1);
     DG_CHECK_INPUT(b_nk.size(2) == k, "{} must be {} with K = {} ({}'s K), got a {}", b_name, b_shape, k, k_owner,
                    describe(b));
     DG_CHECK_INPUT(num_groups >= 1, "{} must hold at least one group, got a {}", b_name, describe(b));
     check_groups_stacked(b, b_name);
-    check_grouped_d(d, m, n);
+    check_grouped_d(d, m, n, d_dtype, d_name);
     DG_CHECK_INPUT(m <= INT32_MAX && n * num_groups <= INT32_MAX && k <= INT32_MAX,
                    "M, G * N and K must each be below 2^31");
     DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got {} = a {}", a_name, describe(a));
@@ -92,12 +95,13 @@ inline std::tuple<int64_t, int64_t, int64_t, int64_t> check_masked_operands(cons
     return {num_groups, max_m, k, n};
 }
 
-// masked_m int32 [G], contiguous, and D [G, max_m, N] BF16 with its groups stacked densely.
+// masked_m int32 [G], contiguous, and D [G, max_m, N] BF16 (or `d_dtype`, checked under the name `d_name`) with its
+// groups stacked densely.
 inline void check_masked(const at::Tensor& masked_m, const at::Tensor& d, int64_t num_groups, int64_t max_m, int64_t n,
-                         int64_t expected_m) {
+                         int64_t expected_m, at::ScalarType d_dtype = at::kBFloat16, const char* d_name = "d") {
     check_defined(d, "d");
     check_dim(d, 3, "d");
-    check_dtype(d, at::kBFloat16, "d");
+    check_dtype(d, d_dtype, d_name);
     DG_CHECK_INPUT(d.size(0) == num_groups && d.size(1) == max_m && d.size(2) == n,
                    "d must be [G, max_m, N] = [{}, {}, {}], got a {}", num_groups, max_m, n, describe(d));
     DG_CHECK_INPUT(d.stride(2) == 1 && (d.stride(0) == max_m * d.stride(1) || num_groups == 1),
@@ -107,6 +111,23 @@ inline void check_masked(const at::Tensor& masked_m, const at::Tensor& d, int64_
     check_dtype(masked_m, at::kInt, "masked_m");
     DG_CHECK_INPUT(masked_m.dim() == 1 && masked_m.size(0) == num_groups && (masked_m.stride(0) == 1 || num_groups == 1),
                    "masked_m must be a contiguous int32 [G] = [{}], got a {}", num_groups, describe(masked_m));
+}
+
+// The FP8 recipe of an m-grouped GEMM: (1, 128, 128) (B scaled per 128 x 128 block, BF16 D) or (1, 1, 128) (B scaled
+// per row and 128 of K, FP32 D). Returns whether it is the per-row one.
+inline bool check_m_grouped_recipe(int64_t gran_m, int64_t gran_n, int64_t gran_k) {
+    DG_CHECK_INPUT(gran_m == 1 && gran_k == 128 && (gran_n == 128 || gran_n == 1),
+                   "recipe must be (1, 128, 128) or (1, 1, 128) for m-grouped GEMMs on SM90, got ({}, {}, {})", gran_m,
+                   gran_n, gran_k);
+    return gran_n == 1;
+}
+
+// B's scales of an m-grouped FP8 GEMM: FP32 [G, ceil(N/128), ceil(K/128)] per block, or [G, N, ceil(K/128)] per row.
+inline void check_grouped_sfb(const at::Tensor& sfb, bool per_row_sfb, int64_t num_groups, int64_t n, int64_t sf_k) {
+    if (per_row_sfb)
+        check_scales(sfb, "b[1] (sfb)", {num_groups, n, sf_k}, "[G, N, ceil(K/128)]");
+    else
+        check_scales(sfb, "b[1] (sfb)", {num_groups, (n + 127) / 128, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
 }
 
 // Run the contiguous layout: A [M, K], B [G, N, K] (logical view), D [M, N].
@@ -120,11 +141,13 @@ inline void run_contiguous(kernels::GemmArgs args, const at::Tensor& grouped_lay
 }
 
 // ensure_zero_padding=True: write zeros into D's padding rows (the GEMM leaves them untouched), with one small
-// kernel after the GEMM on the same stream that writes only those rows (no host sync).
+// kernel after the GEMM on the same stream that writes only those rows (no host sync). The kernel writes BF16
+// zeros; an FP32 row is zeroed as twice as many BF16 elements (zero is all zero bytes in either type).
 inline void zero_padding_rows(const at::Tensor& d, const at::Tensor& grouped_layout, int64_t num_groups,
                               bool use_psum_layout, int64_t alignment) {
+    const int64_t halves = d.element_size() / 2;  // BF16 elements per element of D
     kernels::launch_zero_padding_rows(d.device().index(), d.data_ptr(), static_cast<uint32_t>(d.size(0)),
-                                      static_cast<uint32_t>(d.size(1)), static_cast<uint64_t>(d.stride(0)),
+                                      static_cast<uint32_t>(d.size(1) * halves), static_cast<uint64_t>(d.stride(0) * halves),
                                       grouped_layout.data_ptr<int32_t>(), static_cast<uint32_t>(num_groups),
                                       static_cast<uint32_t>(alignment), use_psum_layout);
 }
@@ -174,16 +197,17 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
                                                            ensure_zero_padding);
     check_fp8_operand(a, "a[0] (A)");
     check_fp8_operand(b, "b[0] (B)", 3);
-    const auto [m, k, num_groups, n] =
-        detail::check_contiguous_operands(a, "a[0] (A)", "A", b, b, "b[0] (B)", "[G, N, K]", d);
-    const auto cdims = parse_compiled_dims(compiled_dims);
+    check_defined(d, "d");
     const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);
-    DG_CHECK_INPUT(gran_m == 1 && gran_n == 128 && gran_k == 128,
-                   "recipe must be (1, 128, 128) for m-grouped GEMMs on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
+    const bool per_row_sfb = detail::check_m_grouped_recipe(gran_m, gran_n, gran_k);
+    const auto [m, k, num_groups, n] = detail::check_contiguous_operands(
+        a, "a[0] (A)", "A", b, b, "b[0] (B)", "[G, N, K]", d, per_row_sfb ? at::kFloat : at::kBFloat16,
+        per_row_sfb ? "d (recipe (1, 1, 128) writes FP32)" : "d (recipe (1, 128, 128) writes BF16)");
+    const auto cdims = parse_compiled_dims(compiled_dims);
 
-    const int64_t sf_k = (k + 127) / 128, sf_n = (n + 127) / 128;
+    const int64_t sf_k = (k + 127) / 128;
     check_scales(sfa_in, "a[1] (sfa)", {m, sf_k}, "[M, ceil(K/128)]");
-    check_scales(sfb_in, "b[1] (sfb)", {num_groups, sf_n, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
+    detail::check_grouped_sfb(sfb_in, per_row_sfb, num_groups, n, sf_k);
 
     const int64_t alignment = detail::check_contiguous_layout(grouped_layout, m, num_groups, use_psum_layout);
     check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
@@ -200,8 +224,12 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     // (the scales as given when they are in the kernel's layout: references, no handle copies or kernels)
     at::Tensor sfa_storage, sfb_storage;
     const at::Tensor& sfa = mn_major_tma_aligned(sfa_in, sfa_storage);
-    const at::Tensor& sfb = sfb_in.is_contiguous() ? sfb_in : (sfb_storage = sfb_in.contiguous());
-    detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_operands(false), cdims.m, cdims.n, cdims.k},
+    // (per row: [G][ceil(K/128)][align(N, 4)], the groups' K-block rows one after another)
+    const at::Tensor& sfb = per_row_sfb              ? mn_major_tma_aligned(sfb_in, sfb_storage)
+                            : sfb_in.is_contiguous() ? sfb_in
+                                                     : (sfb_storage = sfb_in.contiguous());
+    detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_operands(per_row_sfb), cdims.m, cdims.n,
+                            cdims.k},
                            grouped_layout, use_psum_layout, alignment);
     if (ensure_zero_padding)
         detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
@@ -222,15 +250,16 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     check_fp8_operand(a, "a[0] (A)", 3);
     check_fp8_operand(b, "b[0] (B)", 3);
     const auto [num_groups, max_m, k, n] = detail::check_masked_operands(a, "a[0] (A)", b, "b[0] (B)");
-    detail::check_masked(masked_m, d, num_groups, max_m, n, expected_m);
-    const auto cdims = parse_compiled_dims(compiled_dims);
+    check_defined(d, "d");
     const auto [gran_m, gran_n, gran_k] = resolve_recipe(recipe, recipe_a, recipe_b, d);
-    DG_CHECK_INPUT(gran_m == 1 && gran_n == 128 && gran_k == 128,
-                   "recipe must be (1, 128, 128) for m-grouped GEMMs on SM90, got ({}, {}, {})", gran_m, gran_n, gran_k);
+    const bool per_row_sfb = detail::check_m_grouped_recipe(gran_m, gran_n, gran_k);
+    detail::check_masked(masked_m, d, num_groups, max_m, n, expected_m, per_row_sfb ? at::kFloat : at::kBFloat16,
+                         per_row_sfb ? "d (recipe (1, 1, 128) writes FP32)" : "d (recipe (1, 128, 128) writes BF16)");
+    const auto cdims = parse_compiled_dims(compiled_dims);
 
-    const int64_t sf_k = (k + 127) / 128, sf_n = (n + 127) / 128;
+    const int64_t sf_k = (k + 127) / 128;
     check_scales(sfa_in, "a[1] (sfa)", {num_groups, max_m, sf_k}, "[G, max_m, ceil(K/128)]");
-    check_scales(sfb_in, "b[1] (sfb)", {num_groups, sf_n, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
+    detail::check_grouped_sfb(sfb_in, per_row_sfb, num_groups, n, sf_k);
     check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
                                    {&sfb_in, "b[1] (sfb)"}, {&masked_m, "masked_m"}});
 
@@ -246,8 +275,10 @@ inline void m_grouped_fp8_gemm_nt_masked(const TensorPair& a_pair, const TensorP
     const at::Tensor a_flat = a.view({num_groups * max_m, k});
     const at::Tensor d_flat = d.view({num_groups * max_m, n});
     const at::Tensor sfa = get_mn_major_tma_aligned_tensor(sfa_in.reshape({num_groups * max_m, sf_k}));
-    const at::Tensor sfb = sfb_in.is_contiguous() ? sfb_in : sfb_in.contiguous();
-    detail::run_masked({a_flat, b, d_flat, nullptr, &sfa, &sfb, kernels::fp8_operands(false), cdims.m, cdims.n, cdims.k},
+    const at::Tensor sfb = per_row_sfb              ? get_mn_major_tma_aligned_tensor(sfb_in)
+                           : sfb_in.is_contiguous() ? sfb_in
+                                                    : sfb_in.contiguous();
+    detail::run_masked({a_flat, b, d_flat, nullptr, &sfa, &sfb, kernels::fp8_operands(per_row_sfb), cdims.m, cdims.n, cdims.k},
                        masked_m, max_m, expected_m);
 }
 

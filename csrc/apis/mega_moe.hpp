@@ -112,10 +112,11 @@ inline void mega_moe_dispatch(const at::Tensor& peers, const std::vector<int64_t
                                       psum_ends.data_ptr<int32_t>(), stats, l1_acts.data_ptr(), sf, sf_stride);
 }
 
-// SwiGLU (+ clamp, x routing weight, FP8 1x128 quantization when l2_acts_sf is given) of L1's interleaved output.
+// SwiGLU (+ clamp, x routing weight, FP8 1x128 quantization when l2_acts_sf is given) of L1's interleaved output
+// (FP32 on the FP8 path, whose L1 runs once with per-row B scales; BF16 otherwise).
 inline void mega_moe_swiglu(const at::Tensor& peers, const std::vector<int64_t>& layout_values, int64_t num_rows,
-                            int64_t intermediate, const at::Tensor& src_of_row, const at::Tensor& gate_src,
-                            const at::Tensor& up_src, const at::Tensor& l2_acts,
+                            int64_t intermediate, const at::Tensor& src_of_row, const at::Tensor& l1_out,
+                            const at::Tensor& l2_acts,
                             const std::optional<at::Tensor>& l2_acts_sf, std::optional<double> activation_clamp,
                             bool fast_math) {
     const auto layout = detail::mega_moe_layout(layout_values);
@@ -124,10 +125,10 @@ inline void mega_moe_swiglu(const at::Tensor& peers, const std::vector<int64_t>&
                    "intermediate_hidden must be a positive multiple of 128, got {}", intermediate);
     DG_CHECK_INPUT(num_rows >= 0 && num_rows <= INT32_MAX, "num_rows must be in [0, 2^31), got {}", num_rows);
     detail::check_int32_vector(src_of_row, num_rows, "src_of_row");
-    detail::check_rows(gate_src, num_rows, 2 * intermediate, "gate_src");
-    detail::check_rows(up_src, num_rows, 2 * intermediate, "up_src");
-    check_dtype(gate_src, at::kBFloat16, "gate_src");
-    check_dtype(up_src, at::kBFloat16, "up_src");
+    detail::check_rows(l1_out, num_rows, 2 * intermediate, "l1_out");
+    check_dtype(l1_out, l2_acts_sf.has_value() ? at::kFloat : at::kBFloat16,
+                l2_acts_sf.has_value() ? "l1_out (FP8 path: FP32)" : "l1_out (BF16 path: BF16)");
+    DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(l1_out.data_ptr()) % 16 == 0, "l1_out must be 16-byte aligned");
     detail::check_rows(l2_acts, num_rows, intermediate, "l2_acts");
     DG_CHECK_INPUT(l2_acts.element_size() == (l2_acts_sf.has_value() ? 1 : 2),
                    "l2_acts must be FP8 with l2_acts_sf, BF16 without");
@@ -138,7 +139,7 @@ inline void mega_moe_swiglu(const at::Tensor& peers, const std::vector<int64_t>&
     const jit::DeviceScope device_scope(peers.device().index());
     kernels::launch_mega_moe_swiglu(peers.device().index(), peer_ptrs, layout, static_cast<uint32_t>(num_rows),
                                     static_cast<uint32_t>(intermediate), src_of_row.data_ptr<int32_t>(),
-                                    gate_src.data_ptr(), up_src.data_ptr(), l2_acts.data_ptr(), sf, sf_stride,
+                                    l1_out.data_ptr(), l2_acts.data_ptr(), sf, sf_stride,
                                     activation_clamp.has_value(),
                                     static_cast<float>(activation_clamp.value_or(0)), fast_math);
 }

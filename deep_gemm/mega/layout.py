@@ -13,8 +13,7 @@ name                      dtype and shape                            role
 ``combine_row``           int32 ``[max_tokens, num_topk]``           written by each expert's owner: the output row
 ``l1_acts``               x's dtype ``[max_rows, hidden]``           the received rows, grouped by local expert
 ``l1_acts_sf``            FP32, MN-major ``[hidden / 128, rows']``   their scales (FP8), the GEMM's layout
-``l1_out``                BF16 ``[max_rows, 2 * I]``                 linear 1's output (gate/up interleaved by 8)
-``l1_out_up``             BF16 ``[max_rows, 2 * I]``                 FP8 only: linear 1 again, with the up scales
+``l1_out``                FP32 (FP8) or BF16 ``[max_rows, 2 * I]``   linear 1's output (gate/up interleaved by 8)
 ``l2_acts``               x's dtype ``[max_rows, I]``                SwiGLU x weight (quantized for FP8)
 ``l2_acts_sf``            FP32, MN-major ``[I / 128, rows']``        its scales (FP8)
 ``l2_out``                BF16 ``[max_rows, hidden]``                linear 2's output (the tokens' owners read)
@@ -189,8 +188,8 @@ def mega_moe_buffer_layout(
         ("combine_row", (max_tokens, num_topk), "int32", False),
         ("l1_acts", (max_rows, hidden), act, False),
         ("l1_acts_sf", (max_rows, hidden // 128 if use_fp8 else 0), "float32", True),
-        ("l1_out", (max_rows, 2 * intermediate_hidden), "bfloat16", False),
-        ("l1_out_up", (max_rows if use_fp8 else 0, 2 * intermediate_hidden), "bfloat16", False),
+        # (FP8: linear 1 runs once with per-row B scales, recipe (1, 1, 128), which writes FP32)
+        ("l1_out", (max_rows, 2 * intermediate_hidden), "float32" if use_fp8 else "bfloat16", False),
         ("l2_acts", (max_rows, intermediate_hidden), act, False),
         ("l2_acts_sf", (max_rows, intermediate_hidden // 128 if use_fp8 else 0), "float32", True),
         ("l2_out", (max_rows, hidden), "bfloat16", False),

@@ -2,7 +2,8 @@
 yet on SM90) and the SGLang fork's ``mega_moe_pre_dispatch_sm90``.
 
 Stage 1 (this module): route + gather (one extension step, impls/smxx_mega_moe.cuh), linear 1 through the m-grouped
-contiguous GEMM (psum layout, the expert segments' ends computed on the device), SwiGLU + routing weight (+ FP8
+contiguous GEMM (psum layout, the expert segments' ends computed on the device; FP8: one pass with per-row weight
+scales and FP32 output), SwiGLU + routing weight (+ FP8
 1x128 quantization) in a small kernel, linear 2 through the grouped GEMM again, and a combine kernel; group barriers
 (PyTorch symmetric memory) between the steps that read what peers wrote. No host synchronization (the expert-id
 check runs only with ``DG_DEBUG_CHECKS=1``), so a call can be captured in a CUDA graph. docs/design.md ("Mega MoE") gives the plan
@@ -16,6 +17,7 @@ import torch
 from deep_gemm import _C
 from deep_gemm.mega.buffer import ACTIVATIONS, SymmBuffer
 from deep_gemm.mega.layout import received_rows_bound
+from deep_gemm.mega.weights import interleaved_row_scales
 from deep_gemm.utils.casts import debug_checks_enabled, per_token_cast_to_fp8
 
 __all__ = ["bf16_mega_moe", "fp8_fp4_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch_sm90"]
@@ -147,10 +149,29 @@ def _rows_for_call(fn: str, sym_buffer: SymmBuffer, num_tokens: int, num_tokens_
 
 
 # ------------------------------------------------------------------------------------------------ the pipeline
+_ROW_SCALES_ATTR = "_deep_gemm_mega_l1_row_scales"
+
+
+def _l1_row_scales(block_scales: torch.Tensor) -> torch.Tensor:
+    """:func:`interleaved_row_scales` of linear 1's block scales, computed once per scale tensor: kept on the tensor
+    object with its version counter, so an in-place change of the scales recomputes them. (Keyed on the object, not on
+    its address: a freed tensor's address may come back holding other scales.) Inference-mode tensors have no version
+    counter: theirs are computed once, so scales created under ``torch.inference_mode()`` and then changed in place
+    (inside it) keep their first expansion; pass a new scale tensor instead."""
+    version = None if block_scales.is_inference() else block_scales._version
+    cached = getattr(block_scales, _ROW_SCALES_ATTR, None)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    rows = interleaved_row_scales(block_scales)
+    setattr(block_scales, _ROW_SCALES_ATTR, (version, rows))
+    return rows
+
+
 def _swiglu_and_quantize(
-    sym_buffer: SymmBuffer, rows: int, gate_src: torch.Tensor, up_src: torch.Tensor, activation_clamp, fast_math: bool
+    sym_buffer: SymmBuffer, rows: int, l1_out: torch.Tensor, activation_clamp, fast_math: bool
 ) -> None:
-    """SwiGLU(gate, up) x routing weight of every received row into l2_acts (FP8 + 1x128 scales, or BF16).
+    """SwiGLU(gate, up) x routing weight of every received row of l1_out (FP32 on the FP8 path, BF16 otherwise; gate
+    and up interleaved by 8) into l2_acts (FP8 + 1x128 scales, or BF16).
 
     The one place stage 1 computes the activation: a fused silu_and_mul + quantize kernel can replace this body."""
     layout = sym_buffer.layout
@@ -162,8 +183,7 @@ def _swiglu_and_quantize(
         rows,
         layout.intermediate_hidden,
         sym_buffer.view("src_of_row"),
-        gate_src,
-        up_src,
+        l1_out,
         l2_acts,
         l2_sf,
         None if activation_clamp is None else float(activation_clamp),
@@ -174,7 +194,7 @@ def _swiglu_and_quantize(
 def _run_mega_moe(
     fn: str, y, l1_gemm, l2_gemm, sym_buffer: SymmBuffer, stats, activation_clamp, fast_math, num_tokens_bound
 ) -> None:
-    """The stage-1 pipeline of one call (see the module docstring); l1_gemm(a, a_sf, d_gate, d_up, ends) and
+    """The stage-1 pipeline of one call (see the module docstring); l1_gemm(a, a_sf, d, ends) and
     l2_gemm(a, a_sf, d, ends) run the grouped GEMMs on the received rows."""
     num_tokens = y.shape[0]
     rows = _rows_for_call(fn, sym_buffer, num_tokens, num_tokens_bound)
@@ -202,9 +222,8 @@ def _run_mega_moe(
     )
 
     l1_out = sym_buffer.view("l1_out")[:rows]
-    l1_out_up = sym_buffer.view("l1_out_up")[:rows] if layout.use_fp8 else l1_out
-    l1_gemm(l1_acts, l1_sf, l1_out, l1_out_up, psum_ends)
-    _swiglu_and_quantize(sym_buffer, rows, l1_out, l1_out_up, activation_clamp, fast_math)
+    l1_gemm(l1_acts, l1_sf, l1_out, psum_ends)
+    _swiglu_and_quantize(sym_buffer, rows, l1_out, activation_clamp, fast_math)
 
     l2_acts = sym_buffer.view("l2_acts")[:rows]
     l2_sf = sym_buffer.view("l2_acts_sf", rows) if layout.use_fp8 else None
@@ -284,19 +303,15 @@ def fp8_mega_moe(
         },
     )
 
-    # NOTES: a 128-row block of the interleaved L1 weight holds 64 gate rows and 64 up rows, whose scales differ;
-    # the grouped GEMM applies one scale per 128 x 128 block, so stage 1 runs L1 twice: once with each block's gate
-    # scales (its gate columns are right), once with its up scales. One pass needs per-row B scales in the
-    # m-grouped GEMM (docs/design.md, "Mega MoE"); stage 2's epilogue reads both scales instead.
-    half_blocks = torch.arange(2 * inter // 128, device=s1.device) // 2
-    s1_gate = s1.index_select(1, half_blocks)
-    s1_up = s1.index_select(1, half_blocks + inter // 128)
+    # NOTES: a 128-row block of the interleaved L1 weight holds 64 gate rows and 64 up rows, whose scales differ, so
+    # L1 runs once on the grouped GEMM's recipe (1, 1, 128): every interleaved row scaled by its original block's
+    # scale (computed once per scale tensor, _l1_row_scales), FP32 output (docs/design.md, "Mega MoE").
+    s1_rows = _l1_row_scales(s1)
 
-    def l1_gemm(a, a_sf, d_gate, d_up, ends):
-        for d, sf in ((d_gate, s1_gate), (d_up, s1_up)):
-            _C.m_grouped_fp8_gemm_nt_contiguous(
-                (a, a_sf), (w1, sf), d, ends, use_psum_layout=True, ensure_zero_padding=False
-            )
+    def l1_gemm(a, a_sf, d, ends):
+        _C.m_grouped_fp8_gemm_nt_contiguous(
+            (a, a_sf), (w1, s1_rows), d, ends, recipe=(1, 1, 128), use_psum_layout=True, ensure_zero_padding=False
+        )
 
     def l2_gemm(a, a_sf, d, ends):
         _C.m_grouped_fp8_gemm_nt_contiguous(
@@ -362,10 +377,8 @@ def bf16_mega_moe(
         },
     )
 
-    def l1_gemm(a, a_sf, d_gate, d_up, ends):
-        _C.m_grouped_bf16_gemm_nt_contiguous(
-            a, l1_weights, d_gate, ends, use_psum_layout=True, ensure_zero_padding=False
-        )
+    def l1_gemm(a, a_sf, d, ends):
+        _C.m_grouped_bf16_gemm_nt_contiguous(a, l1_weights, d, ends, use_psum_layout=True, ensure_zero_padding=False)
 
     def l2_gemm(a, a_sf, d, ends):
         _C.m_grouped_bf16_gemm_nt_contiguous(a, l2_weights, d, ends, use_psum_layout=True, ensure_zero_padding=False)

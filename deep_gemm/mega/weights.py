@@ -16,6 +16,7 @@ __all__ = [
     "GATE_UP_INTERLEAVE",
     "deinterleave_gate_up",
     "interleave_gate_up",
+    "interleaved_row_scales",
     "transform_weights_for_mega_moe",
     "transform_weights_for_mega_moe_sm90",
 ]
@@ -60,6 +61,36 @@ def deinterleave_gate_up(t: torch.Tensor) -> torch.Tensor:
         .transpose(1, 2)
         .reshape(e, rows, cols)
     )
+
+
+def interleaved_row_scales(block_scales: torch.Tensor) -> torch.Tensor:
+    """The 128 x 128 block scales of linear 1's original rows as one scale per row of the interleaved weight.
+
+    Row r of the interleaved weight (:func:`interleave_gate_up`) gets the scale of the 128-row block its original
+    row belongs to, for every 128 of K. A 128-row block of the interleaved weight holds 64 gate and 64 up rows whose
+    blocks' scales differ, so this is what lets linear 1 run once, on the grouped GEMM's recipe (1, 1, 128).
+
+    Args:
+        block_scales: FP32 ``[E_local, 2 I / 128, hidden / 128]``.
+
+    Returns:
+        FP32 ``[E_local, 2 I, hidden / 128]``, MN-major (stride 1 along the rows): the grouped GEMM's per-row scale
+        layout, so that a call needs no layout kernel.
+
+    Raises:
+        ValueError: ``block_scales`` is not a 3-D FP32 tensor.
+    """
+    fn = "interleaved_row_scales"
+    if not isinstance(block_scales, torch.Tensor) or block_scales.dim() != 3 or block_scales.dtype != torch.float32:
+        raise ValueError(
+            f"{fn}: block_scales must be a 3-D FP32 tensor [E_local, 2 I / 128, hidden / 128], got "
+            f"{getattr(block_scales, 'dtype', type(block_scales).__name__)} {list(getattr(block_scales, 'shape', []))}"
+        )
+    e, blocks, sf_k = block_scales.shape
+    rows = interleave_gate_up(block_scales.repeat_interleave(128, dim=1))
+    out = torch.empty(e, sf_k, blocks * 128, dtype=torch.float32, device=block_scales.device).transpose(1, 2)
+    out.copy_(rows)
+    return out
 
 
 def _transform_l1(fn: str, l1_weights, keep_block_scales: bool):

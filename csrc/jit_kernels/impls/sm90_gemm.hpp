@@ -37,10 +37,11 @@ struct GemmArgs {
     const at::Tensor* c;    // of D's type and shape, accumulated into D, may be `d`; or null
     const at::Tensor* sfa;  // FP8: [M, ceil(K/128)] FP32, MN-major, TMA-aligned; BF16: null
     const at::Tensor* sfb;  // FP8 recipe (1, 128, 128): [ceil(N/128), ceil(K/128)] FP32, contiguous;
-                            // recipe (1, 1, 128): [N, ceil(K/128)] FP32, MN-major, TMA-aligned; BF16: null
+                            // recipe (1, 1, 128): [N, ceil(K/128)] FP32, MN-major, TMA-aligned (m-grouped:
+                            // [G, N, ceil(K/128)], each group's K-block rows after the previous group's); BF16: null
     GemmOperands operands;  // (has_c: set from `c`)
     bool compile_m, compile_n, compile_k;
-    // M-grouped contiguous (then B is [G, N, K] and sfb [G, ceil(N/128), ceil(K/128)]): the layout tensor
+    // M-grouped contiguous (then B is [G, N, K] and sfb [G, ceil(N/128), ceil(K/128)]; FP32 D without C): the layout tensor
     // (int32 [M] group ids, or [G] cumulative ends) and the segment alignment
     // Masked (A [G * max_m, K], D [G * max_m, N]): the layout tensor is masked_m [G]; config_m is the row
     // count the heuristic plans for (G x expected_m), 0 for the real one.
@@ -301,8 +302,8 @@ private:
             plan.tma_bases[2] = args.sfa->data_ptr();
         }
         if (operands.sfb_by_tma()) {
-            // (m-grouped FP8 x FP4: the groups' K-block rows one after another)
-            plan.tma[3] = scale_map(args.sfb->data_ptr(), sig.n, sf_k * (operands.fp4_b() ? sig.num_groups : 1),
+            // (m-grouped, per-row sfb or FP8 x FP4's words: the groups' K-block rows one after another)
+            plan.tma[3] = scale_map(args.sfb->data_ptr(), sig.n, sf_k * (is_m_grouped(sig.gemm_type) ? sig.num_groups : 1),
                                     sig.sfb_stride, c.block_n);
             plan.tma_bases[3] = args.sfb->data_ptr();
         }

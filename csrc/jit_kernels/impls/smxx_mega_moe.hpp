@@ -91,11 +91,11 @@ inline void launch_mega_moe_dispatch(int device_index, const uint64_t* peers, co
         .launch(device_index, gather, peers, layout, num_rows, src_of_row, acts, l1_acts_sf, sf_stride);
 }
 
-// Step 4: gate_src / up_src BF16 [num_rows, 2I] (interleaved by 8), l2_acts [num_rows, I] (FP8 with l2_acts_sf, or
-// BF16 when l2_acts_sf is null).
+// Step 4: l1_out [num_rows, 2I] (interleaved by 8; FP32 with l2_acts_sf, else BF16), l2_acts [num_rows, I] (FP8 with
+// l2_acts_sf, or BF16 when l2_acts_sf is null).
 inline void launch_mega_moe_swiglu(int device_index, const uint64_t* peers, const deep_gemm::MegaMoeLayout& layout,
                                    uint32_t num_rows, uint32_t intermediate, const int32_t* src_of_row,
-                                   const void* gate_src, const void* up_src, void* l2_acts, float* l2_acts_sf,
+                                   const void* l1_out, void* l2_acts, float* l2_acts_sf,
                                    uint32_t sf_stride, bool has_clamp, float clamp_value, bool fast_math) {
     if (num_rows == 0)
         return;
@@ -105,7 +105,7 @@ inline void launch_mega_moe_swiglu(int device_index, const uint64_t* peers, cons
     config.num_threads = kMegaMoeWarps * 32;
     config.stream = jit::current_stream(device_index);
     mega_moe_kernel(device_index, MegaMoeKernel::kSwiglu, fp8_out, fast_math)
-        .launch(device_index, config, peers, layout, num_rows, intermediate, src_of_row, gate_src, up_src, l2_acts,
+        .launch(device_index, config, peers, layout, num_rows, intermediate, src_of_row, l1_out, l2_acts,
                 l2_acts_sf, sf_stride, has_clamp, clamp_value);
 }
 

@@ -81,8 +81,10 @@
 // M-grouped (kGemmType, MoE): B is [groups, N, K] viewed as [groups * N, K] (MN-major: [groups][K][N], a 3-D
 //   map) and sfb as [groups, ceil(N/128), K blocks]; the scheduler finds each row block's group (contiguous:
 //   skipping padding blocks; masked: A and D [groups * max_m, ...], walking each group's masked_m rows), the
-//   producer offsets B's rows and the sfb loader its scales by the group; tiles with rows that must not
-//   be written are stored directly with a per-row check, whole ones through TMA.
+//   producer offsets B's rows and the sfb loader its scales by the group (recipe (1, 1, 128): per-row sfb
+//   [groups][K blocks][N], the group's K-block rows); tiles with rows that must not be written are stored
+//   directly with a per-row check, whole ones through TMA. D BF16, or FP32 without C (recipe (1, 1, 128) or
+//   BF16 with FP32 D).
 // K-grouped (kKGroupedContiguous, MoE weight gradients; FP8 recipe (1, 1, 128) or BF16): per group g,
 //   D[g] = C[g] + A_g @ B_g^T with A_g [M, K_g] and B_g [N, K_g] (FP8: K-major; BF16 tn: MN-major [K_g, M] and
 //   [K_g, N]), back to back in flat buffers. Their row strides or extents differ per group, so the host passes
@@ -223,8 +225,8 @@ struct Sm90Gemm {
                   "FP32 D through TMA stages 1 .. BLOCK_N / 32 chunks per math warpgroup; other kernels none");
     static_assert(kIsFp8 ? !kMnMajorA && !kMnMajorB : true, "FP8 wgmma reads K-major operands only");
     static_assert(!kOverlapPromotion || kIsFp8, "only FP8 promotes partial sums (BF16 accumulates in the wgmmas)");
+    static_assert(!kIsMGrouped || !kFp32Out || kNumSplits == 1, "m-grouped GEMMs are not split along K");
     static_assert(!kMnMajorB || BLOCK_N % 64 == 0, "an MN-major B tile is loaded in boxes of 64 columns");
-    static_assert(!kIsMGrouped || !kFp32Out, "m-grouped GEMMs write BF16");
     static_assert(kIsKGrouped == (kMaxKGroups > 0) && (!kIsKGrouped || (kFp32Out && !kBlockSfb)),
                   "k-grouped GEMMs (and only they) take per-group TMA maps, with FP32 D: recipe (1, 1, 128) or BF16");
     static_assert(kNumMulticast == 1 || (kIsMulticastOnA ? BLOCK_M % 16 == 0 && !kMnMajorA : BLOCK_N % 16 == 0 && !kMnMajorB),
@@ -357,6 +359,9 @@ struct Sm90Gemm {
             // m-grouped: B is [groups * N, K] (K-major) or [groups][K][N] (MN-major, a 3-D map); k-grouped: the
             // group's own maps of A and B, and its first row in the scale tensors [sum of K blocks, M or N]
             uint32_t b_row = (kMnMajorB ? 0 : tile.group * shape_n) + n_block * BLOCK_N, b_group = tile.group, sf_row = 0;
+            // (per-row sfb of an m-grouped GEMM: [groups][K blocks][N], the group's rows one map of groups x K blocks
+            // rows, as FP8 x FP4's exponent words; sfa's rows are the K blocks of all M rows)
+            const uint32_t sfb_row = kIsMGrouped ? tile.group * num_k_blocks : sf_row;
             if constexpr (kIsKGrouped) {
                 tma_a = &k_groups.a[tile.group];
                 tma_b = &k_groups.b[tile.group];
@@ -396,7 +401,7 @@ struct Sm90Gemm {
                 if constexpr (kIsFp8)
                     ptx::tma_load_2d(s.sfa(pipe.stage), tma_sfa, full, m_block * BLOCK_M, sf_row + k_block);
                 if constexpr (kPerRowSfb && !kFp4B)
-                    ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, full, n_block * BLOCK_N, sf_row + k_block);
+                    ptx::tma_load_2d(s.sfb(pipe.stage), tma_sfb, full, n_block * BLOCK_N, sfb_row + k_block);
             }
         }
     }
@@ -582,7 +587,8 @@ struct Sm90Gemm {
         const uint64_t desc_b = make_desc<kMnMajorB>(s.b(0));
         // FP32 D through TMA with a C: how C is added (the same for every tile), the phases of the C-load
         // barriers (bit b: staging buffer b), and the staging ring's position (see Fp32TmaEpilogue::store)
-        const CMode c_mode = Fp32Epilogue::c_mode(c, ldc, d, ldd);
+        // (m-grouped FP32 D takes no C: the host passes none)
+        const CMode c_mode = kIsMGrouped ? CMode::kNone : Fp32Epilogue::c_mode(c, ldc, d, ldd);
         uint32_t c_phases = 0, fp32_ring = 0;
         uint32_t tile_count = 0;  // (split-K: the exchange barriers' phases)
         // One unit: its K loop, then its epilogue (a stream-K contribution: its partial sums to the workspace)
@@ -678,6 +684,9 @@ struct Sm90Gemm {
                 SplitK::reduce(s.split_slots(), s.split_full(), s.split_free(), accum, tile.split, tile_count);
                 Fragment::template store_direct<kNumSplits>(accum, m0, n0, shape_m, shape_n, static_cast<Out*>(d), ldd,
                                                             c, ldc, warp_in_wg, lane, nullptr, 0, tile.split);
+            } else if constexpr (kFp32Out && kIsMGrouped) {
+                store_tile_fp32_m_grouped(s, accum, tile, m0, n0, shape_m, shape_n, static_cast<float*>(d), ldd, tma_d,
+                                          layout, c_phases, fp32_ring, wg_idx, warp_in_wg, lane);
             } else if constexpr (kFp32Out) {
                 // (k-grouped: D and C are [groups, M, N], each group's rows dense; otherwise group 0)
                 const uint64_t group_offset = static_cast<uint64_t>(tile.group) * shape_m;
@@ -745,6 +754,27 @@ struct Sm90Gemm {
         }
         Fragment::store_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, static_cast<const __nv_bfloat16*>(nullptr),
                                0, warp_in_wg, lane, kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr,
+                               tile.group);
+    }
+
+    // FP32 D of an m-grouped GEMM (no C): as BF16 D, through TMA when the tile has no padding rows (D's rows are
+    // global: group 0 of the 3-D map), else directly with the per-row check.
+    __device__ __forceinline__ static void store_tile_fp32_m_grouped(const SharedStorage& s, Accum& accum,
+                                                                     const GemmTile& tile, uint32_t m0, uint32_t n0,
+                                                                     uint32_t shape_m, uint32_t shape_n, float* d,
+                                                                     uint32_t ldd, const TmaDescriptor* tma_d,
+                                                                     GroupedLayout layout, uint32_t& c_phases,
+                                                                     uint32_t& fp32_ring, uint32_t wg_idx,
+                                                                     uint32_t warp_in_wg, uint32_t lane) {
+        if constexpr (kUseTmaStore) {
+            if (tile_fully_valid(tile, shape_m, layout)) {
+                Fp32Epilogue::store(s, accum, m0, n0, 0, tma_d, nullptr, CMode::kNone, c_phases, fp32_ring, wg_idx,
+                                    warp_in_wg, lane);
+                return;
+            }
+        }
+        Fragment::store_direct(accum, m0, n0, tile.row_end, shape_n, d, ldd, static_cast<const float*>(nullptr), 0,
+                               warp_in_wg, lane, kGemmType == GemmType::kMGroupedContiguous ? layout.data : nullptr,
                                tile.group);
     }
 };

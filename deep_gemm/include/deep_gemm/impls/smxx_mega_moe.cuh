@@ -12,8 +12,9 @@
 //              recv_stats[e] += count_e, and into the source rank's buffer combine_row[t, j] = the row.
 //   2. gather  (a warp per row): copies the routed token's x row (16-byte loads from the peer) into l1_acts; FP8:
 //              its 1x128 scales into l1_acts_sf, MN-major with row stride sf_stride (the GEMM's layout).
-//   3. L1      (the m-grouped contiguous GEMM, psum layout, not in this file): l1_out [rows, 2I] BF16, gate and up
-//              columns interleaved in groups of 8. FP8 runs it twice, with the gate and the up blocks' scales.
+//   3. L1      (the m-grouped contiguous GEMM, psum layout, not in this file): l1_out [rows, 2I], gate and up
+//              columns interleaved in groups of 8; FP8: FP32 (recipe (1, 1, 128): each interleaved weight row
+//              scaled by its original 128 x 128 block's scale), BF16: BF16.
 //   4. swiglu  (a warp per (row, 128 columns)): a = silu(min(g, c)) * clamp(u, -c, c) * w[t, j] in FP32 (w read from
 //              the source rank); FP8: amax over the 128 (floored at 1e-4), sf = amax / 448, q = e4m3(a / sf)
 //              with satfinite rounding into l2_acts and sf into l2_acts_sf (MN-major); BF16: l2_acts = bf16(a).
@@ -234,12 +235,11 @@ __device__ __forceinline__ float mega_silu(float g, bool fast_math) {
     return fast_math ? __fdividef(g, 1.0f + __expf(-g)) : g / (1.0f + expf(-g));
 }
 
-// gate_src / up_src: BF16 [rows, 2I] (the same pointer unless FP8 ran L1 twice); l2_acts [rows, I] FP8 or BF16.
+// l1_out [rows, 2I]: FP32 with kFp8Out (the FP8 path's L1 writes FP32), else BF16; l2_acts [rows, I] FP8 or BF16.
 template <uint32_t kNumWarps, bool kFp8Out, bool kFastMath>
 __global__ void __launch_bounds__(kNumWarps * 32, 1)
 mega_moe_swiglu_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout layout, uint32_t num_rows,
-                       uint32_t intermediate, const int32_t* __restrict__ src_of_row,
-                       const __nv_bfloat16* __restrict__ gate_src, const __nv_bfloat16* __restrict__ up_src,
+                       uint32_t intermediate, const int32_t* __restrict__ src_of_row, const void* __restrict__ l1_out,
                        void* __restrict__ l2_acts, float* __restrict__ l2_acts_sf, uint32_t sf_stride,
                        bool has_clamp, float clamp_value) {
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -257,14 +257,26 @@ mega_moe_swiglu_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout l
         // This lane's 4 outputs i = block * 128 + lane * 4 + 0..3: gate column (i / 8) * 16 + i % 8, up 8 further
         const uint32_t i0 = block * 128 + lane * 4;
         const uint64_t col = static_cast<uint64_t>(row) * (2 * intermediate) + (i0 / 8) * 16 + i0 % 8;
-        const uint2 g_raw = *reinterpret_cast<const uint2*>(gate_src + col);
-        const uint2 u_raw = *reinterpret_cast<const uint2*>(up_src + col + 8);
-        const __nv_bfloat16* g = reinterpret_cast<const __nv_bfloat16*>(&g_raw);
-        const __nv_bfloat16* u = reinterpret_cast<const __nv_bfloat16*>(&u_raw);
+        // (4 values each: one 16-byte load of FP32, one 8-byte load of BF16; col is a multiple of 4)
+        float g[4], u[4];
+        if constexpr (kFp8Out) {
+            const float* src = static_cast<const float*>(l1_out) + col;
+            *reinterpret_cast<float4*>(g) = *reinterpret_cast<const float4*>(src);
+            *reinterpret_cast<float4*>(u) = *reinterpret_cast<const float4*>(src + 8);
+        } else {
+            const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(l1_out) + col;
+            const uint2 g_raw = *reinterpret_cast<const uint2*>(src);
+            const uint2 u_raw = *reinterpret_cast<const uint2*>(src + 8);
+            #pragma unroll
+            for (uint32_t k = 0; k < 4; ++k) {
+                g[k] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(&g_raw)[k]);
+                u[k] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(&u_raw)[k]);
+            }
+        }
         float a[4];
         #pragma unroll
         for (uint32_t k = 0; k < 4; ++k) {
-            float gk = __bfloat162float(g[k]), uk = __bfloat162float(u[k]);
+            float gk = g[k], uk = u[k];
             if (has_clamp) {
                 gk = fminf(gk, clamp_value);
                 uk = fminf(fmaxf(uk, -clamp_value), clamp_value);
