@@ -53,11 +53,17 @@ def _rank_main(
     env: dict[str, str],
     timeout_s: float,
     results,
+    forked: bool,
 ) -> None:
     """One rank's process: environment, process group, ``fn(rank, num_ranks, *args)``, result or traceback."""
     os.environ.update(env)
     import torch
     import torch.distributed as dist
+
+    if forked:
+        # A forked rank inherits the parent's OpenMP thread pool in a state it cannot use (libgomp is not fork-safe:
+        # the first parallel region hangs once the parent has run one); one intra-op thread never enters it
+        torch.set_num_threads(1)
 
     try:
         store = dist.TCPStore(
@@ -161,7 +167,18 @@ def run_ranks(
     processes = [
         ctx.Process(
             target=_rank_main,
-            args=(rank, num_ranks, store.port, backend, fn, tuple(args), rank_env, float(timeout_s), results),
+            args=(
+                rank,
+                num_ranks,
+                store.port,
+                backend,
+                fn,
+                tuple(args),
+                rank_env,
+                float(timeout_s),
+                results,
+                start_method == "fork",
+            ),
             daemon=True,
         )
         for rank in range(num_ranks)
