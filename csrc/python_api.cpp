@@ -128,6 +128,7 @@ PYBIND11_MODULE(_C, m) {
             std::rethrow_exception(p);
     });
 
+    dg::jit::detail::python_sys_path_at_import() = dg::jit::detail::python_sys_path();
     m.def("_op_kernels_in_cpp", &dg::op_kernels::op_kernels_in_cpp,
           "The deep_gemm ops whose CPU and CUDA kernels the extension registers in C++ (csrc/op_kernels.hpp);\n"
           "deep_gemm.ops registers Python kernels for the others.");
