@@ -594,7 +594,8 @@ def test_cpp_kernel_raises_what_the_binding_raises(name: str) -> None:
     if name == "fp8_einsum":  # (an expression SM90 does not serve: NotImplementedError, the module's subclass)
         cases = [*cases, ("bhd,hdr->bhr", *cases[0][1:])]
     for args in cases:
-        via_op, direct = outcome(lambda: op(*args)), outcome(lambda: binding(*binding_args(name, args)))
+        via_op = outcome(lambda args=args: op(*args))
+        direct = outcome(lambda args=args: binding(*binding_args(name, args)))
         if direct[0] == "returned":
             assert via_op[0] == "returned" and torch.equal(via_op[1], direct[1]), (name, via_op)
         else:
