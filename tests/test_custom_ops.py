@@ -10,6 +10,7 @@ captured in a CUDA graph and replayed.
 """
 
 import inspect
+import os
 import subprocess
 import sys
 import tempfile
@@ -750,6 +751,61 @@ def test_opcheck_on_cuda() -> None:
         utils = ("test_faketensor",) if has_fp8 else ("test_schema", "test_faketensor")
         result = torch.library.opcheck(op, args, test_utils=utils)
         assert all(v == "SUCCESS" for v in result.values()), (op, result)
+
+
+# A fresh process, an empty kernel cache: an op call in a thread (its C++ kernel runs without the GIL) resolves the JIT's
+# toolchain and compiles while the main thread's eager call (holding the GIL) waits for the same JIT locks. Had the
+# kernel taken the GIL under those locks (the JIT's sys.path read once did), the two would deadlock.
+_OP_AND_EAGER_IN_THREADS = """
+import threading
+import torch
+import deep_gemm
+from deep_gemm.testing import calc_diff
+
+def gemm(m, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, 256, generator=gen, device="cuda").bfloat16()
+    b = torch.randn(384, 256, generator=gen, device="cuda").bfloat16()
+    return a, b, torch.full((m, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+op_args, eager_args = gemm(200, 0), gemm(136, 1)
+errors = []
+
+def through_op():
+    try:
+        torch.ops.deep_gemm.bf16_gemm_nt(*op_args)
+    except Exception as e:
+        errors.append(e)
+
+thread = threading.Thread(target=through_op)
+thread.start()
+deep_gemm.bf16_gemm_nt(*eager_args)
+thread.join(600)
+assert not thread.is_alive() and not errors, errors
+torch.cuda.synchronize()
+for a, b, d in (op_args, eager_args):
+    diff = calc_diff(d, a.double() @ b.double().T)
+    assert diff < 1e-5, diff
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_op_in_a_thread_beside_an_eager_call_compiles_without_deadlock(tmp_path) -> None:
+    env = dict(os.environ, DG_JIT_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", _OP_AND_EAGER_IN_THREADS], env=env, cwd=OUTSIDE, capture_output=True,
+                            text=True, timeout=900)  # fmt: skip
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+
+
+@pytest.mark.gpu
+def test_cpp_kernel_raises_what_the_binding_raises_on_cuda() -> None:
+    # The error path on CUDA tensors (a shape check after the device checks pass)
+    a = torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.zeros(96, 256, device="cuda", dtype=torch.bfloat16)
+    d = torch.zeros(64, 96, device="cuda", dtype=torch.bfloat16)
+    via_op = outcome(lambda: torch.ops.deep_gemm.bf16_gemm_nt(a, b, d))
+    assert via_op[0] is ValueError and via_op == outcome(lambda: _C.bf16_gemm_nt(a, b, d)), via_op
 
 
 @pytest.mark.gpu
