@@ -21,10 +21,21 @@
 #include "apis/quant.hpp"
 #include "apis/runtime.hpp"
 #include "apis/skip_head_mid.hpp"
+#include "op_kernels.hpp"
 #include "utils/tune.hpp"
 
 namespace py = pybind11;
 using namespace py::literals;
+
+// The C++ kernels of the deep_gemm:: ops (csrc/op_kernels.hpp), the same function for both keys: CPU tensors reach the
+// apis function too (its checks name the device expected; get_paged_mqa_logits_metadata has a CPU path).
+TORCH_LIBRARY_IMPL(deep_gemm, CPU, m) {
+    dg::op_kernels::for_each_op_kernel([&](const char* name, auto kernel) { m.impl(name, std::move(kernel)); });
+}
+
+TORCH_LIBRARY_IMPL(deep_gemm, CUDA, m) {
+    dg::op_kernels::for_each_op_kernel([&](const char* name, auto kernel) { m.impl(name, std::move(kernel)); });
+}
 
 // What the two k-grouped entry points' docstrings share (pybind11 copies docstrings when binding).
 static const std::string k_grouped_doc =
@@ -38,18 +49,12 @@ static const std::string k_grouped_doc =
     "constants.\n"
     "Raises ValueError on a bad dtype, shape, stride, alignment or device, NotImplementedError off SM90.";
 
-// The k-grouped GEMMs as bound: ks_cpu may be None in the reference's signature (its SM100 psum path reads the K
-// sizes on the device); the SM90 kernels take them from the host, so None raises ValueError naming the argument (the
-// reference's SM90 path also requires the list).
+// The k-grouped GEMMs as bound: ks_cpu may be None in the reference's signature (dg::apis::require_ks_cpu).
 template <typename A, typename B, typename... Rest>
 static auto with_ks_cpu(void (*fn)(const A&, const B&, const at::Tensor&, const std::vector<int64_t>&, Rest...),
                         const char* name) {
     return [fn, name](const A& a, const B& b, const at::Tensor& d, const std::optional<std::vector<int64_t>>& ks_cpu,
-                      Rest... rest) {
-        DG_CHECK_INPUT(ks_cpu.has_value(), "{}: ks_cpu must be the list of the groups' K on SM90 (the kernels take "
-                       "them from the host), got None", name);
-        fn(a, b, d, *ks_cpu, rest...);
-    };
+                      Rest... rest) { fn(a, b, d, dg::apis::require_ks_cpu(ks_cpu, name), rest...); };
 }
 
 // What the dense BF16 GEMMs' docstrings share.
@@ -122,6 +127,11 @@ PYBIND11_MODULE(_C, m) {
         if (p && !dg::fast_call::set_dg_python_error(p))
             std::rethrow_exception(p);
     });
+
+    dg::jit::detail::python_sys_path_at_import() = dg::jit::detail::python_sys_path();
+    m.def("_op_kernels_in_cpp", &dg::op_kernels::op_kernels_in_cpp,
+          "The deep_gemm ops whose CPU and CUDA kernels the extension registers in C++ (csrc/op_kernels.hpp);\n"
+          "deep_gemm.ops registers Python kernels for the others.");
 
     // Runtime settings
     m.def("set_num_sms", &dg::apis::set_num_sms, "new_num_sms"_a,

@@ -13,19 +13,22 @@ nothing else is. The functions returning a tensor return a new one, never a view
 How the public functions call them. ``deep_gemm.fp8_gemm_nt`` and the rest keep their names, signatures,
 defaults and error messages: each is a thin function that, while ``torch.compiler.is_compiling()`` (Dynamo
 tracing, ``torch.export``), flattens its arguments and calls the op, and otherwise calls the ``_C`` binding
-directly. Both paths run the same kernel (the op's implementation is that ``_C`` call); the eager path skips
-the dispatcher because an op call costs microseconds of host time (the dispatcher boxes every argument and
-calls back into Python), while the check costs one Python call (figures below). The ops
-are registered with the low-level ``torch.library.Library`` API (``define`` + ``impl`` for CPU and CUDA +
-``register_fake``) rather than ``torch.library.custom_op``, whose wrapper adds Python work to every call of a
-compiled graph. CPU tensors reach the ``_C`` function too, so errors read the same (and the paged-MQA schedule,
-which has a CPU path, runs there).
+directly. Both paths run the same C++ function; the eager path skips the dispatcher because an op call costs
+microseconds of host time (torch.ops converts every argument and the dispatcher boxes them), while the check costs
+one Python call (figures below). The ops are defined here with the low-level ``torch.library.Library`` API
+(``define`` + ``register_fake``) rather than ``torch.library.custom_op``, whose wrapper adds Python work to every
+call of a compiled graph. Their CPU and CUDA kernels are C++ (csrc/op_kernels.hpp, registered by the extension when
+it loads: no call back into Python), except for the few ops that list names, whose kernels are Python functions
+registered here with ``impl`` (``_C._op_kernels_in_cpp()`` names the C++ ones). A C++ kernel raises what the
+``_C`` binding raises (the same exception type, ``_C.NotImplementedError`` included, and message). CPU tensors
+reach the same function too, so errors read the same (and the paged-MQA schedule, which has a CPU path, runs there).
 
-Measured on the 2-core CPU machine (tools/measure_op_overhead.py): the eager wrapper adds 0.3-0.6 µs to a call;
-an op call through the dispatcher into a Python kernel costs 5-7 µs more than calling the kernel, of which about
-2 µs is PyTorch's floor for calling any op from Python (torch.ops.aten.neg.default against torch.neg). Compiled
-code pays the op path per call unless CUDA graphs replay it (mode="reduce-overhead"); registering the kernels in
-C++ (TORCH_LIBRARY_IMPL) would cut the Python-kernel part.
+Measured on the 2-core CPU machine (tools/measure_op_overhead.py, PyTorch 2.13, fp8_gemm_nt's eleven arguments
+around a no-op body): the eager wrapper adds 0.2-0.5 µs to a call. The op path costs 2.0-2.3 µs more than the direct
+binding call, of which 1.8-2.0 µs is PyTorch's own floor for calling an op of this schema from Python (the same op
+with a C++ kernel that ignores its arguments); with a Python kernel calling the binding, as before, it cost
+3.4-4.2 µs more. So the op path cannot come within 1 µs of the direct call: PyTorch's floor alone is above that.
+Compiled code pays the op path per call unless CUDA graphs replay it (mode="reduce-overhead").
 
 The fake implementations compute output shapes and strides only; the GEMMs' shape and dtype checks run in the
 real call (same messages as eager).
@@ -59,16 +62,26 @@ PUBLIC_FUNCTIONS: dict[str, Callable] = {}
 OP_NAMES: list[str] = []
 
 
-def _define(name: str, schema_text: str, impl: Callable, fake: Callable) -> None:
-    """Define deep_gemm::name with its schema, the real implementation for CPU and CUDA and the fake one."""
+# The ops whose CPU and CUDA kernels the extension registered in C++ when it loaded (csrc/op_kernels.hpp)
+_CPP_KERNELS = frozenset(_C._op_kernels_in_cpp())
+
+
+def _define(name: str, schema_text: str, impl: Callable | None, fake: Callable) -> None:
+    """Define deep_gemm::name with its schema, the real implementation for CPU and CUDA and the fake one.
+    impl None: the op's kernels are C++ (registered by the extension; the dispatcher checked their signature against
+    this schema when it was defined)."""
+    if (impl is None) != (name in _CPP_KERNELS):
+        raise RuntimeError(f"deep_gemm::{name}: a Python kernel must be given exactly when the extension registers "
+                           f"none (C++ kernels: {sorted(_CPP_KERNELS)})")
     _LIB.define(name + schema_text, tags=_LAYOUT_TAGS)
     schema = getattr(torch.ops.deep_gemm, name).default._schema
     dtype_args = set(re.findall(r"ScalarType (\w+)", schema_text))
     defaults, num_args = _schema_defaults(schema, dtype_args), len(schema.arguments)
-    impl, fake = _with_defaults(impl, defaults, num_args), _with_defaults(fake, defaults, num_args)
-    _LIB.impl(name, impl, "CPU")
-    _LIB.impl(name, impl, "CUDA")
-    torch.library.register_fake(f"deep_gemm::{name}", fake, lib=_LIB)
+    if impl is not None:
+        impl = _with_defaults(impl, defaults, num_args)
+        _LIB.impl(name, impl, "CPU")
+        _LIB.impl(name, impl, "CUDA")
+    torch.library.register_fake(f"deep_gemm::{name}", _with_defaults(fake, defaults, num_args), lib=_LIB)
     OP_NAMES.append(name)
 
 
@@ -173,10 +186,12 @@ def _fp8_dense_op(name: str, c_fn: Callable, default_dims: str, sm90: bool = Tru
     """An FP8 dense GEMM op. sm90=False: a layout SM90 cannot run, whose binding raises NotImplementedError before
     reading any argument; its fake implementation is that call too, so tracing raises what the eager call raises."""
 
-    def impl(a, sfa, b, sfb, d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast):
+    def unsupported(a, sfa, b, sfb, d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast):
         c_fn((a, sfa), (b, sfb), d, c, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast)
 
-    _define(name, _FP8_DENSE.format(dims=default_dims), impl, _no_output if sm90 else impl)
+    # (sm90: the kernel is C++, csrc/op_kernels.hpp)
+    _define(name, _FP8_DENSE.format(dims=default_dims), None if sm90 else unsupported,
+            _no_output if sm90 else unsupported)
     op = getattr(torch.ops.deep_gemm, name)
 
     def traced(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims=default_dims,
@@ -197,19 +212,11 @@ fp8_fp4_gemm_tn = _fp8_dense_op("fp8_fp4_gemm_tn", _C.fp8_fp4_gemm_tn, "mn", sm9
 fp8_fp4_gemm_tt = _fp8_dense_op("fp8_fp4_gemm_tt", _C.fp8_fp4_gemm_tt, "mn", sm90=False)
 
 
-def _m_grouped_fp8_contiguous_impl(a, sfa, b, sfb, d, grouped_layout, recipe, recipe_a, recipe_b, compiled_dims,
-                                   disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
-                                   expected_m_for_psum_layout):
-    _C.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, grouped_layout, recipe, recipe_a, recipe_b,
-                                        compiled_dims, disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
-                                        expected_m_for_psum_layout)
-
-
 _define("m_grouped_fp8_gemm_nt_contiguous",
         "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor grouped_layout, "
         + _FP8_RECIPES.format(dims="nk") + ", bool use_psum_layout=False, bool ensure_zero_padding=True, "
         "int? expected_m_for_psum_layout=None) -> ()",
-        _m_grouped_fp8_contiguous_impl, _no_output)
+        None, _no_output)
 
 
 def _m_grouped_fp8_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None,
@@ -250,15 +257,9 @@ m_grouped_fp8_fp4_gemm_nn_contiguous = _m_grouped_fp8_nn_op("m_grouped_fp8_fp4_g
                                                             _C.m_grouped_fp8_fp4_gemm_nn_contiguous)
 
 
-def _m_grouped_fp8_masked_impl(a, sfa, b, sfb, d, masked_m, expected_m, recipe, recipe_a, recipe_b, compiled_dims,
-                               disable_ue8m0_cast):
-    _C.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m, recipe, recipe_a, recipe_b,
-                                    compiled_dims, disable_ue8m0_cast)
-
-
 _define("m_grouped_fp8_gemm_nt_masked",
         "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor masked_m, int expected_m, "
-        + _FP8_RECIPES.format(dims="nk") + ") -> ()", _m_grouped_fp8_masked_impl, _no_output)
+        + _FP8_RECIPES.format(dims="nk") + ") -> ()", None, _no_output)
 
 
 def _m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None, recipe_b=None,
@@ -273,11 +274,8 @@ m_grouped_fp8_gemm_nt_masked = _public(_C.m_grouped_fp8_gemm_nt_masked, _m_group
 
 
 def _k_grouped_fp8_op(name: str, c_fn: Callable) -> Callable:
-    def impl(a, sfa, b, sfb, d, ks_cpu, grouped_layout, c, recipe, compiled_dims, use_psum_layout):
-        c_fn((a, sfa), (b, sfb), d, ks_cpu, grouped_layout, c, recipe, compiled_dims, use_psum_layout)
-
     _define(name, "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, int[]? ks_cpu, Tensor grouped_layout, "
-            "Tensor? c=None, int[]? recipe=None, str compiled_dims=\"mn\", bool use_psum_layout=False) -> ()", impl,
+            "Tensor? c=None, int[]? recipe=None, str compiled_dims=\"mn\", bool use_psum_layout=False) -> ()", None,
             _no_output)
     op = getattr(torch.ops.deep_gemm, name)
 
@@ -299,20 +297,14 @@ k_grouped_fp8_gemm_tn_contiguous = _k_grouped_fp8_op("k_grouped_fp8_gemm_tn_cont
 def _dense_op(name: str, c_fn: Callable, default_dims: str | None) -> Callable:
     """bf16_gemm_* (with compiled_dims) and cublaslt_gemm_* (default_dims None: no compiled_dims)."""
     if default_dims is None:
-        def impl(a, b, d, c):
-            c_fn(a, b, d, c)
-
-        _define(name, "(Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None) -> ()", impl, _no_output)
+        _define(name, "(Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None) -> ()", None, _no_output)
         op = getattr(torch.ops.deep_gemm, name)
 
         def traced(a, b, d, c=None):
             op(a, b, d, c)
     else:
-        def impl(a, b, d, c, compiled_dims):
-            c_fn(a, b, d, c, compiled_dims)
-
         _define(name, f"(Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None, str compiled_dims=\"{default_dims}\") -> ()",
-                impl, _no_output)
+                None, _no_output)
         op = getattr(torch.ops.deep_gemm, name)
 
         def traced(a, b, d, c=None, compiled_dims=default_dims):
@@ -331,16 +323,10 @@ cublaslt_gemm_tn = _dense_op("cublaslt_gemm_tn", _C.cublaslt_gemm_tn, None)
 cublaslt_gemm_tt = _dense_op("cublaslt_gemm_tt", _C.cublaslt_gemm_tt, None)
 
 
-def _m_grouped_bf16_nt_contiguous_impl(a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding,
-                                       expected_m_for_psum_layout):
-    _C.m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding,
-                                         expected_m_for_psum_layout)
-
-
 _define("m_grouped_bf16_gemm_nt_contiguous",
         "(Tensor a, Tensor b, Tensor(d!) d, Tensor grouped_layout, str compiled_dims=\"nk\", "
         "bool use_psum_layout=False, bool ensure_zero_padding=True, int? expected_m_for_psum_layout=None) -> ()",
-        _m_grouped_bf16_nt_contiguous_impl,
+        None,
         _no_output)
 
 
@@ -353,13 +339,9 @@ def _m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, compiled_dims="n
 m_grouped_bf16_gemm_nt_contiguous = _public(_C.m_grouped_bf16_gemm_nt_contiguous, _m_grouped_bf16_gemm_nt_contiguous)
 
 
-def _m_grouped_bf16_nn_contiguous_impl(a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding):
-    _C.m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims, use_psum_layout, ensure_zero_padding)
-
-
 _define("m_grouped_bf16_gemm_nn_contiguous",
         "(Tensor a, Tensor b, Tensor(d!) d, Tensor grouped_layout, str compiled_dims=\"nk\", "
-        "bool use_psum_layout=False, bool ensure_zero_padding=True) -> ()", _m_grouped_bf16_nn_contiguous_impl,
+        "bool use_psum_layout=False, bool ensure_zero_padding=True) -> ()", None,
         _no_output)
 
 
@@ -372,13 +354,9 @@ def _m_grouped_bf16_gemm_nn_contiguous(a, b, d, grouped_layout, compiled_dims="n
 m_grouped_bf16_gemm_nn_contiguous = _public(_C.m_grouped_bf16_gemm_nn_contiguous, _m_grouped_bf16_gemm_nn_contiguous)
 
 
-def _m_grouped_bf16_masked_impl(a, b, d, masked_m, expected_m, compiled_dims):
-    _C.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m, compiled_dims)
-
-
 _define("m_grouped_bf16_gemm_nt_masked",
         "(Tensor a, Tensor b, Tensor(d!) d, Tensor masked_m, int expected_m, str compiled_dims=\"nk\") -> ()",
-        _m_grouped_bf16_masked_impl, _no_output)
+        None, _no_output)
 
 
 def _m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m, compiled_dims="nk"):
@@ -388,13 +366,9 @@ def _m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m, compiled_dims=
 m_grouped_bf16_gemm_nt_masked = _public(_C.m_grouped_bf16_gemm_nt_masked, _m_grouped_bf16_gemm_nt_masked)
 
 
-def _k_grouped_bf16_impl(a, b, d, ks_cpu, grouped_layout, c, compiled_dims, use_psum_layout):
-    _C.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c, compiled_dims, use_psum_layout)
-
-
 _define("k_grouped_bf16_gemm_tn_contiguous",
         "(Tensor a, Tensor b, Tensor(d!) d, int[]? ks_cpu, Tensor grouped_layout, Tensor? c=None, "
-        "str compiled_dims=\"mn\", bool use_psum_layout=False) -> ()", _k_grouped_bf16_impl, _no_output)
+        "str compiled_dims=\"mn\", bool use_psum_layout=False) -> ()", None, _no_output)
 
 
 def _k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c=None, compiled_dims="mn",
@@ -411,12 +385,6 @@ _MQA = ("(Tensor q, Tensor? q_sf, Tensor kv, Tensor kv_sf, Tensor weights, Tenso
         "Tensor cu_seq_len_k_end, bool clean_logits=True, int max_seqlen_k=0, ScalarType logits_dtype=float) -> Tensor")
 
 
-def _mqa_impl(q, q_sf, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k,
-              logits_dtype):
-    return _C.fp8_fp4_mqa_logits((q, q_sf), (kv, kv_sf), weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
-                                 max_seqlen_k, logits_dtype)
-
-
 def _mqa_fake(q, q_sf, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k,
               logits_dtype):
     # [S, max_seqlen_k] when compressed (max_seqlen_k > 0), else [S, S_kv]; contiguous
@@ -424,7 +392,7 @@ def _mqa_fake(q, q_sf, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end,
     return q.new_empty((q.size(0), width), dtype=logits_dtype)
 
 
-_define("fp8_fp4_mqa_logits", _MQA, _mqa_impl, _mqa_fake)
+_define("fp8_fp4_mqa_logits", _MQA, None, _mqa_fake)
 
 
 def _fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
@@ -452,19 +420,13 @@ _PAGED = ("(Tensor q, Tensor? q_sf, Tensor kv_cache, Tensor weights, Tensor cont
           "-> Tensor")
 
 
-def _paged_impl(q, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
-                logits_dtype, indices):
-    return _C.fp8_fp4_paged_mqa_logits((q, q_sf), kv_cache, weights, context_lens, block_table, schedule_meta,
-                                       max_context_len, clean_logits, logits_dtype, indices)
-
-
 def _paged_fake(q, q_sf, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
                 logits_dtype, indices):
     # [B * next_n, max_context_len], contiguous
     return q.new_empty((q.size(0) * q.size(1), max_context_len), dtype=logits_dtype)
 
 
-_define("fp8_fp4_paged_mqa_logits", _PAGED, _paged_impl, _paged_fake)
+_define("fp8_fp4_paged_mqa_logits", _PAGED, None, _paged_fake)
 
 
 def _fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
@@ -493,7 +455,7 @@ def _metadata_fake(context_lens, block_kv, num_sms, indices):
 
 _define("get_paged_mqa_logits_metadata",
         "(Tensor context_lens, int block_kv, int num_sms, Tensor? indices=None) -> Tensor",
-        _C.get_paged_mqa_logits_metadata, _metadata_fake)
+        None, _metadata_fake)
 
 
 def _get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
@@ -529,7 +491,7 @@ def _packed_ue8m0_fake(sf, psum_layout):
 
 
 _define("get_mn_major_tma_aligned_packed_ue8m0_tensor", "(Tensor sf, Tensor? psum_layout=None) -> Tensor",
-        _C.get_mn_major_tma_aligned_packed_ue8m0_tensor, _packed_ue8m0_fake)
+        None, _packed_ue8m0_fake)
 
 
 def _get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, psum_layout=None):
@@ -577,12 +539,8 @@ transform_sf_into_required_layout = _public(_C.transform_sf_into_required_layout
 
 
 # ------------------------------------------------------------------------------- einsum, skip-head-mid, HC
-def _einsum_impl(expr, a, b, d, c, use_cublaslt):
-    _C.einsum(expr, a, b, d, c, use_cublaslt)
-
-
 _define("einsum", "(str expr, Tensor a, Tensor b, Tensor(d!) d, Tensor? c=None, bool use_cublaslt=False) -> ()",
-        _einsum_impl, _no_output)
+        None, _no_output)
 
 
 def _einsum(expr, a, b, d, c=None, use_cublaslt=False):
@@ -592,12 +550,8 @@ def _einsum(expr, a, b, d, c=None, use_cublaslt=False):
 einsum = _public(_C.einsum, _einsum)
 
 
-def _fp8_einsum_impl(expr, a, sfa, b, sfb, d, c, recipe):
-    _C.fp8_einsum(expr, (a, sfa), (b, sfb), d, c, recipe)
-
-
 _define("fp8_einsum", "(str expr, Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(d!) d, Tensor? c=None, "
-        "int[] recipe=[1, 128, 128]) -> ()", _fp8_einsum_impl, _no_output)
+        "int[] recipe=[1, 128, 128]) -> ()", None, _no_output)
 
 
 def _fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128)):
@@ -626,13 +580,9 @@ def _fp8_gemm_nt_skip_head_mid(a, b, d, head_splits, recipe=None, compiled_dims=
 fp8_gemm_nt_skip_head_mid = _public(_C.fp8_gemm_nt_skip_head_mid, _fp8_gemm_nt_skip_head_mid)
 
 
-def _hc_prenorm_impl(a, b, d, sqr_sum, num_splits):
-    _C.tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits)
-
-
 # (the one op with two outputs: d and sqr_sum are both written in place)
 _define("tf32_hc_prenorm_gemm", "(Tensor a, Tensor b, Tensor(d!) d, Tensor(s!) sqr_sum, int? num_splits=None) -> ()",
-        _hc_prenorm_impl, _no_output)
+        None, _no_output)
 
 
 def _tf32_hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None):
@@ -677,7 +627,7 @@ def _per_token_quant_fake(x, use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_major):
 
 
 _define("per_token_quant_fp8", "(Tensor x, bool use_ue8m0=False, int gran_k=128, bool use_packed_ue8m0=False, "
-        "bool sf_mn_major=False) -> (Tensor, Tensor)", _C.per_token_quant_fp8, _per_token_quant_fake)
+        "bool sf_mn_major=False) -> (Tensor, Tensor)", None, _per_token_quant_fake)
 
 
 def _per_token_quant_fp8(x, use_ue8m0=False, gran_k=128, use_packed_ue8m0=False, sf_mn_major=False):
@@ -696,7 +646,7 @@ def _per_token_quant_fp4_fake(x, use_ue8m0, gran_k, use_packed_ue8m0, sf_mn_majo
 
 
 _define("per_token_quant_fp4", "(Tensor x, bool use_ue8m0=False, int gran_k=128, bool use_packed_ue8m0=False, "
-        "bool sf_mn_major=False) -> (Tensor, Tensor)", _C.per_token_quant_fp4, _per_token_quant_fp4_fake)
+        "bool sf_mn_major=False) -> (Tensor, Tensor)", None, _per_token_quant_fp4_fake)
 
 
 def _per_token_quant_fp4(x, use_ue8m0=False, gran_k=128, use_packed_ue8m0=False, sf_mn_major=False):
@@ -717,7 +667,7 @@ def _silu_and_mul_quant_fake(x, use_ue8m0, gran_k, use_packed_ue8m0, row_weights
 
 _define("silu_and_mul_quant_fp8", "(Tensor x, bool use_ue8m0=False, int gran_k=128, bool use_packed_ue8m0=False, "
         "Tensor? row_weights=None, float? activation_clamp=None, Tensor? masked_m=None, bool sf_mn_major=True) -> "
-        "(Tensor, Tensor)", _C.silu_and_mul_quant_fp8, _silu_and_mul_quant_fake)
+        "(Tensor, Tensor)", None, _silu_and_mul_quant_fake)
 
 
 def _silu_and_mul_quant_fp8(x, use_ue8m0=False, gran_k=128, use_packed_ue8m0=False, row_weights=None,
@@ -736,7 +686,7 @@ def _per_block_quant_fake(x, use_ue8m0):
     return torch.empty_like(x, dtype=torch.float8_e4m3fn, memory_format=torch.contiguous_format), sf
 
 
-_define("per_block_quant_fp8", "(Tensor x, bool use_ue8m0=False) -> (Tensor, Tensor)", _C.per_block_quant_fp8,
+_define("per_block_quant_fp8", "(Tensor x, bool use_ue8m0=False) -> (Tensor, Tensor)", None,
         _per_block_quant_fake)
 
 

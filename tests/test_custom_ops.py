@@ -10,6 +10,10 @@ captured in a CUDA graph and replayed.
 """
 
 import inspect
+import os
+import subprocess
+import sys
+import tempfile
 
 import pytest
 import torch
@@ -25,6 +29,7 @@ from deep_gemm.testing import calc_diff
 from deep_gemm.utils import mn_major_tma_aligned_reference, per_block_cast_to_fp8, per_token_cast_to_fp8
 
 FP8 = torch.float8_e4m3fn
+OUTSIDE = tempfile.gettempdir()
 OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 # Every public kernel entry point (aliases are the same objects) and the op it calls
@@ -528,6 +533,89 @@ def test_eager_path_is_the_binding() -> None:
         deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb))
 
 
+# ------------------------------------------------------------------------------------- C++ kernels of the ops
+# The ops whose real kernels stay Python functions in deep_gemm/ops.py (csrc/op_kernels.hpp says why) and the mega
+# ops (deep_gemm/mega/ops.py); every other op's CPU and CUDA kernel is C++
+PYTHON_KERNELS = SM100_ONLY | {"get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
+                               "fp8_gemm_nt_skip_head_mid"} | set(MEGA_OP_NAMES)  # fmt: skip
+# Where an op's flattened scales go back into the binding's (tensor, scales) pair: scale argument -> its tensor
+PAIRED_SCALES = {"sfa": "a", "sfb": "b", "q_sf": "q", "kv_sf": "kv"}
+
+
+def kernel_registrations(name: str) -> dict[str, str]:
+    """Dispatch key -> the line torch._C._dispatch_dump gives for the op's kernel there."""
+    lines = torch._C._dispatch_dump(f"deep_gemm::{name}").splitlines()
+    return {line.split(":")[0]: line for line in lines if line.startswith(("CPU:", "CUDA:", "Meta:"))}
+
+
+def test_the_hot_ops_have_cpp_kernels() -> None:
+    assert set(_C._op_kernels_in_cpp()) == set(ops.OP_NAMES) - PYTHON_KERNELS
+    assert len(ops.OP_NAMES) == len(set(ops.OP_NAMES))
+    for name in ops.OP_NAMES:
+        kernels = kernel_registrations(name)
+        for key in ("CPU", "CUDA"):
+            # (a C++ kernel is registered unboxed, at python_api.cpp; a Python one boxed only, at deep_gemm's .py file)
+            cpp = "unboxed" in kernels[key] and "python_api.cpp" in kernels[key]
+            assert cpp == (name not in PYTHON_KERNELS), (name, kernels[key])
+        assert "unboxed" not in kernels["Meta"], (name, kernels["Meta"])  # (the fake implementation: Python)
+
+
+def test_importing_registers_each_kernel_once() -> None:
+    # A key registered twice (C++ and Python) makes the dispatcher warn "Overriding a previously registered kernel"
+    code = "import warnings; warnings.simplefilter('always'); import deep_gemm, deep_gemm.mega"
+    result = subprocess.run([sys.executable, "-W", "always", "-c", code], cwd=OUTSIDE, capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "verrid" not in result.stderr and "registered" not in result.stderr, result.stderr
+
+
+def outcome(call) -> tuple:
+    """(exception type, message) of call(), or ("returned", result)."""
+    try:
+        return "returned", call()
+    except Exception as e:  # noqa: BLE001 (any exception: the two paths must raise the same one)
+        return type(e), str(e)
+
+
+def binding_args(name: str, args: tuple) -> list:
+    """The op's flattened arguments as the _C binding takes them: each tensor and its scales as one pair."""
+    names = [arg.name for arg in getattr(torch.ops.deep_gemm, name).default._schema.arguments]
+    values = dict(zip(names, args, strict=True))
+    return [(values[n], values[sf]) if (sf := next((k for k, v in PAIRED_SCALES.items() if v == n and k in values),
+                                                   None)) else values[n]
+            for n in names if n not in PAIRED_SCALES or PAIRED_SCALES[n] not in values]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(set(ENTRY_POINTS.values()) - PYTHON_KERNELS))
+def test_cpp_kernel_raises_what_the_binding_raises(name: str) -> None:
+    # Through the dispatcher into the C++ kernel, on CPU tensors (every kernel refuses them but the paged-MQA schedule):
+    # the same exception type (ValueError, _C.NotImplementedError, ...) and message as the _C binding's own call
+    op, binding = getattr(torch.ops.deep_gemm, name).default, getattr(_C, name)
+    cases = op_cases("cpu")[name]
+    if name == "fp8_einsum":  # (an expression SM90 does not serve: NotImplementedError, the module's subclass)
+        cases = [*cases, ("bhd,hdr->bhr", *cases[0][1:])]
+    for args in cases:
+        via_op = outcome(lambda args=args: op(*args))
+        direct = outcome(lambda args=args: binding(*binding_args(name, args)))
+        if direct[0] == "returned":
+            assert via_op[0] == "returned" and torch.equal(via_op[1], direct[1]), (name, via_op)
+        else:
+            assert via_op == direct, name
+    if name == "fp8_einsum":
+        assert direct[0] is _C.NotImplementedError
+
+
+def test_cpp_kernel_checks_ks_cpu_as_the_binding() -> None:
+    args = list(op_cases("cpu")["k_grouped_bf16_gemm_tn_contiguous"][0])
+    args[3] = None
+    with pytest.raises(ValueError, match="k_grouped_bf16_gemm_tn_contiguous: ks_cpu must be the list of the groups' K"):
+        torch.ops.deep_gemm.k_grouped_bf16_gemm_tn_contiguous(*args)
+    args = list(op_cases("cpu")["k_grouped_fp8_gemm_tn_contiguous"][0])
+    args[5] = None
+    with pytest.raises(ValueError, match="k_grouped_fp8_gemm_tn_contiguous: ks_cpu must be the list of the groups' K"):
+        torch.ops.deep_gemm.k_grouped_fp8_gemm_tn_contiguous(*args)
+
+
 # ------------------------------------------------------------------------------------------------ GPU tier
 def moe_inputs(num_groups: int = 4, rows_per_group: int = 128, hidden: int = 512, inter: int = 256, seed: int = 0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -663,6 +751,61 @@ def test_opcheck_on_cuda() -> None:
         utils = ("test_faketensor",) if has_fp8 else ("test_schema", "test_faketensor")
         result = torch.library.opcheck(op, args, test_utils=utils)
         assert all(v == "SUCCESS" for v in result.values()), (op, result)
+
+
+# A fresh process, an empty kernel cache: an op call in a thread (its C++ kernel runs without the GIL) resolves the JIT's
+# toolchain and compiles while the main thread's eager call (holding the GIL) waits for the same JIT locks. Had the
+# kernel taken the GIL under those locks (the JIT's sys.path read once did), the two would deadlock.
+_OP_AND_EAGER_IN_THREADS = """
+import threading
+import torch
+import deep_gemm
+from deep_gemm.testing import calc_diff
+
+def gemm(m, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, 256, generator=gen, device="cuda").bfloat16()
+    b = torch.randn(384, 256, generator=gen, device="cuda").bfloat16()
+    return a, b, torch.full((m, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+op_args, eager_args = gemm(200, 0), gemm(136, 1)
+errors = []
+
+def through_op():
+    try:
+        torch.ops.deep_gemm.bf16_gemm_nt(*op_args)
+    except Exception as e:
+        errors.append(e)
+
+thread = threading.Thread(target=through_op)
+thread.start()
+deep_gemm.bf16_gemm_nt(*eager_args)
+thread.join(600)
+assert not thread.is_alive() and not errors, errors
+torch.cuda.synchronize()
+for a, b, d in (op_args, eager_args):
+    diff = calc_diff(d, a.double() @ b.double().T)
+    assert diff < 1e-5, diff
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_op_in_a_thread_beside_an_eager_call_compiles_without_deadlock(tmp_path) -> None:
+    env = dict(os.environ, DG_JIT_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", _OP_AND_EAGER_IN_THREADS], env=env, cwd=OUTSIDE, capture_output=True,
+                            text=True, timeout=900)  # fmt: skip
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+
+
+@pytest.mark.gpu
+def test_cpp_kernel_raises_what_the_binding_raises_on_cuda() -> None:
+    # The error path on CUDA tensors (a shape check after the device checks pass)
+    a = torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.zeros(96, 256, device="cuda", dtype=torch.bfloat16)
+    d = torch.zeros(64, 96, device="cuda", dtype=torch.bfloat16)
+    via_op = outcome(lambda: torch.ops.deep_gemm.bf16_gemm_nt(a, b, d))
+    assert via_op[0] is ValueError and via_op == outcome(lambda: _C.bf16_gemm_nt(a, b, d)), via_op
 
 
 @pytest.mark.gpu

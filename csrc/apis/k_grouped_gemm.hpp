@@ -161,6 +161,15 @@ inline void k_grouped_fp8_gemm_contiguous(const char* fn, bool k_major, const Te
                                            kernels::fp8_operands(true));
 }
 
+// ks_cpu as the reference types it: None is allowed there (its SM100 psum path reads the K sizes on the device); the
+// SM90 kernels take them from the host, so None raises ValueError naming the argument (the reference's SM90 path also
+// requires the list). One check for the _C bindings and the op kernels (csrc/op_kernels.hpp).
+inline const std::vector<int64_t>& require_ks_cpu(const std::optional<std::vector<int64_t>>& ks_cpu, const char* fn) {
+    DG_CHECK_INPUT(ks_cpu.has_value(), "{}: ks_cpu must be the list of the groups' K on SM90 (the kernels take them "
+                   "from the host), got None", fn);
+    return *ks_cpu;
+}
+
 inline void k_grouped_fp8_gemm_nt_contiguous(const TensorPair& a, const TensorPair& b, const at::Tensor& d,
                                              const std::vector<int64_t>& ks, const at::Tensor& grouped_layout,
                                              const std::optional<at::Tensor>& c, const Recipe& recipe,

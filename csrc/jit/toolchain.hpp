@@ -7,7 +7,7 @@
 //   - NVRTC: the toolkit's libnvrtc, else the `nvidia-cuda-nvrtc` wheel's, else the loader's;
 //   - cuobjdump/nvdisasm (DG_JIT_DUMP_SASS): the toolkit's, else the nvidia-cuda-* wheels'.
 // No kernel includes CUTLASS/CuTe, so it is neither searched for nor on the include path.
-// Python's sys.path is read (the GIL is held: we are called from Python) to find the wheels.
+// Python's sys.path is read to find the wheels (without the GIL, as at the extension's import: python_sys_path).
 #pragma once
 
 #include <dlfcn.h>
@@ -44,11 +44,22 @@ inline fs::path this_module_dir() {
     return fs::canonical(fs::path(info.dli_fname)).parent_path();
 }
 
+// sys.path as it was when the extension was imported (set by python_api.cpp's module init).
+inline std::vector<fs::path>& python_sys_path_at_import() {
+    static std::vector<fs::path> paths;
+    return paths;
+}
+
+// sys.path: read live when this thread holds the GIL (the _C bindings), else as it was at import. The op kernels
+// (csrc/op_kernels.hpp) run without the GIL, and taking it here, under the JIT's locks, could deadlock against a
+// thread that holds the GIL and waits for those locks.
 inline std::vector<fs::path> python_sys_path() {
     std::vector<fs::path> out;
     namespace py = pybind11;
     if (!Py_IsInitialized())
         return out;
+    if (!PyGILState_Check())
+        return python_sys_path_at_import();
     py::gil_scoped_acquire gil;
     for (const auto& entry: py::module_::import("sys").attr("path")) {
         const auto text = py::str(entry).cast<std::string>();
