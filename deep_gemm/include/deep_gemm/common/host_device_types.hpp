@@ -261,6 +261,7 @@ struct Sm90MqaLogitsKernelConfig {
     bool relu_by_abs;       // the head reduction's form: |x| (two FFMAs) rather than FMNMX + FFMA
     bool signed_sum_wgmma;  // the signed head sums from e4m3 pieces of each query's weighted Q on the tensor core
     bool split_halves;      // each math warpgroup's tile as two commit groups of N = 128
+    bool fp4_operands;      // q and kv packed e2m1 with UE8M0 scales per 1x32, made e4m3 in shared memory
 
     // Calls f(name, value) for each field, in declaration order (what the JIT renders).
     template <typename F>
@@ -268,6 +269,7 @@ struct Sm90MqaLogitsKernelConfig {
         f("num_heads", num_heads), f("head_dim", head_dim), f("num_stages", num_stages);
         f("is_compressed", is_compressed), f("clean_logits", clean_logits), f("out_bf16", out_bf16);
         f("relu_by_abs", relu_by_abs), f("signed_sum_wgmma", signed_sum_wgmma), f("split_halves", split_halves);
+        f("fp4_operands", fp4_operands);
     }
 };
 
@@ -276,11 +278,15 @@ DG_HOST_DEVICE constexpr uint32_t sm90_mqa_logits_block_q(uint32_t num_heads) { 
 
 // Its shared memory: alignment slack, the two math warpgroups' Q tiles (and with signed_sum_wgmma their pieces:
 // kMqaSignedSumPieces rows of D per query; the pieces' scales stay in global memory), the kv stages of 64 keys, the
-// stages' full/empty barriers, the Q barrier, and 16 bytes for the key range.
+// stages' full/empty barriers, the Q barrier, and 16 bytes for the key range. With fp4_operands the stages hold
+// packed kv (D / 2 bytes a key), and each math warpgroup has its packed Q tile and two e4m3 kv tiles of its own.
 DG_HOST_DEVICE constexpr uint32_t sm90_mqa_logits_smem_bytes(const Sm90MqaLogitsKernelConfig& c) {
     const uint32_t pieces =
         c.signed_sum_wgmma ? sm90_mqa_logits_block_q(c.num_heads) * kMqaSignedSumPieces * c.head_dim : 0;
-    return 1024 + 2 * 256 * c.head_dim + pieces + c.num_stages * 64 * c.head_dim + (2 * c.num_stages + 1) * 8 + 16;
+    const uint32_t fp4_buffers = c.fp4_operands ? 2 * (256 * c.head_dim / 2 + 2 * 64 * c.head_dim) : 0;
+    const uint32_t stage_bytes = 64 * (c.fp4_operands ? c.head_dim / 2 : c.head_dim);
+    return 1024 + 2 * 256 * c.head_dim + pieces + fp4_buffers + c.num_stages * stage_bytes +
+           (2 * c.num_stages + 1) * 8 + 16;
 }
 
 // The compile-time config of the paged (decode) MQA-logits kernel (deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh),
