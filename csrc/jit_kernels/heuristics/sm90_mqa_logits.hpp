@@ -28,6 +28,8 @@ struct MqaLogitsConfig {
     bool signed_sum_wgmma = false;
     // each math warpgroup's tile as two commit groups of N = 128: the first half reduced while the second's wgmmas run
     bool split_halves = false;
+    // q and kv packed e2m1 with UE8M0 scales per 1x32 (the kernel's FP4 mode: e4m3 made in shared memory)
+    bool fp4_operands = false;
     uint32_t num_kv_per_split = 4096;  // C: keys (and output columns) per CTA, a multiple of 64
     uint32_t smem_bytes = 0;
 
@@ -41,22 +43,24 @@ struct MqaLogitsConfig {
                 .out_bf16 = out_bf16,
                 .relu_by_abs = relu_by_abs,
                 .signed_sum_wgmma = signed_sum_wgmma,
-                .split_halves = split_halves};
+                .split_halves = split_halves,
+                .fp4_operands = fp4_operands};
     }
 
     std::string describe() const {
         return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} relu_by_abs={} "
-                           "signed_sum_wgmma={} split_halves={} split={} smem={}", num_heads, head_dim, num_stages,
-                           is_compressed, clean_logits, out_bf16, relu_by_abs, signed_sum_wgmma,
-                           split_halves, num_kv_per_split, smem_bytes);
+                           "signed_sum_wgmma={} split_halves={} fp4={} split={} smem={}", num_heads, head_dim,
+                           num_stages, is_compressed, clean_logits, out_bf16, relu_by_abs, signed_sum_wgmma,
+                           split_halves, fp4_operands, num_kv_per_split, smem_bytes);
     }
 };
 
 // The kernel's shared memory (deep_gemm::sm90_mqa_logits_smem_bytes, which the kernel checks against its layout).
 inline uint32_t mqa_logits_smem_bytes(uint32_t num_heads, uint32_t head_dim, uint32_t num_stages,
-                                      bool signed_sum_wgmma) {
+                                      bool signed_sum_wgmma, bool fp4_operands = false) {
     deep_gemm::Sm90MqaLogitsKernelConfig c{};
     c.num_heads = num_heads, c.head_dim = head_dim, c.num_stages = num_stages, c.signed_sum_wgmma = signed_sum_wgmma;
+    c.fp4_operands = fp4_operands;
     return deep_gemm::sm90_mqa_logits_smem_bytes(c);
 }
 
@@ -77,7 +81,8 @@ inline uint32_t mqa_logits_split(uint64_t seq_len, uint64_t width, uint32_t num_
 
 inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_dim, uint64_t seq_len,
                                              uint64_t seq_len_kv, uint64_t width, bool is_compressed,
-                                             bool clean_logits, bool out_bf16, uint32_t num_sms) {
+                                             bool clean_logits, bool out_bf16, uint32_t num_sms,
+                                             bool fp4_operands = false) {
     MqaLogitsConfig c;
     c.num_heads = num_heads, c.head_dim = head_dim;
     c.num_stages = head_dim == 128 ? 8 : 12;
@@ -89,7 +94,14 @@ inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_d
     c.signed_sum_wgmma = head_dim == 128 && num_heads >= 32;
     c.relu_by_abs = c.signed_sum_wgmma;
     c.split_halves = c.signed_sum_wgmma && num_heads == 64;
-    c.smem_bytes = mqa_logits_smem_bytes(num_heads, head_dim, c.num_stages, c.signed_sum_wgmma);
+    if (fp4_operands) {
+        // FP4: the FMNMX form without the pieces (their pre-pass reads FP8 q) and 16 stages of 64 x D / 2 bytes (as
+        // many bytes in flight as the FP8 path's 8 x 64 x D; not measured)
+        c.fp4_operands = true;
+        c.signed_sum_wgmma = c.relu_by_abs = c.split_halves = false;
+        c.num_stages = 16;
+    }
+    c.smem_bytes = mqa_logits_smem_bytes(num_heads, head_dim, c.num_stages, c.signed_sum_wgmma, c.fp4_operands);
     return c;
 }
 
