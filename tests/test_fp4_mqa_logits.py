@@ -1,0 +1,254 @@
+"""fp8_fp4_mqa_logits with FP4 q and kv (the reference's format, served on SM90 by the FP8 kernel's FP4 mode):
+input validation and compilation everywhere; on a GPU, results against float64.
+
+Operands: q int8 [S, H, D / 2] and kv int8 [S_kv, D / 2], two e2m1 values a byte (low nibble first); q scales int32
+[S, H] and kv scales int32 [S_kv], the UE8M0 exponents of each row's D / 32 groups of 32 (group g in byte g).
+Reference: float64 logits of the dequantized operands (e2m1 value x 2^(e - 127)), sum_h relu(q_h . k) w_h, as the
+FP8 tests' reference. Bounds as the FP8 tests' (tests/test_mqa_logits.py): the kernel's e4m3 operands are exact while a
+row's exponents span <= 8 binades, so the only error is the FP32 accumulation (and the BF16 rounding of the output)."""
+
+import os
+
+import pytest
+import torch
+from jit_helpers import dump_sass
+from test_mqa_logits import check_logits, compress, key_ranges, poison_allocator, reference
+
+import deep_gemm
+
+gpu = pytest.mark.gpu
+
+E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+# ----------------------------------------------------------------------------- operands and reference
+def dequantize(packed: torch.Tensor, exponents: torch.Tensor, d: int) -> torch.Tensor:
+    """float64 [..., D] of packed e2m1 [..., D / 2] with int32 UE8M0 words [...] (group g of 32 in byte g)."""
+    grid = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float64, device=packed.device)
+    b = packed.view(torch.uint8).long()
+    codes = torch.stack([b & 0xF, b >> 4], dim=-1).flatten(-2)  # [..., D], the even value from the low nibble
+    values = torch.where(codes >= 8, -grid[codes & 7], grid[codes & 7])
+    e = exponents.long() & 0xFFFFFFFF
+    groups = torch.stack([(e >> (8 * g)) & 0xFF for g in range(d // 32)], dim=-1)  # [..., D / 32]
+    scale = torch.where(groups == 0, torch.zeros_like(groups, dtype=torch.float64), torch.exp2(groups.double() - 127))
+    return values * scale.repeat_interleave(32, dim=-1)
+
+
+def random_fp4(rows: tuple[int, ...], d: int, span: int, generator: torch.Generator, device: str = "cuda"):
+    """Random packed bytes (every e2m1 code, both signs) and exponent words: per row a base exponent near 127 and
+    its groups' exponents within `span` binades of it."""
+    packed = torch.randint(-128, 128, (*rows, d // 2), generator=generator, dtype=torch.int8)
+    base = torch.randint(120, 132, (*rows, 1), generator=generator)
+    groups = base + torch.randint(0, span + 1, (*rows, d // 32), generator=generator)
+    word = torch.zeros(rows, dtype=torch.int64)
+    for g in range(d // 32):
+        word |= groups[..., g] << (8 * g)
+    word = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
+    return packed.to(device), word.to(device)
+
+
+def make_fp4_inputs(s: int, s_kv: int, h: int, d: int, span: int = 8, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q, q_sf = random_fp4((s, h), d, span, g)
+    kv, kv_sf = random_fp4((s_kv,), d, span, g)
+    weights = torch.randn(s, h, generator=g).cuda()
+    return q, q_sf, kv, kv_sf, weights
+
+
+# ----------------------------------------------------------------------------- validation (CPU tier)
+def cpu_fp4_inputs(s: int = 8, h: int = 64, d: int = 128, s_kv: int = 256):
+    q = torch.zeros(s, h, d // 2, dtype=torch.int8)
+    q_sf = torch.full((s, h), 0x7F7F7F7F, dtype=torch.int32)
+    kv = torch.zeros(s_kv, d // 2, dtype=torch.int8)
+    kv_sf = torch.full((s_kv,), 0x7F7F7F7F, dtype=torch.int32)
+    weights = torch.ones(s, h)
+    ks = torch.zeros(s, dtype=torch.int32)
+    ke = torch.full((s,), s_kv, dtype=torch.int32)
+    return dict(q=q, q_sf=q_sf, kv=kv, kv_sf=kv_sf, weights=weights, ks=ks, ke=ke)
+
+
+def call(a: dict, **kwargs):
+    return deep_gemm.fp8_fp4_mqa_logits((a["q"], a["q_sf"]), (a["kv"], a["kv_sf"]), a["weights"], a["ks"], a["ke"],
+                                        **kwargs)  # fmt: skip
+
+
+FP4_BAD_INPUTS = {
+    "q_fp8_with_scales": (lambda a: a.update(q=torch.zeros(8, 64, 64, dtype=torch.float8_e4m3fn)),
+                          r"q\[0\] \(q\) must be packed FP4 \(torch.int8 or torch.uint8"),
+    "q_head_dim_32": (lambda a: a.update(q=torch.zeros(8, 64, 16, dtype=torch.int8)),
+                      r"q\[0\] \(q, packed FP4\) must be \[S, H, D / 2\] with D \(head dim\) in \{64, 128\}"),
+    "q_heads": (lambda a: a.update(q=torch.zeros(8, 8, 64, dtype=torch.int8)), r"H \(heads\) in \{16, 32, 64\}"),
+    "q_sf_dtype": (lambda a: a.update(q_sf=torch.ones(8, 64)), r"q\[1\] \(q scales, packed UE8M0\) must have dtype torch.int32"),
+    "q_sf_shape": (lambda a: a.update(q_sf=torch.ones(8, 64, 1, dtype=torch.int32)),
+                   r"q\[1\] \(q scales\) must be \[S, H\] = \[8, 64\]"),
+    "q_sf_strided": (lambda a: a.update(q_sf=torch.ones(64, 8, dtype=torch.int32).t()),
+                     r"q\[1\] \(q scales\) must be contiguous"),
+    "kv_fp8": (lambda a: a.update(kv=torch.zeros(256, 128, dtype=torch.float8_e4m3fn)),
+               r"kv\[0\] \(kv\) must be packed FP4 \(torch.int8 or torch.uint8\) when q is FP4"),
+    "kv_head_dim": (lambda a: a.update(kv=torch.zeros(256, 32, dtype=torch.int8)),
+                    r"kv\[0\] \(kv, packed FP4\) must be \[S_kv, D / 2\] with D / 2 = 64"),
+    "kv_sf_fp32": (lambda a: a.update(kv_sf=torch.ones(256)),
+                   r"kv\[1\] \(kv scales, packed UE8M0 with FP4 kv\) must have dtype torch.int32"),
+    "kv_sf_shape": (lambda a: a.update(kv_sf=torch.ones(256, 1, dtype=torch.int32)),
+                    r"kv\[1\] \(kv scales\) must be \[S_kv\] = \[256\]"),
+    "weights_shape": (lambda a: a.update(weights=torch.ones(8, 32)), r"weights must be \[S, H\] = \[8, 64\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FP4_BAD_INPUTS))
+def test_bad_fp4_inputs_raise_value_error(case: str) -> None:
+    a = cpu_fp4_inputs()
+    mutate, pattern = FP4_BAD_INPUTS[case]
+    mutate(a)
+    with pytest.raises(ValueError, match=pattern):
+        call(a)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_valid_fp4_inputs_reach_the_device_check(d: int) -> None:
+    # Every argument accepted (uint8 packing too): the first error is the device's
+    for dtype in (torch.int8, torch.uint8):
+        a = cpu_fp4_inputs(d=d)
+        a["q"], a["kv"] = a["q"].view(dtype), a["kv"].view(dtype)
+        with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
+            call(a, clean_logits=False, max_seqlen_k=16, logits_dtype=torch.bfloat16)
+
+
+def test_fp4_docstring() -> None:
+    doc = deep_gemm.fp8_fp4_mqa_logits.__doc__
+    for word in ("[S, H, D / 2]", "UE8M0", "int32 [S, H]", "int32 [S_kv]", "{64, 128}", "8 binades"):
+        assert word in doc, word
+
+
+def test_dequantize_reference_on_known_values() -> None:
+    # Bytes 0x21 -> values (0.5, 1.0); 0xF8 -> (-0.0, -6.0); exponents 127 (x1) and 128 (x2) in groups 0 and 1
+    packed = torch.zeros(1, 32, dtype=torch.int8)
+    packed[0, 0] = 0x21
+    packed[0, 16] = torch.tensor(0xF8, dtype=torch.uint8).view(torch.int8)
+    word = torch.tensor([127 | (128 << 8)], dtype=torch.int32)
+    x = dequantize(packed, word, 64)
+    assert x[0, :2].tolist() == [0.5, 1.0] and x[0, 32:34].tolist() == [-0.0, -12.0]
+    assert x.abs().sum().item() == 0.5 + 1.0 + 12.0
+
+
+# ----------------------------------------------------------------------------- compilation (CPU tier)
+FP4_COMPILE_CASES = [
+    dict(num_heads=64, head_dim=128, fp4_operands=1),
+    dict(num_heads=16, head_dim=64, fp4_operands=1, is_compressed=1, clean_logits=0, out_bf16=1),
+]
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "cache"
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.mark.parametrize("use_nvrtc", [False, True], ids=["nvcc", "nvrtc"])
+@pytest.mark.parametrize("cfg", FP4_COMPILE_CASES, ids=lambda c: f"h{c['num_heads']}-d{c['head_dim']}")
+def test_fp4_kernel_compiles_without_spills(cache_dir, cfg: dict, use_nvrtc: bool) -> None:
+    result = deep_gemm.compile_kernel("sm90_fp8_mqa_logits", dict(cfg, num_stages=16), use_nvrtc=use_nvrtc)
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    lines = dump_sass(result["cubin_path"]).splitlines()
+    # The FP8 path's wgmmas (one m64n256k32 per 32 of D), fed from e4m3 made by byte permutes in shared memory
+    k_steps = cfg["head_dim"] // 32
+    assert sum("QGMMA" in line and "64x256x32" in line for line in lines) == k_steps
+    assert any("PRMT" in line for line in lines), "no e2m1 -> e4m3 byte permutes"
+    assert any("FENCE.VIEW.ASYNC.S" in line for line in lines), "the converted tiles need the async-proxy fence"
+    assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
+    assert sum("USETMAXREG" in line for line in lines) == 2
+    assert os.path.getsize(result["cubin_path"]) > 0
+
+
+@pytest.mark.nvcc
+def test_fp4_bad_static_config_fails(cache_dir) -> None:
+    with pytest.raises(ValueError, match=r"fp4_operands needs head_dim 64 or 128"):
+        deep_gemm.compile_kernel("sm90_fp8_mqa_logits", dict(num_heads=64, head_dim=32, fp4_operands=1))
+    with pytest.raises(ValueError, match=r"fp4_operands needs .* signed_sum_wgmma=0"):
+        deep_gemm.compile_kernel("sm90_fp8_mqa_logits", dict(num_heads=64, head_dim=128, fp4_operands=1,
+                                                             relu_by_abs=1, signed_sum_wgmma=1))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- GPU tier
+def run_fp4_case(s, s_kv, h, d, pattern, clean=True, compressed=False, bf16=False, span=8, seed=0, bound=None):
+    q, q_sf, kv, kv_sf, weights = make_fp4_inputs(s, s_kv, h, d, span, seed)
+    ks, ke = key_ranges(s, s_kv, pattern, seed)
+    width = max(int((ke - ks).max()) if s > 0 else 1, 1) if compressed else s_kv
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    poison_allocator(s * width, dtype)
+    out = deep_gemm.fp8_fp4_mqa_logits((q, q_sf), (kv, kv_sf), weights, ks, ke, clean_logits=clean,
+                                       max_seqlen_k=width if compressed else 0, logits_dtype=dtype)  # fmt: skip
+    torch.cuda.synchronize()
+    assert out.dtype == dtype and out.shape == (s, width) and out.is_contiguous()
+    rows = torch.arange(s, device="cuda")
+    q64, kv64 = dequantize(q, q_sf, d), dequantize(kv, kv_sf, d)
+    ref = reference(q64, kv64, torch.ones(s_kv, device="cuda", dtype=torch.float64), weights, ks, ke, rows)
+    if compressed:
+        ref = compress(ref, ks, ke, rows, width)
+    ours = out if clean else torch.where(torch.isfinite(ref), out.double(), ref)
+    default_bound = 2e-5 if bf16 else 5e-6
+    check_logits(ours, ref, clean, bound or default_bound, "vs float64 of the dequantized FP4 inputs",
+                 elementwise=bound is None)  # fmt: skip
+    return out
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("h", [16, 32, 64])
+@pytest.mark.parametrize("pattern", ["causal", "random", "empty"])
+def test_fp4_small_shapes_against_float64(h: int, d: int, pattern: str) -> None:
+    # Unaligned S and S_kv: partial query blocks and kv tiles; every e2m1 code, exponents spanning 8 binades
+    run_fp4_case(301, 1000, h, d, pattern)
+
+
+@gpu
+@pytest.mark.parametrize(("clean", "compressed", "bf16"), [(False, False, False), (True, True, False),
+                                                           (False, True, True), (True, False, True)])
+@pytest.mark.parametrize(("h", "d"), [(64, 128), (32, 64)])
+def test_fp4_variants(h: int, d: int, clean: bool, compressed: bool, bf16: bool) -> None:
+    run_fp4_case(257, 777, h, d, "causal", clean=clean, compressed=compressed, bf16=bf16, seed=1)
+
+
+@gpu
+@pytest.mark.parametrize(("s", "s_kv"), [(1, 1), (1, 65), (5, 63), (64, 64), (33, 129)])
+def test_fp4_edge_lengths(s: int, s_kv: int) -> None:
+    run_fp4_case(s, s_kv, 64, 128, "random", seed=2)
+    run_fp4_case(s, s_kv, 16, 64, "causal", seed=3)
+
+
+@gpu
+def test_fp4_issue_shape() -> None:
+    run_fp4_case(2048, 8192, 64, 128, "causal", seed=4)
+
+
+@gpu
+def test_fp4_exponent_spans_past_the_fold_limit() -> None:
+    # Groups more than 8 binades below their row's largest round to e4m3 subnormals (or 0): their contributions are
+    # below 2^-9 of the row's largest values, so the logits stay close, not exact
+    run_fp4_case(301, 1000, 64, 128, "random", span=14, seed=5, bound=1e-4)
+
+
+@gpu
+def test_fp4_matches_the_fp8_path_on_the_same_values() -> None:
+    # One exponent per row (span 0): the FP8 API gets the e2m1 values as e4m3 (exact), q unscaled (its weights times
+    # the heads' scales) and kv with its per-key scale; both reach the same wgmmas, so the logits agree to FP32
+    # rounding (the FP8 path may reduce the heads in another form)
+    s, s_kv, h, d = 129, 500, 32, 128
+    g = torch.Generator().manual_seed(6)
+    q, q_sf = random_fp4((s, h), d, 0, g)
+    kv, kv_sf = random_fp4((s_kv,), d, 0, g)
+    weights = torch.randn(s, h, generator=g).cuda()
+    ks, ke = key_ranges(s, s_kv, "causal")
+    fp4 = deep_gemm.fp8_fp4_mqa_logits((q, q_sf), (kv, kv_sf), weights, ks, ke)
+    unit_q = torch.full_like(q_sf, 127 * 0x01010101)
+    unit_kv = torch.full_like(kv_sf, 127 * 0x01010101)
+    q8 = dequantize(q, unit_q, d).to(torch.float8_e4m3fn)
+    kv8 = dequantize(kv, unit_kv, d).to(torch.float8_e4m3fn)
+    q_scale = torch.exp2((q_sf & 0xFF).double() - 127)
+    kv_scale = torch.exp2((kv_sf & 0xFF).double() - 127).float()
+    fp8 = deep_gemm.fp8_mqa_logits(q8, (kv8, kv_scale), (weights.double() * q_scale).float(), ks, ke)
+    valid = torch.isfinite(fp8)
+    assert torch.equal(valid, torch.isfinite(fp4))
+    torch.testing.assert_close(fp4[valid], fp8[valid], rtol=1e-5, atol=1e-5 * float(fp8[valid].abs().max()))
