@@ -131,6 +131,18 @@ def test_dequantize_reference_on_known_values() -> None:
     assert x.abs().sum().item() == 0.5 + 1.0 + 12.0
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_dequantize_matches_the_library_cast(d: int) -> None:
+    # The reference's format as deep_gemm.utils casts it (gran_k 32, packed UE8M0): this test's dequantizer agrees
+    from deep_gemm.utils import cast_back_from_fp4, per_token_cast_to_fp4
+
+    x = torch.randn(40, d, generator=torch.Generator().manual_seed(7)) * torch.exp2(torch.randint(-6, 7, (40, 1)).float())
+    packed, sf = per_token_cast_to_fp4(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)
+    assert packed.shape == (40, d // 2) and sf.shape == (40, 1) and sf.dtype == torch.int32
+    expected = cast_back_from_fp4(packed, sf, gran_k=32, use_packed_ue8m0=True).double()
+    assert torch.equal(dequantize(packed, sf[:, 0], d), expected)
+
+
 # ----------------------------------------------------------------------------- compilation (CPU tier)
 FP4_COMPILE_CASES = [
     dict(num_heads=64, head_dim=128, fp4_operands=1),
@@ -233,9 +245,9 @@ def test_fp4_exponent_spans_past_the_fold_limit() -> None:
 @gpu
 def test_fp4_matches_the_fp8_path_on_the_same_values() -> None:
     # One exponent per row (span 0): the FP8 API gets the e2m1 values as e4m3 (exact), q unscaled (its weights times
-    # the heads' scales) and kv with its per-key scale; both reach the same wgmmas, so the logits agree to FP32
-    # rounding (the FP8 path may reduce the heads in another form)
-    s, s_kv, h, d = 129, 500, 32, 128
+    # the heads' scales, exact) and kv with its per-key scale; at H = 16 both take the same wgmmas and the same head
+    # reduction (no pieces), so the logits agree to FP32 rounding
+    s, s_kv, h, d = 129, 500, 16, 128
     g = torch.Generator().manual_seed(6)
     q, q_sf = random_fp4((s, h), d, 0, g)
     kv, kv_sf = random_fp4((s_kv,), d, 0, g)
