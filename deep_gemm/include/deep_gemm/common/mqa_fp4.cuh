@@ -39,14 +39,14 @@ __device__ __forceinline__ float row_scale(uint32_t exponents) {
 // Converts kRows packed rows (`packed`: kHeadDim / 2 bytes a row, unswizzled, 16-byte aligned) into the e4m3 tile
 // `out` (1024-byte aligned, kHeadDim bytes a row in the swizzle of kHeadDim-byte rows that wgmma's K-major
 // descriptor reads). `exponents_of(row)` gives the row's scale word. Work item: one 1x32 group of a row (16 bytes
-// in, 32 out); `thread` in [0, kNumThreads), all of them call it. The caller fences (async proxy) and syncs.
+// in, 32 out), item i by thread i % kNumThreads (threads past the last item do nothing); `thread` in
+// [0, kNumThreads), all of them call it. The caller fences (async proxy) and syncs.
 template <uint32_t kRows, uint32_t kHeadDim, uint32_t kNumThreads, typename ExponentsOf>
 __device__ __forceinline__ void convert_fp4_rows(const uint8_t* packed, uint8_t* out, uint32_t thread,
                                                  const ExponentsOf& exponents_of) {
     static_assert(kHeadDim == 64 || kHeadDim == 128, "FP4 rows of 64 or 128 values (one swizzled e4m3 row)");
     constexpr uint32_t kNumGroups = kHeadDim / 32;
     constexpr uint32_t kNumItems = kRows * kNumGroups;
-    static_assert(kNumItems % kNumThreads == 0, "every thread converts the same number of groups");
     #pragma unroll 1
     for (uint32_t item = thread; item < kNumItems; item += kNumThreads) {
         const uint32_t row = item / kNumGroups, group = item % kNumGroups;
