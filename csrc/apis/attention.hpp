@@ -171,13 +171,6 @@ inline at::Tensor fp8_fp4_mqa_logits(const std::tuple<at::Tensor, std::optional<
                       q_scales.has_value() ? "fp8_fp4_mqa_logits" : "fp8_mqa_logits");
 }
 
-// q = (values, scales or None) of the paged call: FP4 q (scales given) has no paged SM90 kernel yet.
-inline void check_fp8_q_pair(const std::optional<at::Tensor>& q_scales, const char* api) {
-    if (q_scales.has_value())
-        throw NotImplementedError(fmt::format(
-            "{}: q[1] (q scales) must be None on SM90: FP4 q (e2m1 values with scales) has no paged SM90 kernel "
-            "yet; pass (q_fp8, None)", api));
-}
 
 // ---------------------------------------------------------------------------------------------- paged decode
 // The schedule of the paged decode kernel: work is counted in kv blocks (block_kv keys of one request;
@@ -306,39 +299,65 @@ inline void check_paged_values(const at::Tensor& context_lens, const at::Tensor&
                    "range)", v[3], num_kv_blocks);
 }
 
-inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& weights,
-                                       const at::Tensor& context_lens, const at::Tensor& block_table,
-                                       const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits,
-                                       const std::optional<at::Tensor>& indices, at::ScalarType logits_dtype) {
-    // q [B, T, H, D]
+// The FP8 and FP4 paged MQA logits: q_scales null for FP8 q and cache (e4m3 values, FP32 scales), else FP4 (q packed
+// e2m1 as int8 or uint8 [B, T, H, D / 2], D in {64, 128}, q_scales int32 [B, T, H]; the cache's blocks hold
+// block_kv x D / 2 packed bytes, then block_kv int32 UE8M0 words).
+inline at::Tensor paged_mqa_logits(const at::Tensor& q, const at::Tensor* q_scales, const at::Tensor& kv_cache,
+                                   const at::Tensor& weights, const at::Tensor& context_lens,
+                                   const at::Tensor& block_table, const at::Tensor& schedule_meta,
+                                   int64_t max_context_len, bool clean_logits, const std::optional<at::Tensor>& indices,
+                                   at::ScalarType logits_dtype, const char* api) {
+    const bool fp4 = q_scales != nullptr;
+    // q [B, T, H, D] (FP4: [B, T, H, D / 2])
     check_defined(q, "q");
     check_dim(q, 4, "q");
-    check_dtype(q, at::kFloat8_e4m3fn, "q");
-    const int64_t batch = q.size(0), next_n = q.size(1), num_heads = q.size(2), head_dim = q.size(3);
+    if (fp4)
+        DG_CHECK_INPUT(q.scalar_type() == at::kChar || q.scalar_type() == at::kByte,
+                       "q[0] (q) must be packed FP4 (torch.int8 or torch.uint8, two e2m1 values a byte) when q[1] (q "
+                       "scales) is given, got a {}", describe(q));
+    else
+        check_dtype(q, at::kFloat8_e4m3fn, "q");
+    const int64_t batch = q.size(0), next_n = q.size(1), num_heads = q.size(2), head_dim = q.size(3) * (fp4 ? 2 : 1);
+    const int64_t row_bytes = fp4 ? head_dim / 2 : head_dim;  // a key's values in the cache
     DG_CHECK_INPUT(next_n == 1 || next_n == 2 || next_n == 4,
                    "q must be [B, next_n, H, D] with next_n in {{1, 2, 4}}, got a {}", describe(q));
     DG_CHECK_INPUT(num_heads == 16 || num_heads == 32 || num_heads == 64,
                    "q must be [B, next_n, H, D] with H (heads) in {{16, 32, 64}}, got a {}", describe(q));
-    DG_CHECK_INPUT(head_dim == 32 || head_dim == 64 || head_dim == 128,
-                   "q must be [B, next_n, H, D] with D (head dim) in {{32, 64, 128}}, got a {}", describe(q));
+    if (fp4)
+        DG_CHECK_INPUT(head_dim == 64 || head_dim == 128,
+                       "q[0] (q, packed FP4) must be [B, next_n, H, D / 2] with D (head dim) in {{64, 128}}, got a {}",
+                       describe(q));
+    else
+        DG_CHECK_INPUT(head_dim == 32 || head_dim == 64 || head_dim == 128,
+                       "q must be [B, next_n, H, D] with D (head dim) in {{32, 64, 128}}, got a {}", describe(q));
     DG_CHECK_INPUT(q.is_contiguous(), "q must be contiguous, got a {}", describe(q));
-    // kv_cache [num_blocks, block_kv, 1, D + 4]
+    if (fp4) {
+        check_defined(*q_scales, "q[1] (q scales)");
+        check_dtype(*q_scales, at::kInt, "q[1] (q scales, packed UE8M0)");
+        DG_CHECK_INPUT(q_scales->dim() == 3 && q_scales->size(0) == batch && q_scales->size(1) == next_n &&
+                           q_scales->size(2) == num_heads,
+                       "q[1] (q scales) must be [B, next_n, H] = [{}, {}, {}] (an int32 of D / 32 UE8M0 exponents per "
+                       "head row), got a {}", batch, next_n, num_heads, describe(*q_scales));
+        DG_CHECK_INPUT(q_scales->is_contiguous(), "q[1] (q scales) must be contiguous, got a {}", describe(*q_scales));
+    }
+    // kv_cache [num_blocks, block_kv, 1, D + 4] (FP4: D / 2 + 4)
     check_defined(kv_cache, "kv_cache");
     check_dim(kv_cache, 4, "kv_cache");
     check_dtype(kv_cache, at::kByte, "kv_cache");
     const int64_t num_kv_blocks = kv_cache.size(0), block_kv = kv_cache.size(1);
-    DG_CHECK_INPUT((block_kv == 32 || block_kv == 64) && kv_cache.size(2) == 1 && kv_cache.size(3) == head_dim + 4,
-                   "kv_cache must be [num_blocks, block_kv, 1, D + 4] with block_kv in {{32, 64}} and D = {} (q's head "
-                   "dim), got a {}", head_dim, describe(kv_cache));
+    const char* row_form = fp4 ? "D / 2 + 4" : "D + 4";
+    DG_CHECK_INPUT((block_kv == 32 || block_kv == 64) && kv_cache.size(2) == 1 && kv_cache.size(3) == row_bytes + 4,
+                   "kv_cache must be [num_blocks, block_kv, 1, {}] with block_kv in {{32, 64}} and D = {} (q's head "
+                   "dim), got a {}", row_form, head_dim, describe(kv_cache));
     DG_CHECK_INPUT(num_kv_blocks >= 1, "kv_cache must hold at least one block, got a {}", describe(kv_cache));
     // Each block packed (its block_kv x D values, then its block_kv scales); blocks any 16-byte multiple apart
-    const int64_t block_bytes = block_kv * (head_dim + 4);
+    const int64_t block_bytes = block_kv * (row_bytes + 4);
     const int64_t block_stride = num_kv_blocks == 1 ? block_bytes : kv_cache.stride(0);
-    DG_CHECK_INPUT(kv_cache.stride(3) == 1 && kv_cache.stride(1) == head_dim + 4 && block_stride >= block_bytes &&
+    DG_CHECK_INPUT(kv_cache.stride(3) == 1 && kv_cache.stride(1) == row_bytes + 4 && block_stride >= block_bytes &&
                        block_stride % 16 == 0,
-                   "kv_cache must have its inner dims packed (stride 3 = 1, stride 1 = D + 4 = {}) and blocks a "
-                   "multiple of 16 bytes apart, at least block_kv * (D + 4) = {} (stride 0), got a {}", head_dim + 4,
-                   block_bytes, describe(kv_cache));
+                   "kv_cache must have its inner dims packed (stride 3 = 1, stride 1 = {} = {}) and blocks a "
+                   "multiple of 16 bytes apart, at least block_kv * ({}) = {} (stride 0), got a {}", row_form,
+                   row_bytes + 4, row_form, block_bytes, describe(kv_cache));
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(kv_cache.data_ptr()) % 16 == 0,
                    "kv_cache: data pointer must be 16-byte aligned for TMA, got a {}", describe(kv_cache));
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0 || q.numel() == 0,
@@ -401,15 +420,25 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
                                     {&block_table, "block_table"}, {&schedule_meta, "schedule_meta"}});
     if (indices.has_value())
         check_same_cuda_device(q, "q", {{&*indices, "indices"}});
-    check_sm90(q, "fp8_paged_mqa_logits");
+    if (fp4)
+        check_same_cuda_device(q, "q", {{q_scales, "q[1] (q scales)"}});
+    check_sm90(q, api);
     const jit::DeviceScope device_scope(q.device().index());
 
     at::Tensor logits = at::empty({batch * next_n, max_context_len}, q.options().dtype(logits_dtype));
     if (batch == 0 || max_context_len == 0)
         return logits;
     kernels::launch_sm90_fp8_paged_mqa_logits(
-        {q, kv_cache, weights, context_lens, block_table, indices, schedule_meta, logits, clean_logits});
+        {q, kv_cache, weights, context_lens, block_table, indices, schedule_meta, logits, clean_logits, q_scales});
     return logits;
+}
+
+inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& weights,
+                                       const at::Tensor& context_lens, const at::Tensor& block_table,
+                                       const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits,
+                                       const std::optional<at::Tensor>& indices, at::ScalarType logits_dtype) {
+    return paged_mqa_logits(q, nullptr, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                            clean_logits, indices, logits_dtype, "fp8_paged_mqa_logits");
 }
 
 inline at::Tensor fp8_fp4_paged_mqa_logits(const std::tuple<at::Tensor, std::optional<at::Tensor>>& q_pair,
@@ -417,9 +446,11 @@ inline at::Tensor fp8_fp4_paged_mqa_logits(const std::tuple<at::Tensor, std::opt
                                            const at::Tensor& context_lens, const at::Tensor& block_table,
                                            const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits,
                                            at::ScalarType logits_dtype, const std::optional<at::Tensor>& indices) {
-    check_fp8_q_pair(std::get<1>(q_pair), "fp8_fp4_paged_mqa_logits");
-    return fp8_paged_mqa_logits(std::get<0>(q_pair), kv_cache, weights, context_lens, block_table, schedule_meta,
-                                max_context_len, clean_logits, indices, logits_dtype);
+    // q = (values, scales or None): None is FP8 q (fp8_paged_mqa_logits); scales given is FP4 q and cache
+    const auto& [q, q_scales] = q_pair;
+    return paged_mqa_logits(q, q_scales.has_value() ? &*q_scales : nullptr, kv_cache, weights, context_lens,
+                            block_table, schedule_meta, max_context_len, clean_logits, indices, logits_dtype,
+                            q_scales.has_value() ? "fp8_fp4_paged_mqa_logits" : "fp8_paged_mqa_logits");
 }
 
 }  // namespace dg::apis

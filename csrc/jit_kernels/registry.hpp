@@ -113,6 +113,7 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
               {"num_stages", "KV pipeline stages (default: the most that fit)"},
               {"out_bf16", "1: BF16 logits (default 0: FP32)"},
               {"has_indices", "1: q rows are tokens, each with its block-table row from `indices` (default 0)"},
+              {"fp4_operands", "1: q and the cache's kv packed e2m1 with UE8M0 scales per 1x32; D 64 or 128 (default 0)"},
           },
           [](const KernelParams& p) {
               const auto c = paged_mqa_logits_config_from_params(p);
