@@ -264,3 +264,127 @@ def test_fp4_matches_the_fp8_path_on_the_same_values() -> None:
     valid = torch.isfinite(fp8)
     assert torch.equal(valid, torch.isfinite(fp4))
     torch.testing.assert_close(fp4[valid], fp8[valid], rtol=1e-5, atol=1e-5 * float(fp8[valid].abs().max()))
+
+
+# ============================================================================= paged (fp8_fp4_paged_mqa_logits)
+# The cache as the reference lays it out for FP4: uint8 [num_blocks, block_kv, 1, D / 2 + 4], per block the block_kv x
+# D / 2 packed bytes, then block_kv int32 exponent words; q int8 [B, next_n, H, D / 2] with q scales int32 [B, next_n, H].
+def paged_fp4_cpu_inputs(b: int = 4, t: int = 2, h: int = 64, d: int = 128, block_kv: int = 64, num_blocks: int = 16):
+    return dict(q=torch.zeros(b, t, h, d // 2, dtype=torch.int8), q_sf=torch.zeros(b, t, h, dtype=torch.int32),
+                kv_cache=torch.zeros(num_blocks, block_kv, 1, d // 2 + 4, dtype=torch.uint8),
+                weights=torch.ones(b * t, h), context_lens=torch.full((b,), 100, dtype=torch.int32),
+                block_table=torch.arange(b * 4, dtype=torch.int32).view(b, 4) % num_blocks,
+                schedule_meta=torch.zeros(9, 2, dtype=torch.int32), max_context_len=256)  # fmt: skip
+
+
+def paged_call(a: dict, **kwargs):
+    return deep_gemm.fp8_fp4_paged_mqa_logits((a["q"], a["q_sf"]), a["kv_cache"], a["weights"], a["context_lens"],
+                                              a["block_table"], a["schedule_meta"], a["max_context_len"], **kwargs)  # fmt: skip
+
+
+PAGED_FP4_BAD_INPUTS = {
+    "q_fp8_with_scales": (lambda a: a.update(q=torch.zeros(4, 2, 64, 64, dtype=torch.float8_e4m3fn)),
+                          r"q\[0\] \(q\) must be packed FP4"),
+    "q_head_dim_32": (lambda a: a.update(q=torch.zeros(4, 2, 64, 16, dtype=torch.int8)),
+                      r"q\[0\] \(q, packed FP4\) must be \[B, next_n, H, D / 2\] with D \(head dim\) in \{64, 128\}"),
+    "q_sf_dtype": (lambda a: a.update(q_sf=torch.zeros(4, 2, 64)), r"q\[1\] \(q scales, packed UE8M0\) must have dtype"),
+    "q_sf_shape": (lambda a: a.update(q_sf=torch.zeros(8, 64, dtype=torch.int32)),
+                   r"q\[1\] \(q scales\) must be \[B, next_n, H\] = \[4, 2, 64\]"),
+    "cache_fp8_rows": (lambda a: a.update(kv_cache=torch.zeros(16, 64, 1, 132, dtype=torch.uint8)),
+                       r"kv_cache must be \[num_blocks, block_kv, 1, D / 2 \+ 4\] .* D = 128"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAGED_FP4_BAD_INPUTS))
+def test_paged_bad_fp4_inputs_raise_value_error(case: str) -> None:
+    a = paged_fp4_cpu_inputs()
+    mutate, pattern = PAGED_FP4_BAD_INPUTS[case]
+    mutate(a)
+    with pytest.raises(ValueError, match=pattern):
+        paged_call(a)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_paged_valid_fp4_inputs_reach_the_device_check(d: int) -> None:
+    a = paged_fp4_cpu_inputs(d=d)
+    with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
+        paged_call(a, clean_logits=True, logits_dtype=torch.bfloat16)
+
+
+PAGED_FP4_COMPILE_CASES = [
+    dict(next_n=1, num_heads=64, head_dim=128, block_kv=64, fp4_operands=1),  # three math warpgroups
+    dict(next_n=4, num_heads=64, head_dim=128, block_kv=32, clean_logits=1, fp4_operands=1),  # two, N = 256
+    dict(next_n=2, num_heads=16, head_dim=64, block_kv=32, clean_logits=1, is_2d_context_lens=1, fp4_operands=1),
+]
+
+
+@pytest.mark.parametrize("cfg", PAGED_FP4_COMPILE_CASES, ids=lambda c: f"t{c['next_n']}-h{c['num_heads']}-d{c['head_dim']}")
+def test_paged_fp4_kernel_compiles_without_spills(cache_dir, cfg: dict) -> None:
+    result = deep_gemm.compile_kernel("sm90_fp8_paged_mqa_logits", cfg, use_nvrtc=False)
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    lines = dump_sass(result["cubin_path"]).splitlines()
+    n = cfg["next_n"] * cfg["num_heads"]
+    assert sum("QGMMA" in line and f"64x{n}x32" in line for line in lines) == cfg["head_dim"] // 32
+    assert any("PRMT" in line for line in lines), "no e2m1 -> e4m3 byte permutes"
+    assert any("FENCE.VIEW.ASYNC.S" in line for line in lines), "the converted tiles need the async-proxy fence"
+    assert not any(op in line for line in lines for op in ("LDL", "STL")), "local memory in SASS"
+
+
+def make_fp4_paged_inputs(batch, next_n, h, d, block_kv, avg_ctx, span=8, seed=0, two_d=False):
+    """FP4 q and cache (the FP8 test's request lengths, block table and weights; random packed bytes and exponents),
+    and the dequantized q [B, T, H, D] and keys [num_blocks, block_kv, D] in float64."""
+    from test_mqa_logits import make_paged_inputs
+
+    _, fp8_cache, weights, lens, table, width = make_paged_inputs(batch, next_n, h, d, block_kv, avg_ctx, seed=seed,
+                                                                  two_d=two_d)  # fmt: skip
+    num_blocks = fp8_cache.shape[0]
+    g = torch.Generator().manual_seed(seed + 100)
+    q, q_sf = random_fp4((batch, next_n, h), d, span, g)
+    kv, kv_sf = random_fp4((num_blocks, block_kv), d, span, g)
+    cache = torch.empty(num_blocks, block_kv * (d // 2 + 4), dtype=torch.uint8, device="cuda")
+    cache[:, : block_kv * d // 2] = kv.view(torch.uint8).reshape(num_blocks, -1)
+    cache[:, block_kv * d // 2 :] = kv_sf.view(torch.uint8).reshape(num_blocks, -1)
+    cache = cache.view(num_blocks, block_kv, 1, d // 2 + 4)
+    return q, q_sf, cache, weights, lens, table, width, dequantize(q, q_sf, d), dequantize(kv, kv_sf, d)
+
+
+def run_fp4_paged_case(batch, next_n, h, d, block_kv, avg_ctx, clean=True, two_d=False, bf16=False, seed=0):
+    from test_mqa_logits import paged_reference_of_keys
+
+    q, q_sf, cache, weights, lens, table, width, q64, kv64 = make_fp4_paged_inputs(
+        batch, next_n, h, d, block_kv, avg_ctx, seed=seed, two_d=two_d
+    )
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, block_kv, deep_gemm.get_num_sms())
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    poison_allocator(batch * next_n * width, dtype)
+    out = deep_gemm.fp8_fp4_paged_mqa_logits((q, q_sf), cache, weights, lens, table, meta, width, clean_logits=clean,
+                                             logits_dtype=dtype)  # fmt: skip
+    torch.cuda.synchronize()
+    assert out.dtype == dtype and out.shape == (batch * next_n, width) and out.is_contiguous()
+    ref = paged_reference_of_keys(q64, kv64, weights, lens, table, width)
+    ours = out if clean else torch.where(torch.isfinite(ref), out.double(), ref)
+    check_logits(ours, ref, clean, 2e-5 if bf16 else 5e-6, f"FP4 paged b{batch} t{next_n} h{h} d{d} bkv{block_kv}")
+
+
+PAGED_FP4_GPU_CASES = [  # (batch, next_n, H, D, block_kv, context)
+    (1, 1, 64, 128, 64, 20000),
+    (64, 2, 64, 128, 64, 3000),
+    (32, 4, 64, 128, 32, 2000),
+    (16, 4, 32, 128, 64, 1500),
+    (16, 1, 16, 64, 32, 3000),
+    (16, 2, 32, 64, 64, 1000),
+]
+
+
+@gpu
+@pytest.mark.parametrize(("batch", "next_n", "h", "d", "block_kv", "ctx"), PAGED_FP4_GPU_CASES,
+                         ids=[f"b{c[0]}-t{c[1]}-h{c[2]}-d{c[3]}-bkv{c[4]}" for c in PAGED_FP4_GPU_CASES])  # fmt: skip
+def test_paged_fp4_against_float64(batch: int, next_n: int, h: int, d: int, block_kv: int, ctx: int) -> None:
+    run_fp4_paged_case(batch, next_n, h, d, block_kv, ctx)
+
+
+@gpu
+@pytest.mark.parametrize(("clean", "two_d", "bf16"), [(False, False, False), (True, True, False), (False, True, True)])
+def test_paged_fp4_variants(clean: bool, two_d: bool, bf16: bool) -> None:
+    run_fp4_paged_case(24, 2, 64, 128, 32, 1200, clean=clean, two_d=two_d, bf16=bf16, seed=3)
