@@ -554,7 +554,12 @@ PYBIND11_MODULE(_C, m) {
           "cu_seq_len_k_end"_a, "clean_logits"_a = true, "max_seqlen_k"_a = 0, "logits_dtype"_a = at::kFloat,
           "fp8_mqa_logits with q as a pair q = (values, scales or None), the reference's FP8/FP4 form.\n\n"
           "q = (q_fp8, None): FP8 q, exactly fp8_mqa_logits(q_fp8, kv, ...) (see its docstring).\n"
-          "q = (q_fp4, q_scales): FP4 q raises NotImplementedError on SM90 (no FP4 kernel).\n"
+          "q = (q_fp4, q_scales): FP4 q and kv, the reference's format: q int8 (or uint8) [S, H, D / 2] and kv int8\n"
+          "    [S_kv, D / 2], two e2m1 values a byte along D (low nibble first), D in {64, 128}; q_scales int32 [S, H]\n"
+          "    and kv = (kv, kv_scales) with kv_scales int32 [S_kv], contiguous: the UE8M0 exponents of each row's\n"
+          "    D / 32 groups of 32 (group g in byte g; byte e is 2^(e - 127), 0 is 0). The kernel makes them e4m3 in\n"
+          "    shared memory, group g scaled by 2^(e_g - e_max) (exact while a row's exponents span <= 8 binades;\n"
+          "    beyond, rounded to nearest even), and applies each row's 2^e_max in FP32. Not yet run on a GPU.\n"
           "Raises TypeError when q is not a 2-sequence (Tensor, Tensor or None).");
 
     m.def("fp8_paged_mqa_logits", &dg::apis::fp8_paged_mqa_logits, "q"_a, "kv_cache"_a, "weights"_a, "context_lens"_a,
@@ -599,7 +604,12 @@ PYBIND11_MODULE(_C, m) {
           "fp8_paged_mqa_logits with q as a pair q = (values, scales or None), the reference's FP8/FP4 form (note\n"
           "the order: logits_dtype before indices, as in the reference).\n\n"
           "q = (q_fp8, None): FP8 q, exactly fp8_paged_mqa_logits(q_fp8, kv_cache, ...) (see its docstring).\n"
-          "q = (q_fp4, q_scales): FP4 q raises NotImplementedError on SM90 (no FP4 kernel).\n"
+          "q = (q_fp4, q_scales): FP4 q and cache, the reference's format: q int8 (or uint8) [B, next_n, H, D / 2]\n"
+          "    (two e2m1 values a byte along D, low nibble first; D in {64, 128}) with q_scales int32 [B, next_n, H],\n"
+          "    contiguous; kv_cache uint8 [num_blocks, block_kv, 1, D / 2 + 4]: per block block_kv x D / 2 packed\n"
+          "    bytes, then block_kv int32 words. Each word holds the UE8M0 exponents of its row's D / 32 groups of 32\n"
+          "    (group g in byte g; byte e is 2^(e - 127), 0 is 0). Made e4m3 in shared memory, exact while a row's\n"
+          "    exponents span <= 8 binades (beyond, rounded to nearest even). Not yet run on a GPU.\n"
           "Raises TypeError when q is not a 2-sequence (Tensor, Tensor or None).");
     m.def("get_paged_mqa_logits_metadata", &dg::apis::get_paged_mqa_logits_metadata, "context_lens"_a, "block_kv"_a,
           "num_sms"_a, "indices"_a = py::none(),

@@ -61,9 +61,14 @@ static_assert(sm90_paged_mqa_logits_smem_bytes(1, 64, 128, 10, true) ==
               1024 + 16384 + 10 * (8192 + 256) + 2 * (2048 + 64) + 26 * 8);
 // T = 4, H = 32, D = 64, 6 stages, no pieces
 static_assert(sm90_paged_mqa_logits_smem_bytes(4, 32, 64, 6, false) == 1024 + 16384 + 6 * (4096 + 256) + 16 * 8);
+// FP4 modes: packed Q (and, prefill, two e4m3 kv tiles per math warpgroup; paged, per math warpgroup), half-size stages
+static_assert(sm90_mqa_logits_smem_bytes({.num_heads = 64, .head_dim = 128, .num_stages = 16, .fp4_operands = true}) ==
+              1024 + 65536 + 2 * (8192 * 2 + 2 * 8192) + 16 * 4096 + 33 * 8 + 16);
+static_assert(sm90_paged_mqa_logits_smem_bytes(4, 64, 128, 8, false, 2, true) ==
+              1024 + 65536 + 8 * (4096 + 256) + 2 * 16384 + 2 * 2 * 8192 + 22 * 8);
 // The by-value kernel parameters: 4 + 3 x 4 x 4 bytes; the paged problem's 14 fields with their padding
 static_assert(sizeof(KGroupedParams<8>) == 8 * 256 + 8 * 8 && sizeof(TransposeGroups<4>) == 52 &&
-              sizeof(PagedMqaProblem) == 96);
+              sizeof(PagedMqaProblem) == 104);
 
 int main() { return 0; }
 """

@@ -186,9 +186,9 @@ def test_q_pair_forms(no_debug_checks) -> None:
     ):
         with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
             call()
-    # FP4 q (scales given): not on SM90, said before any other check
-    sf = torch.ones(8, 64, 1)
-    with pytest.raises(NotImplementedError, match=r"q\[1\] \(q scales\) must be None on SM90.*FP4"):
+    # Scales given: FP4 q and kv (tests/test_fp4_mqa_logits.py), so FP8 values with scales are a packing error
+    sf = torch.ones(8, 64, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"q\[0\] \(q\) must be packed FP4"):
         deep_gemm.fp8_fp4_mqa_logits((q, sf), (kv, scales), weights, ks, ke)
     # A bare tensor (or a 3-tuple) is not the pair form
     with pytest.raises(TypeError):
@@ -204,7 +204,7 @@ def test_docstrings() -> None:
     for word in ("relu", "[S, H, D]", "max_seqlen_k", "clean_logits", "ValueError", "DG_DEBUG_CHECKS", "{32, 64, 128}"):
         assert word in doc, word
     assert "SKIP_RANGE_CHECK" not in doc
-    assert "NotImplementedError" in deep_gemm.fp8_fp4_mqa_logits.__doc__
+    assert "UE8M0" in deep_gemm.fp8_fp4_mqa_logits.__doc__
 
 
 # ----------------------------------------------------------------------------- compilation (CPU tier)
@@ -822,7 +822,7 @@ def test_paged_docstrings() -> None:
     for word in words:
         assert word in doc, word
     assert "SKIP_RANGE_CHECK" not in doc
-    assert "NotImplementedError" in deep_gemm.fp8_fp4_paged_mqa_logits.__doc__
+    assert "D / 2 + 4" in deep_gemm.fp8_fp4_paged_mqa_logits.__doc__
     assert "indices" in deep_gemm.get_paged_mqa_logits_metadata.__doc__
     assert "[num_sms + 1, 2]" in deep_gemm.get_paged_mqa_logits_metadata.__doc__
 
@@ -1017,8 +1017,9 @@ def test_paged_q_pair_forms_and_keywords(no_debug_checks) -> None:
     ):
         with pytest.raises(ValueError, match=r"q must be on a CUDA device"):
             call()
-    with pytest.raises(NotImplementedError, match=r"q\[1\] \(q scales\) must be None on SM90.*FP4"):
-        deep_gemm.fp8_fp4_paged_mqa_logits((args[0], torch.ones(4, 2, 64, 1)), *args[1:])
+    # Scales given: FP4 q and cache (tests/test_fp4_mqa_logits.py), so FP8 values with scales are a packing error
+    with pytest.raises(ValueError, match=r"q\[0\] \(q\) must be packed FP4"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((args[0], torch.ones(4, 2, 64, dtype=torch.int32)), *args[1:])
     with pytest.raises(TypeError):
         deep_gemm.fp8_fp4_paged_mqa_logits(*args)
     # The plain form's 9th positional is indices: a dtype there is a TypeError, not a silent logits_dtype
@@ -1213,11 +1214,20 @@ def paged_reference(q, kv_cache, weights, context_lens, block_table, max_context
     clamps (the identity on valid inputs): a request's blocks min(ceil(max(longest length, 0) / block_kv),
     max_blocks), each token's end clamped to [0, W] and to those blocks' keys, block ids clamped into the cache;
     indices (next_n = 1): q row i reads block-table row indices[i] clamped to the table's rows."""
-    b, t, h, d = q.shape
+    d = q.shape[3]
     num_blocks, block_kv = kv_cache.shape[:2]
     flat = kv_cache.reshape(num_blocks, block_kv * (d + 4))
     values = flat[:, : block_kv * d].contiguous().view(torch.float8_e4m3fn).view(num_blocks, block_kv, d)
     scales = flat[:, block_kv * d :].contiguous().view(torch.float32).view(num_blocks, block_kv)
+    kv = values.to(dtype) * scales.to(dtype)[..., None]
+    return paged_reference_of_keys(q.to(dtype), kv, weights, context_lens, block_table, max_context_len, indices)
+
+
+def paged_reference_of_keys(q, kv, weights, context_lens, block_table, max_context_len, indices=None):
+    """paged_reference from the dequantized keys: kv [num_blocks, block_kv, D] (and q) in the reference's dtype."""
+    b, t, h, d = q.shape
+    num_blocks, block_kv = kv.shape[:2]
+    dtype = kv.dtype
     table = block_table if indices is None else block_table[indices.long().clamp(0, block_table.shape[0] - 1)]
     max_blocks = table.shape[1]
     lens = context_lens.long()
@@ -1232,8 +1242,8 @@ def paged_reference(q, kv_cache, weights, context_lens, block_table, max_context
         if n == 0:
             continue
         ids = table[i, : (n + block_kv - 1) // block_kv].long().clamp(0, num_blocks - 1)
-        kv = (values[ids].to(dtype) * scales[ids].to(dtype)[..., None]).reshape(-1, d)[:n]
-        x = torch.einsum("thd,jd->thj", q[i].to(dtype), kv).relu_()
+        keys = kv[ids].reshape(-1, d)[:n]
+        x = torch.einsum("thd,jd->thj", q[i].to(dtype), keys).relu_()
         logits = (x * weights[i * t : (i + 1) * t, :, None].to(dtype)).sum(1)
         valid = j[None, :n] < ends[i][:, None]
         out[i * t : (i + 1) * t, :n] = logits.masked_fill_(~valid, float("-inf"))

@@ -39,32 +39,67 @@ inline void check_key_ranges(const at::Tensor& ks, const at::Tensor& ke, int64_t
                        max_seqlen_k, v[3]);
 }
 
-inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tensor, at::Tensor>& kv_pair,
-                                 const at::Tensor& weights, const at::Tensor& ks, const at::Tensor& ke,
-                                 bool clean_logits, int64_t max_seqlen_k, at::ScalarType logits_dtype) {
+// The FP8 and FP4 MQA logits: q_scales null for FP8 q and kv (e4m3, FP32 kv scales), else FP4 q and kv (packed
+// e2m1 as int8 or uint8, q [S, H, D / 2] and kv [S_kv, D / 2], D in {64, 128}) with int32 UE8M0 words: q_scales
+// [S, H] and kv scales [S_kv] (the exponents of each row's D / 32 groups of 32, group g in byte g).
+inline at::Tensor mqa_logits(const at::Tensor& q, const at::Tensor* q_scales,
+                             const std::tuple<at::Tensor, at::Tensor>& kv_pair, const at::Tensor& weights,
+                             const at::Tensor& ks, const at::Tensor& ke, bool clean_logits, int64_t max_seqlen_k,
+                             at::ScalarType logits_dtype, const char* api) {
     const auto& [kv, kv_scales] = kv_pair;
-    // q [S, H, D]
+    const bool fp4 = q_scales != nullptr;
+    // q [S, H, D] (FP4: [S, H, D / 2])
     check_defined(q, "q");
     check_dim(q, 3, "q");
-    check_dtype(q, at::kFloat8_e4m3fn, "q");
-    const int64_t seq_len = q.size(0), num_heads = q.size(1), head_dim = q.size(2);
+    if (fp4)
+        DG_CHECK_INPUT(q.scalar_type() == at::kChar || q.scalar_type() == at::kByte,
+                       "q[0] (q) must be packed FP4 (torch.int8 or torch.uint8, two e2m1 values a byte) when q[1] (q "
+                       "scales) is given, got a {}", describe(q));
+    else
+        check_dtype(q, at::kFloat8_e4m3fn, "q");
+    const int64_t seq_len = q.size(0), num_heads = q.size(1), head_dim = q.size(2) * (fp4 ? 2 : 1);
     DG_CHECK_INPUT(num_heads == 16 || num_heads == 32 || num_heads == 64,
                    "q must be [S, H, D] with H (heads) in {{16, 32, 64}}, got a {}", describe(q));
-    DG_CHECK_INPUT(head_dim == 32 || head_dim == 64 || head_dim == 128,
-                   "q must be [S, H, D] with D (head dim) in {{32, 64, 128}}, got a {}", describe(q));
+    if (fp4)
+        DG_CHECK_INPUT(head_dim == 64 || head_dim == 128,
+                       "q[0] (q, packed FP4) must be [S, H, D / 2] with D (head dim) in {{64, 128}}, got a {}",
+                       describe(q));
+    else
+        DG_CHECK_INPUT(head_dim == 32 || head_dim == 64 || head_dim == 128,
+                       "q must be [S, H, D] with D (head dim) in {{32, 64, 128}}, got a {}", describe(q));
     check_k_major_tma(q, "q");
     DG_CHECK_INPUT(q.stride(0) == num_heads * q.stride(1) || seq_len <= 1,
                    "q: the heads of a token must be stacked densely (stride 0 = H * stride 1), got a {}", describe(q));
-    // kv = (kv [S_kv, D], kv_scales [S_kv])
+    if (fp4) {
+        // q scales [S, H]: one int32 of UE8M0 exponents per head row
+        check_defined(*q_scales, "q[1] (q scales)");
+        check_dtype(*q_scales, at::kInt, "q[1] (q scales, packed UE8M0)");
+        DG_CHECK_INPUT(q_scales->dim() == 2 && q_scales->size(0) == seq_len && q_scales->size(1) == num_heads,
+                       "q[1] (q scales) must be [S, H] = [{}, {}] (an int32 of D / 32 UE8M0 exponents per head row), "
+                       "got a {}", seq_len, num_heads, describe(*q_scales));
+        DG_CHECK_INPUT(q_scales->is_contiguous(), "q[1] (q scales) must be contiguous, got a {}", describe(*q_scales));
+    }
+    // kv = (kv [S_kv, D], kv_scales [S_kv]) (FP4: [S_kv, D / 2] and int32 [S_kv])
     check_defined(kv, "kv[0] (kv)");
     check_dim(kv, 2, "kv[0] (kv)");
-    check_dtype(kv, at::kFloat8_e4m3fn, "kv[0] (kv)");
+    if (fp4)
+        DG_CHECK_INPUT(kv.scalar_type() == at::kChar || kv.scalar_type() == at::kByte,
+                       "kv[0] (kv) must be packed FP4 (torch.int8 or torch.uint8) when q is FP4, got a {}", describe(kv));
+    else
+        check_dtype(kv, at::kFloat8_e4m3fn, "kv[0] (kv)");
     const int64_t seq_len_kv = kv.size(0);
-    DG_CHECK_INPUT(kv.size(1) == head_dim, "kv[0] (kv) must be [S_kv, D] with D = {} (q's head dim), got a {}", head_dim,
-                   describe(kv));
+    if (fp4)
+        DG_CHECK_INPUT(kv.size(1) * 2 == head_dim, "kv[0] (kv, packed FP4) must be [S_kv, D / 2] with D / 2 = {} (q's), "
+                       "got a {}", head_dim / 2, describe(kv));
+    else
+        DG_CHECK_INPUT(kv.size(1) == head_dim, "kv[0] (kv) must be [S_kv, D] with D = {} (q's head dim), got a {}",
+                       head_dim, describe(kv));
     check_k_major_tma(kv, "kv[0] (kv)");
     check_defined(kv_scales, "kv[1] (kv scales)");
-    check_dtype(kv_scales, at::kFloat, "kv[1] (kv scales)");
+    if (fp4)
+        check_dtype(kv_scales, at::kInt, "kv[1] (kv scales, packed UE8M0 with FP4 kv)");
+    else
+        check_dtype(kv_scales, at::kFloat, "kv[1] (kv scales)");
     DG_CHECK_INPUT(kv_scales.dim() == 1 && kv_scales.size(0) == seq_len_kv,
                    "kv[1] (kv scales) must be [S_kv] = [{}], got a {}", seq_len_kv, describe(kv_scales));
     DG_CHECK_INPUT(kv_scales.stride(0) == 1 || seq_len_kv <= 1, "kv[1] (kv scales) must be contiguous, got a {}",
@@ -97,7 +132,9 @@ inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tenso
     // Devices last
     check_same_cuda_device(q, "q", {{&kv, "kv[0] (kv)"}, {&kv_scales, "kv[1] (kv scales)"}, {&weights, "weights"},
                                     {&ks, "cu_seq_len_k_start"}, {&ke, "cu_seq_len_k_end"}});
-    check_sm90(q, "fp8_mqa_logits");
+    if (fp4)
+        check_same_cuda_device(q, "q", {{q_scales, "q[1] (q scales)"}});
+    check_sm90(q, api);
     const jit::DeviceScope device_scope(q.device().index());
 
     const bool is_compressed = max_seqlen_k > 0;
@@ -111,25 +148,29 @@ inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tenso
             logits.fill_(-std::numeric_limits<float>::infinity());
         return logits;
     }
-    kernels::launch_sm90_fp8_mqa_logits({q, kv, kv_scales, weights, ks, ke, logits, is_compressed, clean_logits});
+    kernels::launch_sm90_fp8_mqa_logits(
+        {q, kv, kv_scales, weights, ks, ke, logits, is_compressed, clean_logits, q_scales});
     return logits;
 }
 
-// q = (values, scales or None): FP4 q (scales given) has no SM90 kernel; FP8 q is fp8_mqa_logits.
-inline void check_fp8_q_pair(const std::optional<at::Tensor>& q_scales, const char* api) {
-    if (q_scales.has_value())
-        throw NotImplementedError(fmt::format(
-            "{}: q[1] (q scales) must be None on SM90: FP4 q (e2m1 values with scales) has no SM90 kernel; pass "
-            "(q_fp8, None)", api));
+inline at::Tensor fp8_mqa_logits(const at::Tensor& q, const std::tuple<at::Tensor, at::Tensor>& kv_pair,
+                                 const at::Tensor& weights, const at::Tensor& ks, const at::Tensor& ke,
+                                 bool clean_logits, int64_t max_seqlen_k, at::ScalarType logits_dtype) {
+    return mqa_logits(q, nullptr, kv_pair, weights, ks, ke, clean_logits, max_seqlen_k, logits_dtype,
+                      "fp8_mqa_logits");
 }
 
+// q = (values, scales or None): None is FP8 q (fp8_mqa_logits); scales given is FP4 q and kv.
 inline at::Tensor fp8_fp4_mqa_logits(const std::tuple<at::Tensor, std::optional<at::Tensor>>& q_pair,
                                      const std::tuple<at::Tensor, at::Tensor>& kv_pair, const at::Tensor& weights,
                                      const at::Tensor& ks, const at::Tensor& ke, bool clean_logits,
                                      int64_t max_seqlen_k, at::ScalarType logits_dtype) {
-    check_fp8_q_pair(std::get<1>(q_pair), "fp8_fp4_mqa_logits");
-    return fp8_mqa_logits(std::get<0>(q_pair), kv_pair, weights, ks, ke, clean_logits, max_seqlen_k, logits_dtype);
+    const auto& [q, q_scales] = q_pair;
+    return mqa_logits(q, q_scales.has_value() ? &*q_scales : nullptr, kv_pair, weights, ks, ke, clean_logits,
+                      max_seqlen_k, logits_dtype,
+                      q_scales.has_value() ? "fp8_fp4_mqa_logits" : "fp8_mqa_logits");
 }
+
 
 // ---------------------------------------------------------------------------------------------- paged decode
 // The schedule of the paged decode kernel: work is counted in kv blocks (block_kv keys of one request;
@@ -258,39 +299,65 @@ inline void check_paged_values(const at::Tensor& context_lens, const at::Tensor&
                    "range)", v[3], num_kv_blocks);
 }
 
-inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& weights,
-                                       const at::Tensor& context_lens, const at::Tensor& block_table,
-                                       const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits,
-                                       const std::optional<at::Tensor>& indices, at::ScalarType logits_dtype) {
-    // q [B, T, H, D]
+// The FP8 and FP4 paged MQA logits: q_scales null for FP8 q and cache (e4m3 values, FP32 scales), else FP4 (q packed
+// e2m1 as int8 or uint8 [B, T, H, D / 2], D in {64, 128}, q_scales int32 [B, T, H]; the cache's blocks hold
+// block_kv x D / 2 packed bytes, then block_kv int32 UE8M0 words).
+inline at::Tensor paged_mqa_logits(const at::Tensor& q, const at::Tensor* q_scales, const at::Tensor& kv_cache,
+                                   const at::Tensor& weights, const at::Tensor& context_lens,
+                                   const at::Tensor& block_table, const at::Tensor& schedule_meta,
+                                   int64_t max_context_len, bool clean_logits, const std::optional<at::Tensor>& indices,
+                                   at::ScalarType logits_dtype, const char* api) {
+    const bool fp4 = q_scales != nullptr;
+    // q [B, T, H, D] (FP4: [B, T, H, D / 2])
     check_defined(q, "q");
     check_dim(q, 4, "q");
-    check_dtype(q, at::kFloat8_e4m3fn, "q");
-    const int64_t batch = q.size(0), next_n = q.size(1), num_heads = q.size(2), head_dim = q.size(3);
+    if (fp4)
+        DG_CHECK_INPUT(q.scalar_type() == at::kChar || q.scalar_type() == at::kByte,
+                       "q[0] (q) must be packed FP4 (torch.int8 or torch.uint8, two e2m1 values a byte) when q[1] (q "
+                       "scales) is given, got a {}", describe(q));
+    else
+        check_dtype(q, at::kFloat8_e4m3fn, "q");
+    const int64_t batch = q.size(0), next_n = q.size(1), num_heads = q.size(2), head_dim = q.size(3) * (fp4 ? 2 : 1);
+    const int64_t row_bytes = fp4 ? head_dim / 2 : head_dim;  // a key's values in the cache
     DG_CHECK_INPUT(next_n == 1 || next_n == 2 || next_n == 4,
                    "q must be [B, next_n, H, D] with next_n in {{1, 2, 4}}, got a {}", describe(q));
     DG_CHECK_INPUT(num_heads == 16 || num_heads == 32 || num_heads == 64,
                    "q must be [B, next_n, H, D] with H (heads) in {{16, 32, 64}}, got a {}", describe(q));
-    DG_CHECK_INPUT(head_dim == 32 || head_dim == 64 || head_dim == 128,
-                   "q must be [B, next_n, H, D] with D (head dim) in {{32, 64, 128}}, got a {}", describe(q));
+    if (fp4)
+        DG_CHECK_INPUT(head_dim == 64 || head_dim == 128,
+                       "q[0] (q, packed FP4) must be [B, next_n, H, D / 2] with D (head dim) in {{64, 128}}, got a {}",
+                       describe(q));
+    else
+        DG_CHECK_INPUT(head_dim == 32 || head_dim == 64 || head_dim == 128,
+                       "q must be [B, next_n, H, D] with D (head dim) in {{32, 64, 128}}, got a {}", describe(q));
     DG_CHECK_INPUT(q.is_contiguous(), "q must be contiguous, got a {}", describe(q));
-    // kv_cache [num_blocks, block_kv, 1, D + 4]
+    if (fp4) {
+        check_defined(*q_scales, "q[1] (q scales)");
+        check_dtype(*q_scales, at::kInt, "q[1] (q scales, packed UE8M0)");
+        DG_CHECK_INPUT(q_scales->dim() == 3 && q_scales->size(0) == batch && q_scales->size(1) == next_n &&
+                           q_scales->size(2) == num_heads,
+                       "q[1] (q scales) must be [B, next_n, H] = [{}, {}, {}] (an int32 of D / 32 UE8M0 exponents per "
+                       "head row), got a {}", batch, next_n, num_heads, describe(*q_scales));
+        DG_CHECK_INPUT(q_scales->is_contiguous(), "q[1] (q scales) must be contiguous, got a {}", describe(*q_scales));
+    }
+    // kv_cache [num_blocks, block_kv, 1, D + 4] (FP4: D / 2 + 4)
     check_defined(kv_cache, "kv_cache");
     check_dim(kv_cache, 4, "kv_cache");
     check_dtype(kv_cache, at::kByte, "kv_cache");
     const int64_t num_kv_blocks = kv_cache.size(0), block_kv = kv_cache.size(1);
-    DG_CHECK_INPUT((block_kv == 32 || block_kv == 64) && kv_cache.size(2) == 1 && kv_cache.size(3) == head_dim + 4,
-                   "kv_cache must be [num_blocks, block_kv, 1, D + 4] with block_kv in {{32, 64}} and D = {} (q's head "
-                   "dim), got a {}", head_dim, describe(kv_cache));
+    const char* row_form = fp4 ? "D / 2 + 4" : "D + 4";
+    DG_CHECK_INPUT((block_kv == 32 || block_kv == 64) && kv_cache.size(2) == 1 && kv_cache.size(3) == row_bytes + 4,
+                   "kv_cache must be [num_blocks, block_kv, 1, {}] with block_kv in {{32, 64}} and D = {} (q's head "
+                   "dim), got a {}", row_form, head_dim, describe(kv_cache));
     DG_CHECK_INPUT(num_kv_blocks >= 1, "kv_cache must hold at least one block, got a {}", describe(kv_cache));
     // Each block packed (its block_kv x D values, then its block_kv scales); blocks any 16-byte multiple apart
-    const int64_t block_bytes = block_kv * (head_dim + 4);
+    const int64_t block_bytes = block_kv * (row_bytes + 4);
     const int64_t block_stride = num_kv_blocks == 1 ? block_bytes : kv_cache.stride(0);
-    DG_CHECK_INPUT(kv_cache.stride(3) == 1 && kv_cache.stride(1) == head_dim + 4 && block_stride >= block_bytes &&
+    DG_CHECK_INPUT(kv_cache.stride(3) == 1 && kv_cache.stride(1) == row_bytes + 4 && block_stride >= block_bytes &&
                        block_stride % 16 == 0,
-                   "kv_cache must have its inner dims packed (stride 3 = 1, stride 1 = D + 4 = {}) and blocks a "
-                   "multiple of 16 bytes apart, at least block_kv * (D + 4) = {} (stride 0), got a {}", head_dim + 4,
-                   block_bytes, describe(kv_cache));
+                   "kv_cache must have its inner dims packed (stride 3 = 1, stride 1 = {} = {}) and blocks a "
+                   "multiple of 16 bytes apart, at least block_kv * ({}) = {} (stride 0), got a {}", row_form,
+                   row_bytes + 4, row_form, block_bytes, describe(kv_cache));
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(kv_cache.data_ptr()) % 16 == 0,
                    "kv_cache: data pointer must be 16-byte aligned for TMA, got a {}", describe(kv_cache));
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0 || q.numel() == 0,
@@ -353,15 +420,25 @@ inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv
                                     {&block_table, "block_table"}, {&schedule_meta, "schedule_meta"}});
     if (indices.has_value())
         check_same_cuda_device(q, "q", {{&*indices, "indices"}});
-    check_sm90(q, "fp8_paged_mqa_logits");
+    if (fp4)
+        check_same_cuda_device(q, "q", {{q_scales, "q[1] (q scales)"}});
+    check_sm90(q, api);
     const jit::DeviceScope device_scope(q.device().index());
 
     at::Tensor logits = at::empty({batch * next_n, max_context_len}, q.options().dtype(logits_dtype));
     if (batch == 0 || max_context_len == 0)
         return logits;
     kernels::launch_sm90_fp8_paged_mqa_logits(
-        {q, kv_cache, weights, context_lens, block_table, indices, schedule_meta, logits, clean_logits});
+        {q, kv_cache, weights, context_lens, block_table, indices, schedule_meta, logits, clean_logits, q_scales});
     return logits;
+}
+
+inline at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& weights,
+                                       const at::Tensor& context_lens, const at::Tensor& block_table,
+                                       const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits,
+                                       const std::optional<at::Tensor>& indices, at::ScalarType logits_dtype) {
+    return paged_mqa_logits(q, nullptr, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                            clean_logits, indices, logits_dtype, "fp8_paged_mqa_logits");
 }
 
 inline at::Tensor fp8_fp4_paged_mqa_logits(const std::tuple<at::Tensor, std::optional<at::Tensor>>& q_pair,
@@ -369,9 +446,11 @@ inline at::Tensor fp8_fp4_paged_mqa_logits(const std::tuple<at::Tensor, std::opt
                                            const at::Tensor& context_lens, const at::Tensor& block_table,
                                            const at::Tensor& schedule_meta, int64_t max_context_len, bool clean_logits,
                                            at::ScalarType logits_dtype, const std::optional<at::Tensor>& indices) {
-    check_fp8_q_pair(std::get<1>(q_pair), "fp8_fp4_paged_mqa_logits");
-    return fp8_paged_mqa_logits(std::get<0>(q_pair), kv_cache, weights, context_lens, block_table, schedule_meta,
-                                max_context_len, clean_logits, indices, logits_dtype);
+    // q = (values, scales or None): None is FP8 q (fp8_paged_mqa_logits); scales given is FP4 q and cache
+    const auto& [q, q_scales] = q_pair;
+    return paged_mqa_logits(q, q_scales.has_value() ? &*q_scales : nullptr, kv_cache, weights, context_lens,
+                            block_table, schedule_meta, max_context_len, clean_logits, indices, logits_dtype,
+                            q_scales.has_value() ? "fp8_fp4_paged_mqa_logits" : "fp8_paged_mqa_logits");
 }
 
 }  // namespace dg::apis

@@ -92,6 +92,7 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
               {"relu_by_abs", "1: the head reduction through absolute values, the signed sums' form (default 0)"},
               {"signed_sum_wgmma", "1: signed head sums by wgmma, needs relu_by_abs (default 0)"},
               {"split_halves", "1: each math warpgroup's tile in two halves, the first reduced while the second's wgmmas run (default 0)"},
+              {"fp4_operands", "1: q and kv packed e2m1 with UE8M0 scales per 1x32, e4m3 made in shared memory; D 64 or 128 (default 0)"},
           },
           [](const KernelParams& p) {
               const auto c = mqa_logits_config_from_params(p);
@@ -112,6 +113,7 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
               {"num_stages", "KV pipeline stages (default: the most that fit)"},
               {"out_bf16", "1: BF16 logits (default 0: FP32)"},
               {"has_indices", "1: q rows are tokens, each with its block-table row from `indices` (default 0)"},
+              {"fp4_operands", "1: q and the cache's kv packed e2m1 with UE8M0 scales per 1x32; D 64 or 128 (default 0)"},
           },
           [](const KernelParams& p) {
               const auto c = paged_mqa_logits_config_from_params(p);

@@ -28,6 +28,8 @@ struct MqaLogitsConfig {
     bool signed_sum_wgmma = false;
     // each math warpgroup's tile as two commit groups of N = 128: the first half reduced while the second's wgmmas run
     bool split_halves = false;
+    // q and kv packed e2m1 with UE8M0 scales per 1x32 (the kernel's FP4 mode: e4m3 made in shared memory)
+    bool fp4_operands = false;
     uint32_t num_kv_per_split = 4096;  // C: keys (and output columns) per CTA, a multiple of 64
     uint32_t smem_bytes = 0;
 
@@ -41,22 +43,24 @@ struct MqaLogitsConfig {
                 .out_bf16 = out_bf16,
                 .relu_by_abs = relu_by_abs,
                 .signed_sum_wgmma = signed_sum_wgmma,
-                .split_halves = split_halves};
+                .split_halves = split_halves,
+                .fp4_operands = fp4_operands};
     }
 
     std::string describe() const {
         return fmt::format("H={} D={} stages={} compressed={} clean={} bf16={} relu_by_abs={} "
-                           "signed_sum_wgmma={} split_halves={} split={} smem={}", num_heads, head_dim, num_stages,
-                           is_compressed, clean_logits, out_bf16, relu_by_abs, signed_sum_wgmma,
-                           split_halves, num_kv_per_split, smem_bytes);
+                           "signed_sum_wgmma={} split_halves={} fp4={} split={} smem={}", num_heads, head_dim,
+                           num_stages, is_compressed, clean_logits, out_bf16, relu_by_abs, signed_sum_wgmma,
+                           split_halves, fp4_operands, num_kv_per_split, smem_bytes);
     }
 };
 
 // The kernel's shared memory (deep_gemm::sm90_mqa_logits_smem_bytes, which the kernel checks against its layout).
 inline uint32_t mqa_logits_smem_bytes(uint32_t num_heads, uint32_t head_dim, uint32_t num_stages,
-                                      bool signed_sum_wgmma) {
+                                      bool signed_sum_wgmma, bool fp4_operands = false) {
     deep_gemm::Sm90MqaLogitsKernelConfig c{};
     c.num_heads = num_heads, c.head_dim = head_dim, c.num_stages = num_stages, c.signed_sum_wgmma = signed_sum_wgmma;
+    c.fp4_operands = fp4_operands;
     return deep_gemm::sm90_mqa_logits_smem_bytes(c);
 }
 
@@ -77,7 +81,8 @@ inline uint32_t mqa_logits_split(uint64_t seq_len, uint64_t width, uint32_t num_
 
 inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_dim, uint64_t seq_len,
                                              uint64_t seq_len_kv, uint64_t width, bool is_compressed,
-                                             bool clean_logits, bool out_bf16, uint32_t num_sms) {
+                                             bool clean_logits, bool out_bf16, uint32_t num_sms,
+                                             bool fp4_operands = false) {
     MqaLogitsConfig c;
     c.num_heads = num_heads, c.head_dim = head_dim;
     c.num_stages = head_dim == 128 ? 8 : 12;
@@ -89,7 +94,14 @@ inline MqaLogitsConfig get_mqa_logits_config(uint32_t num_heads, uint32_t head_d
     c.signed_sum_wgmma = head_dim == 128 && num_heads >= 32;
     c.relu_by_abs = c.signed_sum_wgmma;
     c.split_halves = c.signed_sum_wgmma && num_heads == 64;
-    c.smem_bytes = mqa_logits_smem_bytes(num_heads, head_dim, c.num_stages, c.signed_sum_wgmma);
+    if (fp4_operands) {
+        // FP4: the FMNMX form without the pieces (their pre-pass reads FP8 q) and 16 stages of 64 x D / 2 bytes (as
+        // many bytes in flight as the FP8 path's 8 x 64 x D; not measured)
+        c.fp4_operands = true;
+        c.signed_sum_wgmma = c.relu_by_abs = c.split_halves = false;
+        c.num_stages = 16;
+    }
+    c.smem_bytes = mqa_logits_smem_bytes(num_heads, head_dim, c.num_stages, c.signed_sum_wgmma, c.fp4_operands);
     return c;
 }
 
@@ -119,6 +131,8 @@ struct PagedMqaLogitsConfig {
     bool relu_by_abs = false;  // the head reduction's form (mqa::weighted_relu_sums): two FFMAs at next_n = 1
     // The signed head sums from e4m3 pieces on the tensor core (the kernel's kSignedSumByWgmma; with relu_by_abs)
     bool signed_sum_wgmma = false;
+    // q and the cache's kv packed e2m1 with UE8M0 scales per 1x32 (the kernel's FP4 mode; set_paged_fp4)
+    bool fp4_operands = false;
     uint32_t smem_bytes = 0;
 
     // What the kernel is compiled with (the JIT renders it by field name)
@@ -134,14 +148,15 @@ struct PagedMqaLogitsConfig {
                 .relu_by_abs = relu_by_abs,
                 .signed_sum_wgmma = signed_sum_wgmma,
                 .out_bf16 = out_bf16,
-                .has_indices = has_indices};
+                .has_indices = has_indices,
+                .fp4_operands = fp4_operands};
     }
 
     std::string describe() const {
         return fmt::format("next_n={} H={} D={} block_kv={} stages={} math_wgs={} 2d_lens={} clean={} relu_by_abs={} "
-                           "signed_sum_wgmma={} bf16={} indices={} smem={}", next_n, num_heads, head_dim, block_kv,
-                           num_stages, num_math_wgs, is_2d_context_lens, clean_logits, relu_by_abs, signed_sum_wgmma,
-                           out_bf16, has_indices, smem_bytes);
+                           "signed_sum_wgmma={} bf16={} indices={} fp4={} smem={}", next_n, num_heads, head_dim,
+                           block_kv, num_stages, num_math_wgs, is_2d_context_lens, clean_logits, relu_by_abs,
+                           signed_sum_wgmma, out_bf16, has_indices, fp4_operands, smem_bytes);
     }
 };
 
@@ -154,17 +169,21 @@ inline uint32_t paged_mqa_logits_pieces_bytes(uint32_t head_dim, bool signed_sum
 // The kernel's shared memory (deep_gemm::sm90_paged_mqa_logits_smem_bytes, which the kernel checks against its
 // layout).
 inline uint32_t paged_mqa_logits_smem_bytes(uint32_t next_n, uint32_t num_heads, uint32_t head_dim,
-                                            uint32_t num_stages, bool signed_sum_wgmma = false) {
-    return deep_gemm::sm90_paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, num_stages, signed_sum_wgmma);
+                                            uint32_t num_stages, bool signed_sum_wgmma = false,
+                                            uint32_t num_math_wgs = 2, bool fp4_operands = false) {
+    return deep_gemm::sm90_paged_mqa_logits_smem_bytes(next_n, num_heads, head_dim, num_stages, signed_sum_wgmma,
+                                                       num_math_wgs, fp4_operands);
 }
 
 // As many stages as fit, rounded down to a multiple of the math warpgroups and of the 2 producer warps (each
 // stage has one consumer and one producer)
 inline uint32_t paged_mqa_logits_stages(uint32_t next_n, uint32_t num_heads, uint32_t head_dim, uint32_t num_math_wgs,
-                                        bool signed_sum_wgmma = false) {
-    const uint32_t budget = 200 * 1024 - 1024 - 2 * next_n * num_heads * head_dim -
-                            paged_mqa_logits_pieces_bytes(head_dim, signed_sum_wgmma);
-    const uint32_t fit = std::clamp<uint32_t>(budget / (64 * head_dim + 64 * 4 + 16), 2, 32);
+                                        bool signed_sum_wgmma = false, bool fp4_operands = false) {
+    const uint32_t budget =
+        200 * 1024 - 1024 - 2 * next_n * num_heads * head_dim - paged_mqa_logits_pieces_bytes(head_dim, signed_sum_wgmma) -
+        deep_gemm::sm90_paged_mqa_logits_fp4_bytes(next_n, num_heads, head_dim, num_math_wgs, fp4_operands);
+    const uint32_t stage_bytes = 64 * (fp4_operands ? head_dim / 2 : head_dim) + 64 * 4 + 16;
+    const uint32_t fit = std::clamp<uint32_t>(budget / stage_bytes, 2, 32);
     const uint32_t unit = num_math_wgs % 2 == 0 ? num_math_wgs : 2 * num_math_wgs;
     return std::max(fit / unit * unit, unit);
 }
@@ -219,9 +238,22 @@ inline void apply_paged_mqa_logits_tune(PagedMqaLogitsConfig& c, const TuneSetti
                        c.num_heads);
         c.num_stages = *stages;
     } else {
-        c.num_stages = paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs, c.signed_sum_wgmma);
+        c.num_stages = paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs, c.signed_sum_wgmma,
+                                               c.fp4_operands);
     }
-    c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
+    c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma,
+                                               c.num_math_wgs, c.fp4_operands);
+}
+
+// The FP4 mode (q and kv packed e2m1, D 64 or 128): without the pieces (the pieces warps convert Q instead), and the
+// ring sized again for the half-size stages and the FP4 buffers.
+inline void set_paged_fp4(PagedMqaLogitsConfig& c) {
+    c.fp4_operands = true;
+    c.signed_sum_wgmma = false;
+    c.relu_by_abs = c.next_n == 1;
+    c.num_stages = paged_mqa_logits_stages(c.next_n, c.num_heads, c.head_dim, c.num_math_wgs, false, true);
+    c.smem_bytes = paged_mqa_logits_smem_bytes(c.next_n, c.num_heads, c.head_dim, c.num_stages, false,
+                                               c.num_math_wgs, true);
 }
 
 }  // namespace dg::kernels

@@ -49,11 +49,14 @@ inline MqaLogitsConfig mqa_logits_config_from_params(const KernelParams& params)
     c.relu_by_abs = get("relu_by_abs", 0) != 0;
     c.signed_sum_wgmma = get("signed_sum_wgmma", 0) != 0;
     c.split_halves = get("split_halves", 0) != 0;
+    c.fp4_operands = get("fp4_operands", 0) != 0;
     DG_CHECK_INPUT(!c.split_halves || mqa_logits_split_halves_fit(c),
                    "split_halves needs num_heads 64, or 32 without signed_sum_wgmma");
     DG_CHECK_INPUT(!c.signed_sum_wgmma || (c.relu_by_abs && c.num_heads >= 32 && c.head_dim >= 64),
                    "signed_sum_wgmma needs relu_by_abs=1, num_heads 32 or 64 and head_dim 64 or 128");
-    c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma);
+    DG_CHECK_INPUT(!c.fp4_operands || (!c.signed_sum_wgmma && (c.head_dim == 64 || c.head_dim == 128)),
+                   "fp4_operands needs head_dim 64 or 128 and signed_sum_wgmma=0");
+    c.smem_bytes = mqa_logits_smem_bytes(c.num_heads, c.head_dim, c.num_stages, c.signed_sum_wgmma, c.fp4_operands);
     return c;
 }
 
@@ -61,14 +64,16 @@ inline MqaLogitsConfig mqa_logits_config_from_params(const KernelParams& params)
 // ahead-of-time builds, _C.render_mqa_logits_kernels, so that they render what a launch renders).
 inline MqaLogitsConfig plan_mqa_logits_config(uint32_t num_heads, uint32_t head_dim, uint64_t seq_len,
                                               uint64_t seq_len_kv, uint64_t width, bool is_compressed,
-                                              bool clean_logits, bool out_bf16, uint32_t num_sms) {
+                                              bool clean_logits, bool out_bf16, uint32_t num_sms,
+                                              bool fp4_operands = false) {
     MqaLogitsConfig c = get_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width, is_compressed,
-                                              clean_logits, out_bf16, num_sms);
+                                              clean_logits, out_bf16, num_sms, fp4_operands);
     apply_mqa_logits_tune(c, tune_settings(TuneFamily::kMqaLogits));
     return c;
 }
 
-// Arguments of one call, already validated by the API layer.
+// Arguments of one call, already validated by the API layer. FP4 (q_exponents given): q [S, H, D / 2] and kv
+// [S_kv, D / 2] packed e2m1, kv_scales int32 [S_kv] and q_exponents int32 [S, H] (contiguous) UE8M0 words.
 struct MqaLogitsArgs {
     const at::Tensor& q;          // [S, H, D] e4m3, D contiguous, heads stacked (stride 0 = H * stride 1)
     const at::Tensor& kv;         // [S_kv, D] e4m3, D contiguous
@@ -78,22 +83,25 @@ struct MqaLogitsArgs {
     const at::Tensor& ke;         // [S] int32, contiguous
     const at::Tensor& logits;     // [S, W] FP32 or BF16, stride 1 along W
     bool is_compressed, clean_logits;
+    const at::Tensor* q_exponents = nullptr;  // FP4 only
 };
 
 inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     const int device = args.q.device().index();
-    const uint32_t seq_len = args.q.size(0), num_heads = args.q.size(1), head_dim = args.q.size(2);
+    const bool fp4 = args.q_exponents != nullptr;
+    const uint32_t seq_len = args.q.size(0), num_heads = args.q.size(1);
+    const uint32_t head_dim = args.q.size(2) * (fp4 ? 2 : 1);
     const uint32_t seq_len_kv = args.kv.size(0), width = args.logits.size(1);
     const bool out_bf16 = args.logits.scalar_type() == at::kBFloat16;
     const int num_sms = jit::DeviceRuntime::instance().num_sms(device);
     const MqaLogitsConfig c = plan_mqa_logits_config(num_heads, head_dim, seq_len, seq_len_kv, width,
-                                                     args.is_compressed, args.clean_logits, out_bf16, num_sms);
+                                                     args.is_compressed, args.clean_logits, out_bf16, num_sms, fp4);
 
     const auto stream = jit::current_stream(device);
-    static jit::KernelCache<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool>> kernels;
+    static jit::KernelCache<std::tuple<int, uint32_t, uint32_t, bool, bool, bool, bool, bool, bool, bool>> kernels;
     const jit::Kernel* kernel = &kernels.get(
         {device, num_heads, head_dim, c.is_compressed, c.clean_logits, c.out_bf16, c.relu_by_abs,
-         c.signed_sum_wgmma, c.split_halves},
+         c.signed_sum_wgmma, c.split_halves, c.fp4_operands},
         [&]() -> const jit::Kernel& {
             const auto& props = jit::DeviceRuntime::instance().properties(device);
             DG_CHECK(c.smem_bytes <= static_cast<uint32_t>(props.smem_optin_bytes),
@@ -102,13 +110,15 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
             return jit::get_kernel(render_sm90_fp8_mqa_logits(c), props.arch(), device, stream);
         });
 
-    // q as [S * H, D]: boxes of 256 rows (one math warpgroup's queries); kv as [S_kv, D]: 64-key boxes
-    const auto swizzle = jit::swizzle_for_bytes(head_dim);
-    const auto tma_q = jit::make_tma_2d(args.q.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim,
-                                        static_cast<uint64_t>(seq_len) * num_heads, args.q.stride(1), head_dim, 256,
+    // q as [S * H, D]: boxes of 256 rows (one math warpgroup's queries); kv as [S_kv, D]: 64-key boxes. FP4: rows of
+    // D / 2 bytes, unswizzled (the math warpgroups read them to convert)
+    const uint32_t row_bytes = fp4 ? head_dim / 2 : head_dim;
+    const auto swizzle = fp4 ? driver::CU_TENSOR_MAP_SWIZZLE_NONE : jit::swizzle_for_bytes(head_dim);
+    const auto tma_q = jit::make_tma_2d(args.q.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, row_bytes,
+                                        static_cast<uint64_t>(seq_len) * num_heads, args.q.stride(1), row_bytes, 256,
                                         swizzle);
-    const auto tma_kv = jit::make_tma_2d(args.kv.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, head_dim, seq_len_kv,
-                                         args.kv.stride(0), head_dim, 64, swizzle);
+    const auto tma_kv = jit::make_tma_2d(args.kv.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_UINT8, row_bytes,
+                                         seq_len_kv, args.kv.stride(0), row_bytes, 64, swizzle);
 
     // The signed sums by wgmma: every query's pieces, once, by the pre-pass, into buffers of the padded query count
     // (each CTA loads whole warpgroup blocks of them: 4 rows of D per query, by TMA with its Q tile)
@@ -140,20 +150,22 @@ inline void launch_sm90_fp8_mqa_logits(const MqaLogitsArgs& args) {
     launch.stream = stream;
     launch.enable_pdl = jit::DeviceRuntime::instance().pdl();
     if (get_env_flag("DG_PRINT_CONFIGS"))
-        fmt::print(stderr, "[deep_gemm] fp8_mqa_logits S={} S_kv={} W={}: {} grid={}x{}\n", seq_len, seq_len_kv, width,
+        fmt::print(stderr, "[deep_gemm] {}_mqa_logits S={} S_kv={} W={}: {} grid={}x{}\n", fp4 ? "fp4" : "fp8", seq_len, seq_len_kv, width,
                    c.describe(), launch.grid[0], launch.grid[1]);
 
     uint32_t out_width = width, num_kv_per_split = c.num_kv_per_split;
     uint32_t ld_weights = static_cast<uint32_t>(args.weights.stride(0));
     uint64_t ld_logits = static_cast<uint64_t>(args.logits.stride(0));
-    const float* kv_scales = args.kv_scales.data_ptr<float>();
+    // (FP4: the kv exponent words, which the kernel reads as such)
+    const float* kv_scales = static_cast<const float*>(args.kv_scales.data_ptr());
+    const uint32_t* q_exponents = fp4 ? static_cast<const uint32_t*>(args.q_exponents->data_ptr()) : nullptr;
     const float* weights = args.weights.data_ptr<float>();
     const int32_t* ks = args.ks.data_ptr<int32_t>();
     const int32_t* ke = args.ke.data_ptr<int32_t>();
     void* logits = args.logits.data_ptr();
     uint32_t s = seq_len, s_kv = seq_len_kv;
     kernel->launch(device, launch, s, s_kv, out_width, num_kv_per_split, kv_scales, weights, ld_weights,
-                   piece_scales_ptr, ks, ke, logits, ld_logits, tma_q, tma_kv, tma_pieces);
+                   piece_scales_ptr, ks, ke, logits, ld_logits, tma_q, tma_kv, tma_pieces, q_exponents);
 }
 
 }  // namespace dg::kernels

@@ -261,6 +261,7 @@ struct Sm90MqaLogitsKernelConfig {
     bool relu_by_abs;       // the head reduction's form: |x| (two FFMAs) rather than FMNMX + FFMA
     bool signed_sum_wgmma;  // the signed head sums from e4m3 pieces of each query's weighted Q on the tensor core
     bool split_halves;      // each math warpgroup's tile as two commit groups of N = 128
+    bool fp4_operands;      // q and kv packed e2m1 with UE8M0 scales per 1x32, made e4m3 in shared memory
 
     // Calls f(name, value) for each field, in declaration order (what the JIT renders).
     template <typename F>
@@ -268,6 +269,7 @@ struct Sm90MqaLogitsKernelConfig {
         f("num_heads", num_heads), f("head_dim", head_dim), f("num_stages", num_stages);
         f("is_compressed", is_compressed), f("clean_logits", clean_logits), f("out_bf16", out_bf16);
         f("relu_by_abs", relu_by_abs), f("signed_sum_wgmma", signed_sum_wgmma), f("split_halves", split_halves);
+        f("fp4_operands", fp4_operands);
     }
 };
 
@@ -276,11 +278,15 @@ DG_HOST_DEVICE constexpr uint32_t sm90_mqa_logits_block_q(uint32_t num_heads) { 
 
 // Its shared memory: alignment slack, the two math warpgroups' Q tiles (and with signed_sum_wgmma their pieces:
 // kMqaSignedSumPieces rows of D per query; the pieces' scales stay in global memory), the kv stages of 64 keys, the
-// stages' full/empty barriers, the Q barrier, and 16 bytes for the key range.
+// stages' full/empty barriers, the Q barrier, and 16 bytes for the key range. With fp4_operands the stages hold
+// packed kv (D / 2 bytes a key), and each math warpgroup has its packed Q tile and two e4m3 kv tiles of its own.
 DG_HOST_DEVICE constexpr uint32_t sm90_mqa_logits_smem_bytes(const Sm90MqaLogitsKernelConfig& c) {
     const uint32_t pieces =
         c.signed_sum_wgmma ? sm90_mqa_logits_block_q(c.num_heads) * kMqaSignedSumPieces * c.head_dim : 0;
-    return 1024 + 2 * 256 * c.head_dim + pieces + c.num_stages * 64 * c.head_dim + (2 * c.num_stages + 1) * 8 + 16;
+    const uint32_t fp4_buffers = c.fp4_operands ? 2 * (256 * c.head_dim / 2 + 2 * 64 * c.head_dim) : 0;
+    const uint32_t stage_bytes = 64 * (c.fp4_operands ? c.head_dim / 2 : c.head_dim);
+    return 1024 + 2 * 256 * c.head_dim + pieces + fp4_buffers + c.num_stages * stage_bytes +
+           (2 * c.num_stages + 1) * 8 + 16;
 }
 
 // The compile-time config of the paged (decode) MQA-logits kernel (deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh),
@@ -297,6 +303,7 @@ struct Sm90PagedMqaLogitsKernelConfig {
     bool signed_sum_wgmma;         // the signed head sums from e4m3 pieces on the tensor core (with relu_by_abs)
     bool out_bf16;                 // BF16 logits (else FP32)
     bool has_indices;              // q rows are tokens, each with its block-table row from `indices` (next_n = 1)
+    bool fp4_operands;             // q and the cache's kv packed e2m1 with UE8M0 scales per 1x32 (e4m3 in smem)
 
     // Calls f(name, value) for each field, in declaration order (what the JIT renders).
     template <typename F>
@@ -305,6 +312,7 @@ struct Sm90PagedMqaLogitsKernelConfig {
         f("num_stages", num_stages), f("num_math_warpgroups", num_math_warpgroups);
         f("is_2d_context_lens", is_2d_context_lens), f("clean_logits", clean_logits), f("relu_by_abs", relu_by_abs);
         f("signed_sum_wgmma", signed_sum_wgmma), f("out_bf16", out_bf16), f("has_indices", has_indices);
+        f("fp4_operands", fp4_operands);
     }
 };
 
@@ -314,14 +322,27 @@ DG_HOST_DEVICE constexpr uint32_t sm90_paged_mqa_logits_pieces_bytes(uint32_t he
     return signed_sum_wgmma ? 2 * (4 * kMqaSignedSumPieces * head_dim + 4 * kMqaSignedSumPieces * 4) : 0;
 }
 
+// Shared memory of the paged kernel's FP4 buffers (fp4_operands): two packed Q slots and, per math warpgroup, two
+// e4m3 kv tiles (converted from the stages, which then hold 64 x D / 2 packed bytes).
+DG_HOST_DEVICE constexpr uint32_t sm90_paged_mqa_logits_fp4_bytes(uint32_t next_n, uint32_t num_heads,
+                                                                  uint32_t head_dim, uint32_t num_math_warpgroups,
+                                                                  bool fp4_operands) {
+    return fp4_operands ? 2 * next_n * num_heads * head_dim / 2 + num_math_warpgroups * 2 * 64 * head_dim : 0;
+}
+
 // Its shared memory: alignment slack, two Q slots, the kv stages with their 64 FP32 scales, the pieces, the
-// full/empty barriers of the stages and of the Q slots (and the pieces' barriers).
+// full/empty barriers of the stages and of the Q slots (and the pieces' barriers). fp4_operands: the FP4 buffers,
+// stages of 64 x D / 2 packed bytes and 64 exponent words, and the Q slots' conversion barriers.
 DG_HOST_DEVICE constexpr uint32_t sm90_paged_mqa_logits_smem_bytes(uint32_t next_n, uint32_t num_heads,
                                                                    uint32_t head_dim, uint32_t num_stages,
-                                                                   bool signed_sum_wgmma) {
-    return 1024 + 2 * next_n * num_heads * head_dim + num_stages * (64 * head_dim + 64 * 4) +
+                                                                   bool signed_sum_wgmma,
+                                                                   uint32_t num_math_warpgroups = 2,
+                                                                   bool fp4_operands = false) {
+    return 1024 + 2 * next_n * num_heads * head_dim +
+           num_stages * (64 * (fp4_operands ? head_dim / 2 : head_dim) + 64 * 4) +
            sm90_paged_mqa_logits_pieces_bytes(head_dim, signed_sum_wgmma) +
-           (2 * num_stages + (signed_sum_wgmma ? 6 : 4)) * 8;
+           sm90_paged_mqa_logits_fp4_bytes(next_n, num_heads, head_dim, num_math_warpgroups, fp4_operands) +
+           (2 * num_stages + (signed_sum_wgmma || fp4_operands ? 6 : 4)) * 8;
 }
 
 // The paged kernel's problem, passed by value as one kernel parameter.
@@ -337,6 +358,7 @@ struct PagedMqaProblem {
     uint32_t ld_weights;
     void* logits;                 // [B * T, W] FP32 (BF16 with out_bf16), row stride ld_logits
     uint64_t ld_logits;
+    const uint32_t* q_exponents;  // fp4_operands: [B * T, H] UE8M0 words of q's head rows, contiguous (else null)
 };
 
 // ------------------------------------------------------------------------------------------------ FP8 quantization

@@ -52,7 +52,17 @@
 //   wgmma reads it; full[s]: 1 arrival + bytes; empty[s]: 8 arrivals (both math warpgroups read every
 //   stage: one kv tile feeds 2 x 256 / H queries, halving L2 traffic against one warpgroup per tile).
 // Shared memory: [Q: 2 x 256 x D] [pieces: 2 x 4 Q x D] [kv stages] [full x stages, empty x stages, q_full]
-//   [tile range] (the pieces only with kSignedSumByWgmma).
+//   [tile range] (the pieces only with kSignedSumByWgmma; kFp4: [e4m3 kv: 2 x 2 x 64 x D] [packed Q: 2 x 256 x D / 2]
+//   after the pieces, and stages of 64 x D / 2).
+// FP4 mode (kFp4: the reference's FP4 q and kv, common/mqa_fp4.cuh): q [S, H, D / 2] and kv [S_kv, D / 2] packed
+//   e2m1 (int8), q_sf int32 [S, H] and kv_sf int32 [S_kv] (kv_scales reinterpreted), UE8M0 exponents per 1x32. They
+//   stay packed in global memory and in the TMA ring (unswizzled boxes of D / 2 bytes a row; a stage is half the
+//   FP8 one). Each math warpgroup converts its packed Q tile once (after q_full) into its e4m3 Q tile, and every
+//   kv stage, before its turn, into one of two e4m3 kv tiles of its own (alternating; fence.proxy.async, a
+//   warpgroup barrier), then releases the stage at once and issues the same wgmmas from that tile. Each row's
+//   2^e_max goes where the FP8 path has its scale: the key's into the per-key scale, the head's into that head's
+//   weight (relu(x s_k) s_q w = relu(x s_k) (s_q w) for s_q > 0), so the reduction and stores are the FP8 path's.
+//   No pieces (the pre-pass reads FP8 q); D in {64, 128}.
 // Speed limits: per 64-key tile a math thread issues 2 instructions per accumulator (256: FMNMX + FFMA, or
 //   two FFMAs; 128 with the pieces) plus ~40 for the reduction and stores, against 512 tensor-core cycles per
 //   warpgroup tile at D = 128; the two math warpgroups alternate on the tensor core, one's epilogue under the
@@ -65,6 +75,7 @@
 #include <cuda_bf16.h>
 #include <cuda/std/type_traits>
 
+#include <deep_gemm/common/mqa_fp4.cuh>
 #include <deep_gemm/common/mqa_logits.cuh>
 #include <deep_gemm/common/pipeline.cuh>
 #include <deep_gemm/common/types.cuh>
@@ -100,6 +111,7 @@ struct Sm90Fp8MqaLogits {
     static constexpr bool kIsCompressed = kConfig.is_compressed, kCleanLogits = kConfig.clean_logits;
     static constexpr bool kOutBf16 = kConfig.out_bf16, kReluByAbs = kConfig.relu_by_abs;
     static constexpr bool kSignedSumByWgmma = kConfig.signed_sum_wgmma, kSplitHalves = kConfig.split_halves;
+    static constexpr bool kFp4 = kConfig.fp4_operands;
     static constexpr uint32_t BLOCK_KV = 64;                    // keys per tile: one wgmma M
     static constexpr uint32_t WG_N = 256;                       // query-heads per math warpgroup: wgmma N
     static constexpr uint32_t kNumMathWarpgroups = 2;
@@ -113,6 +125,8 @@ struct Sm90Fp8MqaLogits {
     static constexpr uint32_t kNumCleanThreads = 96;  // warps 1-3 of the producer warpgroup
     static constexpr uint32_t kProducerRegs = 40, kMathRegs = 232;
     static constexpr uint32_t kTurnBarrier = 1;  // ping-pong: named barriers 1 (warpgroup 0's turn) and 2 (1's)
+    static constexpr uint32_t kConvertBarrier = 3;  // kFp4: named barriers 3 and 4, one per math warpgroup
+    static constexpr uint32_t kNumFp4Groups = kHeadDim / 32;  // kFp4: UE8M0 exponents per row
     using Wgmma = ptx::WgmmaFp8E4m3<WG_N>;
     using WgmmaHalf = ptx::WgmmaFp8E4m3<WG_N / 2>;  // kSplitHalves
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // 128 per thread
@@ -126,8 +140,17 @@ struct Sm90Fp8MqaLogits {
 
     static constexpr uint32_t SMEM_Q_SIZE_PER_WG = WG_N * kHeadDim;
     static constexpr uint32_t SMEM_PIECES_SIZE_PER_WG = kSignedSumByWgmma ? PIECES_N * kHeadDim : 0;
-    static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = BLOCK_KV * kHeadDim;
-    static constexpr uint32_t SMEM_KV_OFFSET = kNumMathWarpgroups * (SMEM_Q_SIZE_PER_WG + SMEM_PIECES_SIZE_PER_WG);
+    // kFp4: each math warpgroup's packed Q tile (what TMA loads) and its two e4m3 kv tiles (converted from the
+    // stages, alternating: tile t + 1 is written while no warp of the warpgroup can still read tile t - 1's, as
+    // every warp passed tile t - 1's wgmma wait before the barrier after tile t's conversion)
+    static constexpr uint32_t SMEM_Q_PACKED_SIZE_PER_WG = kFp4 ? WG_N * kHeadDim / 2 : 0;
+    static constexpr uint32_t SMEM_KV_E4M3_TILE_SIZE = BLOCK_KV * kHeadDim;
+    static constexpr uint32_t SMEM_KV_E4M3_SIZE_PER_WG = kFp4 ? 2 * SMEM_KV_E4M3_TILE_SIZE : 0;
+    static constexpr uint32_t SMEM_Q_LOAD_SIZE_PER_WG = kFp4 ? SMEM_Q_PACKED_SIZE_PER_WG : SMEM_Q_SIZE_PER_WG;
+    static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = BLOCK_KV * (kFp4 ? kHeadDim / 2 : kHeadDim);
+    static constexpr uint32_t SMEM_FP4_OFFSET = kNumMathWarpgroups * (SMEM_Q_SIZE_PER_WG + SMEM_PIECES_SIZE_PER_WG);
+    static constexpr uint32_t SMEM_KV_OFFSET =
+        SMEM_FP4_OFFSET + kNumMathWarpgroups * (SMEM_Q_PACKED_SIZE_PER_WG + SMEM_KV_E4M3_SIZE_PER_WG);
     static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + (2 * kNumStages + 1) * 8 + 16;
     static_assert(SMEM_SIZE == sm90_mqa_logits_smem_bytes(kConfig) && BLOCK_Q == sm90_mqa_logits_block_q(kNumHeads) &&
@@ -145,6 +168,10 @@ struct Sm90Fp8MqaLogits {
                   "the signed sums by wgmma complete the |x| form, at H = 64 or 32 (registers), D >= 64");
     static_assert(!kSplitHalves || kQueriesPerWg == 4 || (kQueriesPerWg == 8 && !kSignedSumByWgmma),
                   "the split tile fits at H = 64, and at H = 32 without the pieces (registers)");
+    static_assert(!kFp4 || (!kSignedSumByWgmma && (kHeadDim == 64 || kHeadDim == 128)),
+                  "FP4 operands: D = 64 or 128, without the pieces (their pre-pass reads FP8 q)");
+    static_assert(SMEM_Q_PACKED_SIZE_PER_WG % 1024 == 0 && SMEM_KV_E4M3_SIZE_PER_WG % 1024 == 0,
+                  "the FP4 buffers keep the e4m3 tiles 1024-byte aligned");
 
     // Shared-memory map (buffers found by arithmetic: a pointer array indexed at run time would be local memory)
     struct SharedStorage {
@@ -155,6 +182,12 @@ struct Sm90Fp8MqaLogits {
         }
         __device__ __forceinline__ uint8_t* kv(uint32_t stage) const {
             return base + SMEM_KV_OFFSET + stage * SMEM_KV_SIZE_PER_STAGE;
+        }
+        __device__ __forceinline__ uint8_t* kv_e4m3(uint32_t wg, uint32_t slot) const {
+            return base + SMEM_FP4_OFFSET + wg * SMEM_KV_E4M3_SIZE_PER_WG + slot * SMEM_KV_E4M3_TILE_SIZE;
+        }
+        __device__ __forceinline__ uint8_t* q_packed(uint32_t wg) const {
+            return base + SMEM_FP4_OFFSET + kNumMathWarpgroups * SMEM_KV_E4M3_SIZE_PER_WG + wg * SMEM_Q_PACKED_SIZE_PER_WG;
         }
         __device__ __forceinline__ uint64_t* full(uint32_t stage) const {
             return reinterpret_cast<uint64_t*>(base + SMEM_BARRIER_OFFSET) + stage;
@@ -194,11 +227,13 @@ struct Sm90Fp8MqaLogits {
         // Both warpgroups' Q tiles: rows [q_first * H, +2 * 256) of q as [S * H, D] (past the end: zeros); with
         // kSignedSumByWgmma their piece tiles too: warpgroup block b = q_first / Q + wg, rows [b * 4Q, +4Q) of the
         // pre-pass's pieces (smxx_mqa_logits_pieces.cuh)
-        ptx::mbarrier_arrive_expect_tx(s.q_full(), kNumMathWarpgroups * (SMEM_Q_SIZE_PER_WG + SMEM_PIECES_SIZE_PER_WG));
+        // (kFp4: the packed Q tiles, converted by the math warpgroups)
+        ptx::mbarrier_arrive_expect_tx(s.q_full(), kNumMathWarpgroups * (SMEM_Q_LOAD_SIZE_PER_WG + SMEM_PIECES_SIZE_PER_WG));
         #pragma unroll
         for (uint32_t wg = 0; wg < kNumMathWarpgroups; ++wg) {
             const uint32_t wg_q_first = q_first + wg * kQueriesPerWg;
-            ptx::tma_load_2d(s.q(wg), tma_q, s.q_full(), 0, static_cast<int32_t>(wg_q_first * kNumHeads));
+            ptx::tma_load_2d(kFp4 ? s.q_packed(wg) : s.q(wg), tma_q, s.q_full(), 0,
+                             static_cast<int32_t>(wg_q_first * kNumHeads));
             if constexpr (kSignedSumByWgmma)
                 ptx::tma_load_2d(s.pieces(wg), tma_pieces, s.q_full(), 0,
                                  static_cast<int32_t>((q_first / kQueriesPerWg + wg) * PIECES_N));
@@ -295,7 +330,7 @@ struct Sm90Fp8MqaLogits {
                                                 uint32_t seq_len_kv, uint32_t out_width, const float* kv_scales,
                                                 const float* weights, uint32_t ld_weights, const float* piece_scales,
                                                 const int32_t* ks, const int32_t* ke, OutBits* logits,
-                                                uint64_t ld_logits) {
+                                                uint64_t ld_logits, const uint32_t* q_exponents) {
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
         const uint32_t wg_q_first = q_first + wg_idx * kQueriesPerWg;
@@ -311,6 +346,12 @@ struct Sm90Fp8MqaLogits {
             if (query < seq_len) {
                 const float* w = weights + static_cast<uint64_t>(query) * ld_weights + head;
                 weight[j] = {__ldg(w), __ldg(w + 1)};
+                if constexpr (kFp4) {
+                    // The heads' q scales 2^e_max (exact powers of two) fold into their weights
+                    const uint32_t* e = q_exponents + static_cast<uint64_t>(query) * kNumHeads + head;
+                    weight[j].x *= mqa::row_scale<kNumFp4Groups>(__ldg(e));
+                    weight[j].y *= mqa::row_scale<kNumFp4Groups>(__ldg(e + 1));
+                }
             }
         }
         // The queries this lane stores after the reduce-scatter: wg_q_first + 4m + lane % 4; their valid
@@ -324,7 +365,7 @@ struct Sm90Fp8MqaLogits {
         }
 
         const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(wg_idx));
-        const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(0));
+        const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(kFp4 ? s.kv_e4m3(wg_idx, 0) : s.kv(0));
         const uint64_t desc_pieces = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.pieces(wg_idx));
         // kSignedSumByWgmma: the scales of the pieces of the queries this lane stores (4m + lane % 4), from the
         // pre-pass (its buffer holds every query of the padded grid); the pieces came with the Q tile
@@ -339,6 +380,16 @@ struct Sm90Fp8MqaLogits {
             }
         }
         ptx::mbarrier_wait(s.q_full(), 0);
+        if constexpr (kFp4) {
+            // This warpgroup's Q rows (query-heads [wg_q_first * H, +256); none past the last query) to e4m3, once
+            const uint64_t row_first = static_cast<uint64_t>(wg_q_first) * kNumHeads;
+            const uint64_t num_rows = static_cast<uint64_t>(seq_len) * kNumHeads;
+            mqa::convert_fp4_rows<WG_N, kHeadDim, 128>(
+                s.q_packed(wg_idx), s.q(wg_idx), threadIdx.x % 128,
+                [&](uint32_t row) { return row_first + row < num_rows ? __ldg(q_exponents + row_first + row) : 0u; });
+            ptx::fence_proxy_async_smem();
+            ptx::named_barrier_sync(kConvertBarrier + wg_idx, 128);
+        }
 
         // kDeferFlush (H = 16): tile t - 1's stores run while tile t's wgmmas do, and the kv scales are loaded
         // one tile ahead; else each tile's quad reduce-scatter and stores follow its own reduction. Measured
@@ -349,7 +400,14 @@ struct Sm90Fp8MqaLogits {
         // This thread's first key (row r of the tile; the other is r + 8) and its kv scale: 0 past the end (not
         // stored)
         const auto first_key = [&](uint32_t t) { return kv_first + t * BLOCK_KV + warp_in_wg * 16 + lane / 4; };
-        const auto load_scale = [&](uint32_t key) { return key < seq_len_kv ? __ldg(kv_scales + key) : 0.0f; };
+        // (kFp4: kv_scales holds each key's exponent word; its scale is 2^e_max)
+        const uint32_t* kv_exponents = reinterpret_cast<const uint32_t*>(kv_scales);
+        const auto load_scale = [&](uint32_t key) {
+            if constexpr (kFp4)
+                return key < seq_len_kv ? mqa::row_scale<kNumFp4Groups>(__ldg(kv_exponents + key)) : 0.0f;
+            else
+                return key < seq_len_kv ? __ldg(kv_scales + key) : 0.0f;
+        };
         float next_scale_0 = 0.0f, next_scale_1 = 0.0f;
         if constexpr (kDeferFlush)
             next_scale_0 = load_scale(first_key(0)), next_scale_1 = load_scale(first_key(0) + 8);
@@ -394,8 +452,23 @@ struct Sm90Fp8MqaLogits {
             // Ping-pong: wait for this warpgroup's turn, issue, pass the turn: the other's wgmmas queue behind
             // these on the tensor core, so one warpgroup's head reduction runs under the other's wgmmas
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
+            if constexpr (kFp4) {
+                // The packed stage into this warpgroup's e4m3 kv tile t % 2, before its turn (under the other's
+                // wgmmas); the stage is free once every warp has converted its part
+                const uint32_t tile_first = kv_first + t * BLOCK_KV;
+                mqa::convert_fp4_rows<BLOCK_KV, kHeadDim, 128>(
+                    s.kv(pipe.stage), s.kv_e4m3(wg_idx, t % 2), threadIdx.x % 128, [&](uint32_t row) {
+                        return tile_first + row < seq_len_kv ? __ldg(kv_exponents + tile_first + row) : 0u;
+                    });
+                ptx::fence_proxy_async_smem();
+                ptx::named_barrier_sync(kConvertBarrier + wg_idx, 128);
+                if (lane == 0)
+                    ptx::mbarrier_arrive(s.empty(pipe.stage));
+            }
             ptx::named_barrier_sync(kTurnBarrier + wg_idx, kNumMathThreads);
-            const uint64_t desc_kv_stage = ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
+            const uint64_t desc_kv_stage =
+                kFp4 ? ptx::advance_smem_desc(desc_kv, (t % 2) * SMEM_KV_E4M3_TILE_SIZE)
+                     : ptx::advance_smem_desc(desc_kv, pipe.stage * SMEM_KV_SIZE_PER_STAGE);
             issue_tile(desc_kv_stage, desc_q, desc_pieces, accum, pieces_accum);
             if (wg_idx == 0 || t + 1 < num_tiles)  // (warpgroup 0 syncs num_tiles times)
                 ptx::named_barrier_arrive(kTurnBarrier + (wg_idx ^ 1), kNumMathThreads);
@@ -419,7 +492,7 @@ struct Sm90Fp8MqaLogits {
             mqa::fence_accum<kSplitHalves ? kNumAccum / 2 : 0>(accum);
             if constexpr (kSignedSumByWgmma)
                 mqa::fence_accum(pieces_accum);
-            if (lane == 0)
+            if (!kFp4 && lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
             head_reduce<kSplitHalves ? kQueriesPerWg / 2 : 0, kQueriesPerWg>(accum, weight, scale_0, scale_1, sums);
 
@@ -456,7 +529,7 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
                            const float* __restrict__ piece_scales, const int32_t* __restrict__ ks,
                            const int32_t* __restrict__ ke, void* __restrict__ logits, uint64_t ld_logits,
                            const __grid_constant__ TmaDescriptor tma_q, const __grid_constant__ TmaDescriptor tma_kv,
-                           const __grid_constant__ TmaDescriptor tma_pieces) {
+                           const __grid_constant__ TmaDescriptor tma_pieces, const uint32_t* __restrict__ q_exponents) {
     using Kernel = Sm90Fp8MqaLogits<Config>;
     constexpr uint32_t kNumStages = Kernel::kNumStages;
     constexpr bool kSignedSumByWgmma = Kernel::kSignedSumByWgmma, kCleanLogits = Kernel::kCleanLogits;
@@ -506,7 +579,7 @@ sm90_fp8_mqa_logits_kernel(uint32_t seq_len, uint32_t seq_len_kv, uint32_t out_w
         if (num_tiles > 0)
             Kernel::math(storage, __shfl_sync(0xffffffff, threadIdx.x / 128, 0), q_first, kv_first, num_tiles, seq_len,
                          seq_len_kv, out_width, kv_scales, weights, ld_weights, piece_scales, ks, ke,
-                         static_cast<OutBits*>(logits), ld_logits);
+                         static_cast<OutBits*>(logits), ld_logits, q_exponents);
     }
 }
 

@@ -58,16 +58,26 @@
 //   mqa::SignedSumPieces::row(t, p), the rows of queries past T zero), 16 FP32 piece scales, and pieces_full: 2
 //   arrivals (the pieces warps).
 // Shared memory: [Q x 2] [pieces x 2] [kv x stages] [scales x stages] [piece scales x 2] [full x stages, empty x
-//   stages, q_full x 2, q_empty x 2, pieces_full x 2] (the pieces' parts only with kSignedSumByWgmma).
+//   stages, q_full x 2, q_empty x 2, pieces_full x 2] (the pieces' parts only with kSignedSumByWgmma). kFp4: [e4m3 kv
+//   x 2 per math warpgroup] before the stages (of 64 x D / 2), [packed Q x 2] after them, pieces_full as q_converted.
 // Invalid device-side values never reach memory: requests and blocks of the schedule are clamped to B and
 //   the request's blocks, block-table columns to max_blocks, kHasIndices request indices to the table's rows,
 //   block ids to the cache, ends to [0, W].
+// FP4 mode (kFp4, common/mqa_fp4.cuh): q [B, T, H, D / 2] packed e2m1 with q_exponents int32 [B * T, H], and a
+//   cache of [num_blocks, BLOCK_KV, 1, D / 2 + 4] bytes: per block BLOCK_KV x D / 2 packed e2m1, then BLOCK_KV int32
+//   words of UE8M0 exponents per 1x32 (the reference's layout). Both stay packed in the TMA ring (unswizzled; the
+//   words land where the FP8 scales do). The pieces warps convert each request's packed Q slot into its e4m3 slot
+//   (after q_full; arrive q_converted, which the math waits for on entering the request); each math warpgroup
+//   converts its own tiles' stages into one of two e4m3 kv tiles of its own (alternating; fence.proxy.async, a
+//   warpgroup barrier) before issuing from it. Each row's 2^e_max goes where the FP8 path has its scale: the
+//   key's from its word as the key's scale, the head's into that head's weight. No pieces; D in {64, 128}.
 // Limits: H in {16, 32, 64}, D in {32, 64, 128} (the pieces: D >= 64), BLOCK_KV in {32, 64}, T in {1, 2, 4}.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda/std/type_traits>
 
+#include <deep_gemm/common/mqa_fp4.cuh>
 #include <deep_gemm/common/mqa_logits.cuh>
 #include <deep_gemm/common/pipeline.cuh>
 #include <deep_gemm/common/types.cuh>
@@ -90,6 +100,9 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr bool kIs2dContextLens = kConfig.is_2d_context_lens, kCleanLogits = kConfig.clean_logits;
     static constexpr bool kReluByAbs = kConfig.relu_by_abs, kSignedSumByWgmma = kConfig.signed_sum_wgmma;
     static constexpr bool kOutBf16 = kConfig.out_bf16, kHasIndices = kConfig.has_indices;
+    static constexpr bool kFp4 = kConfig.fp4_operands;
+    static constexpr uint32_t kNumFp4Groups = kHeadDim / 32;  // kFp4: UE8M0 exponents per row
+    static constexpr uint32_t kConvertBarrier = 1;  // kFp4: named barriers 1 .. M, one per math warpgroup
     static constexpr uint32_t TILE_KV = 64;  // keys per tile: one wgmma M
     static constexpr uint32_t kBlocksPerTile = TILE_KV / kBlockKv;
     static constexpr uint32_t WG_N = kNextN * kNumHeads;  // query-heads of one request: wgmma N
@@ -122,16 +135,23 @@ struct Sm90Fp8PagedMqaLogits {
     static constexpr uint32_t SMEM_PIECES_SIZE = kSignedSumByWgmma ? PIECES_N * kHeadDim : 0;  // one slot's tile
     static constexpr uint32_t SMEM_PIECE_SCALES_SIZE = kSignedSumByWgmma ? 4 * Pieces::kNumPieces * 4 : 0;
     static constexpr uint32_t SMEM_PIECES_OFFSET = kNumQSlots * SMEM_Q_SIZE;
-    static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = TILE_KV * kHeadDim;
-    static constexpr uint32_t SMEM_KV_OFFSET = SMEM_PIECES_OFFSET + kNumQSlots * SMEM_PIECES_SIZE;
+    static constexpr uint32_t kKvRowBytes = kFp4 ? kHeadDim / 2 : kHeadDim;  // a key's bytes in a stage
+    static constexpr uint32_t SMEM_KV_SIZE_PER_STAGE = TILE_KV * kKvRowBytes;
+    // kFp4: per math warpgroup two e4m3 kv tiles, and after the stages two packed Q slots
+    static constexpr uint32_t SMEM_KV_E4M3_TILE_SIZE = TILE_KV * kHeadDim;
+    static constexpr uint32_t SMEM_KV_E4M3_OFFSET = SMEM_PIECES_OFFSET + kNumQSlots * SMEM_PIECES_SIZE;
+    static constexpr uint32_t SMEM_KV_E4M3_SIZE = kFp4 ? kNumMathWarpgroups * 2 * SMEM_KV_E4M3_TILE_SIZE : 0;
+    static constexpr uint32_t SMEM_KV_OFFSET = SMEM_KV_E4M3_OFFSET + SMEM_KV_E4M3_SIZE;
+    static constexpr uint32_t SMEM_Q_PACKED_SIZE = kFp4 ? WG_N * kHeadDim / 2 : 0;  // one slot
+    static constexpr uint32_t SMEM_Q_PACKED_OFFSET = SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE;
     static constexpr uint32_t SMEM_SCALES_SIZE_PER_STAGE = TILE_KV * sizeof(float);
-    static constexpr uint32_t SMEM_SCALES_OFFSET = SMEM_KV_OFFSET + kNumStages * SMEM_KV_SIZE_PER_STAGE;
+    static constexpr uint32_t SMEM_SCALES_OFFSET = SMEM_Q_PACKED_OFFSET + kNumQSlots * SMEM_Q_PACKED_SIZE;
     static constexpr uint32_t SMEM_PIECE_SCALES_OFFSET = SMEM_SCALES_OFFSET + kNumStages * SMEM_SCALES_SIZE_PER_STAGE;
     static constexpr uint32_t SMEM_BARRIER_OFFSET = SMEM_PIECE_SCALES_OFFSET + kNumQSlots * SMEM_PIECE_SCALES_SIZE;
-    static constexpr uint32_t kNumBarriers = 2 * kNumStages + (kSignedSumByWgmma ? 3 : 2) * kNumQSlots;
+    static constexpr uint32_t kNumBarriers = 2 * kNumStages + (kSignedSumByWgmma || kFp4 ? 3 : 2) * kNumQSlots;
     static constexpr uint32_t SMEM_SIZE = 1024 + SMEM_BARRIER_OFFSET + kNumBarriers * 8;
     static_assert(SMEM_SIZE == sm90_paged_mqa_logits_smem_bytes(kNextN, kNumHeads, kHeadDim, kNumStages,
-                                                                kSignedSumByWgmma) &&
+                                                                kSignedSumByWgmma, kNumMathWarpgroups, kFp4) &&
                   Pieces::kNumPieces == kMqaSignedSumPieces,
                   "the host's shared-memory rule must match this layout");
     static constexpr uint32_t kStageBytes = SMEM_KV_SIZE_PER_STAGE + SMEM_SCALES_SIZE_PER_STAGE;  // TMA bytes per tile
@@ -156,6 +176,10 @@ struct Sm90Fp8PagedMqaLogits {
     static_assert(SMEM_Q_SIZE % (8 * kHeadDim) == 0 && (kBlockKv * kHeadDim) % 1024 == 0 &&
                   SMEM_KV_OFFSET % 1024 == 0, "tiles must keep their swizzle alignment");
     static_assert(SMEM_PIECES_SIZE % 1024 == 0, "piece tiles keep the kv stages 1024-byte aligned");
+    static_assert(!kFp4 || (!kSignedSumByWgmma && (kHeadDim == 64 || kHeadDim == 128)),
+                  "FP4 operands: D = 64 or 128, without the pieces (the pieces warps convert Q instead)");
+    static_assert(SMEM_Q_PACKED_SIZE % 16 == 0 && SMEM_KV_OFFSET % 1024 == 0 && SMEM_SCALES_OFFSET % 16 == 0,
+                  "the FP4 buffers keep the TMA destinations aligned");
     static_assert(!kSignedSumByWgmma || (kReluByAbs && kNextN <= 4 && kNumPiecesWarps == 2 && kHeadDim >= 64),
                   "the pieces complete the |x| form; 4 queries at most (one 16-row piece tile), two pieces warps, "
                   "D >= 64 (a lane's share of u is 2 or 4 bytes)");
@@ -188,6 +212,16 @@ struct Sm90Fp8PagedMqaLogits {
         }
         __device__ __forceinline__ uint64_t* pieces_full(uint32_t slot) const {
             return full(2 * kNumStages + 2 * kNumQSlots + slot);
+        }
+        // kFp4: the slot's packed Q tile (what TMA loads), the barrier the pieces warps arrive on once they have
+        // written its e4m3 Q tile (the pieces' barrier: the two are never both in use), and the math warpgroup's
+        // e4m3 kv tiles
+        __device__ __forceinline__ uint8_t* q_packed(uint32_t slot) const {
+            return base + SMEM_Q_PACKED_OFFSET + slot * SMEM_Q_PACKED_SIZE;
+        }
+        __device__ __forceinline__ uint64_t* q_converted(uint32_t slot) const { return pieces_full(slot); }
+        __device__ __forceinline__ uint8_t* kv_e4m3(uint32_t wg, uint32_t buffer) const {
+            return base + SMEM_KV_E4M3_OFFSET + (2 * wg + buffer) * SMEM_KV_E4M3_TILE_SIZE;
         }
     };
 
@@ -351,9 +385,10 @@ struct Sm90Fp8PagedMqaLogits {
             ids.reset(p, c.request, c.block, lane);
             if (warp == 0 && lane == 0) {
                 ptx::mbarrier_wait(s.q_empty(q_pipe.stage), q_pipe.phase ^ 1);
-                ptx::mbarrier_arrive_expect_tx(s.q_full(q_pipe.stage), SMEM_Q_SIZE);
-                ptx::tma_load_2d(s.q(q_pipe.stage), tma_q, s.q_full(q_pipe.stage), 0,
-                                 static_cast<int32_t>(c.request * WG_N));
+                // (kFp4: the packed Q tile, converted by the pieces warps)
+                ptx::mbarrier_arrive_expect_tx(s.q_full(q_pipe.stage), kFp4 ? SMEM_Q_PACKED_SIZE : SMEM_Q_SIZE);
+                ptx::tma_load_2d(kFp4 ? s.q_packed(q_pipe.stage) : s.q(q_pipe.stage), tma_q, s.q_full(q_pipe.stage),
+                                 0, static_cast<int32_t>(c.request * WG_N));
             }
         };
         // The cursor's steps enter every later request: into the next Q slot; warp 0 fetches its weights into L2
@@ -378,7 +413,7 @@ struct Sm90Fp8PagedMqaLogits {
                 ptx::mbarrier_arrive_expect_tx(s.full(pipe.stage), kStageBytes);
                 #pragma unroll
                 for (uint32_t i = 0; i < kBlocksPerTile; ++i) {
-                    ptx::tma_load_3d(s.kv(pipe.stage) + i * kBlockKv * kHeadDim, tma_kv, s.full(pipe.stage), 0, 0,
+                    ptx::tma_load_3d(s.kv(pipe.stage) + i * kBlockKv * kKvRowBytes, tma_kv, s.full(pipe.stage), 0, 0,
                                      static_cast<int32_t>(id[i]));
                     ptx::tma_load_2d(s.scales(pipe.stage) + i * kBlockKv, tma_scales, s.full(pipe.stage), 0,
                                      static_cast<int32_t>(id[i]));
@@ -459,6 +494,29 @@ struct Sm90Fp8PagedMqaLogits {
         }
     }
 
+    // ---------------------------------------------------------------- Q conversion (kFp4)
+    // The pieces warps, per request of the range in order: once its packed Q tile has landed (q_full), its T H rows
+    // to e4m3 in the slot's Q tile (exponents from q_exponents), fence, arrive q_converted. The slot is free as for
+    // the pieces: the next Q tile lands only after every math warp left the request before (q_empty), and the math
+    // warps enter a request only after q_converted, so nothing reads the e4m3 tile or the packed one under these.
+    __device__ __forceinline__ static void convert_q(const SharedStorage& s, const PagedMqaProblem& p, uint32_t warp,
+                                                     uint32_t lane) {
+        PipelineState<kNumQSlots> q_pipe;
+        Cursor c = Cursor::start(p, [](uint32_t, uint32_t) {});
+        #pragma unroll 1
+        for (; c.valid(); c.next_request(p), q_pipe.advance()) {
+            ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase);
+            const uint32_t* exponents = p.q_exponents + static_cast<uint64_t>(c.request) * WG_N;
+            mqa::convert_fp4_rows<WG_N, kHeadDim, 32 * kNumPiecesWarps>(
+                s.q_packed(q_pipe.stage), s.q(q_pipe.stage), warp * 32 + lane,
+                [&](uint32_t row) { return __ldg(exponents + row); });
+            ptx::fence_proxy_async_smem();  // the tile's generic writes, before the math's wgmmas read them
+            __syncwarp();
+            if (lane == 0)
+                ptx::mbarrier_arrive(s.q_converted(q_pipe.stage));
+        }
+    }
+
     // ---------------------------------------------------------------- math warpgroups
     // One logit: FP32 bits, or (kOutBf16) rounded to nearest-even BF16
     __device__ __forceinline__ static void store(OutBits* ptr, float value) {
@@ -507,6 +565,7 @@ struct Sm90Fp8PagedMqaLogits {
 
         PipelineState<kNumStages> pipe;  // this warpgroup's stages: wg_idx, wg_idx + M, ... (its tiles' stages)
         pipe.stage = wg_idx;
+        uint32_t num_own_tiles = 0;  // kFp4: which of the two e4m3 kv tiles the next own tile takes
         PipelineState<kNumQSlots> q_pipe;
         Cursor c = Cursor::start(p, [](uint32_t, uint32_t) {});
         // Every request of the range (own tiles in it or not): wait for its Q tile; the cursor's steps enter every
@@ -515,6 +574,8 @@ struct Sm90Fp8PagedMqaLogits {
             ptx::mbarrier_wait(s.q_full(q_pipe.stage), q_pipe.phase);
             if constexpr (kSignedSumByWgmma)
                 ptx::mbarrier_wait(s.pieces_full(q_pipe.stage), q_pipe.phase);
+            if constexpr (kFp4)
+                ptx::mbarrier_wait(s.q_converted(q_pipe.stage), q_pipe.phase);
         };
         const auto enter_next = [&]() {
             // Every lane read the slot's piece scales; lane 0's arrival releases only its own accesses, so the warp
@@ -541,6 +602,13 @@ struct Sm90Fp8PagedMqaLogits {
                     const float* w = p.weights + static_cast<uint64_t>(query) * p.ld_weights +
                                      (j % kGroupsPerQuery) * 8 + (lane % 4) * 2;
                     weight[j] = {__ldg(w), __ldg(w + 1)};
+                    if constexpr (kFp4) {
+                        // The heads' q scales 2^e_max (exact powers of two) fold into their weights
+                        const uint32_t* e = p.q_exponents + static_cast<uint64_t>(query) * kNumHeads +
+                                            (j % kGroupsPerQuery) * 8 + (lane % 4) * 2;
+                        weight[j].x *= mqa::row_scale<kNumFp4Groups>(__ldg(e));
+                        weight[j].y *= mqa::row_scale<kNumFp4Groups>(__ldg(e + 1));
+                    }
                 }
                 #pragma unroll
                 for (uint32_t m = 0; m < Reduce::kPerLane; ++m)
@@ -562,9 +630,21 @@ struct Sm90Fp8PagedMqaLogits {
 
             // accum [64 keys x T H query-heads] = kv tile (64 x D) * Q tile (T H x D)^T; the previous own tile's
             // quad reduce and stores (shuffle and address latency) run under these wgmmas
-            const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.kv(pipe.stage));
+            const uint64_t desc_kv = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(
+                kFp4 ? s.kv_e4m3(wg_idx, num_own_tiles % 2) : s.kv(pipe.stage));
             const uint64_t desc_q = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.q(q_pipe.stage));
             ptx::mbarrier_wait(s.full(pipe.stage), pipe.phase);
+            if constexpr (kFp4) {
+                // The packed stage into this warpgroup's e4m3 kv tile (alternating: every warp has passed the
+                // wgmma wait of the tile that used it before the barrier after the previous conversion); the
+                // exponent words came with the stage
+                const uint32_t* words = reinterpret_cast<const uint32_t*>(s.scales(pipe.stage));
+                mqa::convert_fp4_rows<TILE_KV, kHeadDim, 128>(s.kv(pipe.stage), s.kv_e4m3(wg_idx, num_own_tiles % 2),
+                                                              threadIdx.x % 128,
+                                                              [&](uint32_t row) { return words[row]; });
+                ptx::fence_proxy_async_smem();
+                ptx::named_barrier_sync(kConvertBarrier + wg_idx, 128);
+            }
             if constexpr (kSignedSumByWgmma) {  // and pieces_accum = kv tile . pieces^T, in the same commit group
                 const uint64_t desc_pieces = ptx::make_smem_desc_k_major_swizzled<kHeadDim>(s.pieces(q_pipe.stage));
                 mqa::fence_accum(accum);
@@ -585,8 +665,14 @@ struct Sm90Fp8PagedMqaLogits {
                 mqa::fence_accum(pieces_accum);
             float scale[2];
             #pragma unroll
-            for (uint32_t h = 0; h < 2; ++h)
-                scale[h] = in_range[h] ? s.scales(pipe.stage)[row_0 + h * 8] : 0.0f;
+            for (uint32_t h = 0; h < 2; ++h) {
+                if constexpr (kFp4)  // (the key's exponent word: its scale is 2^e_max)
+                    scale[h] = in_range[h] ? mqa::row_scale<kNumFp4Groups>(reinterpret_cast<const uint32_t*>(
+                                                 s.scales(pipe.stage))[row_0 + h * 8])
+                                           : 0.0f;
+                else
+                    scale[h] = in_range[h] ? s.scales(pipe.stage)[row_0 + h * 8] : 0.0f;
+            }
             if (lane == 0)
                 ptx::mbarrier_arrive(s.empty(pipe.stage));
 
@@ -615,6 +701,8 @@ struct Sm90Fp8PagedMqaLogits {
             for (uint32_t h = 0; h < 2; ++h)
                 pending_stores[h] = Reduce::stores(lane) && in_range[h] && key_0 + h * 8 < ends[0];
             has_pending = true;
+            if constexpr (kFp4)
+                ++num_own_tiles;
         }
         flush();
         // (no arrival for the last request's slot: nothing is loaded after it)
@@ -650,7 +738,7 @@ sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem
         for (uint32_t i = 0; i < Kernel::kNumQSlots; ++i) {
             ptx::mbarrier_init(storage.q_full(i), 1);
             ptx::mbarrier_init(storage.q_empty(i), Kernel::kNumMathThreads / 32);
-            if constexpr (kSignedSumByWgmma)
+            if constexpr (kSignedSumByWgmma || Kernel::kFp4)
                 ptx::mbarrier_init(storage.pieces_full(i), Kernel::kNumPiecesWarps);
         }
         ptx::fence_barrier_init();
@@ -676,6 +764,8 @@ sm90_fp8_paged_mqa_logits_kernel(const __grid_constant__ PagedMqaProblem problem
             // kSignedSumByWgmma: every request's pieces first (the math waits for them), then the -inf
             if constexpr (kSignedSumByWgmma)
                 Kernel::pieces(storage, problem, tid / 32 - Kernel::kNumProducerWarps, tid % 32);
+            if constexpr (Kernel::kFp4)  // (kFp4: every request's Q conversion first, then the -inf)
+                Kernel::convert_q(storage, problem, tid / 32 - Kernel::kNumProducerWarps, tid % 32);
             if constexpr (kCleanLogits)
                 Kernel::clean(problem, tid - 32 * Kernel::kNumProducerWarps);
         }
