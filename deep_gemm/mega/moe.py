@@ -412,8 +412,8 @@ def fp8_fp4_mega_moe(
         fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math, use_fp8=True
     )
     raise _C.NotImplementedError(
-        f"{fn}: FP4 weights are not supported on SM90 yet (the FP8 x FP4 expert path of Mega MoE is not built yet); use fp8_mega_moe with "
-        "FP8 weights (transform_weights_for_mega_moe_sm90) or bf16_mega_moe"
+        f"{fn}: FP4 weights are not supported on SM90 yet (Mega MoE's FP8 x FP4 expert path is not built); use "
+        "fp8_mega_moe with FP8 weights (transform_weights_for_mega_moe_sm90) or bf16_mega_moe"
     )
 
 
