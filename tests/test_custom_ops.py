@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import deep_gemm
 from deep_gemm import _C, ops
 from deep_gemm.mega import moe as mega_moe
-from deep_gemm.mega.ops import MEGA_OP_NAMES
+from deep_gemm.mega.ops import MEGA_INTERNAL_OP_NAMES, MEGA_OP_NAMES
 from deep_gemm.testing import calc_diff
 from deep_gemm.utils import mn_major_tma_aligned_reference, per_block_cast_to_fp8, per_token_cast_to_fp8
 
@@ -181,7 +181,9 @@ def op_cases(device: str = "meta") -> dict[str, list[tuple]]:
 
 # ------------------------------------------------------------------------------------------------- the API
 def test_every_entry_point_calls_its_op() -> None:
-    assert sorted(set(ENTRY_POINTS.values()) | set(MEGA_OP_NAMES)) == sorted(ops.OP_NAMES)
+    assert sorted(set(ENTRY_POINTS.values()) | set(MEGA_OP_NAMES) | set(MEGA_INTERNAL_OP_NAMES)) == sorted(
+        ops.OP_NAMES
+    )
     for name, op_name in ENTRY_POINTS.items():
         fn = getattr(deep_gemm, name)
         assert fn is ops.PUBLIC_FUNCTIONS[name], name
@@ -242,6 +244,7 @@ MUTATED = {
     "bf16_mega_moe": ["y", "buffer", "cumulative_local_expert_recv_stats"],
     "fp8_fp4_mega_moe": ["y", "buffer", "cumulative_local_expert_recv_stats"],
     "mega_moe_pre_dispatch_sm90": ["buf_x", "buf_x_sf", "buf_topk_idx", "buf_topk_weights"],
+    "mega_moe_pre_dispatch_sm90_buffer": ["buffer"],  # (a SymmBuffer's views: their storage, the views as ints)
 }
 
 
@@ -292,7 +295,94 @@ def test_compile_fullgraph_traces_the_mega_ops() -> None:
     torch.compile(step, fullgraph=True, backend=capture)(x, torch.zeros(5, 2, dtype=torch.int64), torch.ones(5, 2), y)
     assert len(graphs) == 1
     code = graphs[0].code
-    assert "deep_gemm.mega_moe_pre_dispatch_sm90" in code and "deep_gemm.fp8_mega_moe" in code
+    # (the buffer's own views: the op on its storage, which AOT autograd can functionalize)
+    assert "deep_gemm.mega_moe_pre_dispatch_sm90_buffer" in code and "deep_gemm.fp8_mega_moe" in code
+
+
+def pre_dispatch_inputs(num_tokens: int = 5) -> tuple:
+    torch.manual_seed(0)
+    x = torch.randn(num_tokens + 2, 256, dtype=torch.bfloat16) * 3
+    idx = torch.randint(-1, 4, (num_tokens + 2, 2), dtype=torch.int32)
+    return x, idx, torch.rand(num_tokens + 2, 2, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_pre_dispatch_into_the_buffer_views_matches_eager(backend: str) -> None:
+    # The fork's call with a SymmBuffer's four views (one storage, four dtypes) through AOT autograd: the same
+    # bytes in the whole buffer as the eager call (the CPU path: the PyTorch reference)
+    buffer = mega_cpu_buffer()
+    x, idx, w = pre_dispatch_inputs()
+
+    def step(x, idx, w):
+        deep_gemm.mega.mega_moe_pre_dispatch_sm90(x, idx, w, buffer.x, buffer.x_sf, buffer.topk_idx,
+                                                  buffer.topk_weights, 5, routed_scaling_factor=2.5)  # fmt: skip
+
+    step(x, idx, w)
+    expected = buffer.storage.clone()
+    assert expected.count_nonzero() > 0
+    buffer.storage.fill_(7)
+    step(x, idx, w)  # (eager overwrites exactly the regions the compiled call must)
+    expected_over_sevens = buffer.storage.clone()
+    buffer.storage.fill_(7)
+    counter = CompileCounterWithBackend(backend)
+    torch.compile(step, fullgraph=True, backend=counter)(x, idx, w)
+    assert counter.frame_count == 1 and counter.op_count == 1
+    assert torch.equal(buffer.storage, expected_over_sevens)
+    # (and the views still read what eager wrote: the storage the compiled call mutated is the buffer's own)
+    buffer.storage.zero_()
+    torch.compile(step, fullgraph=True, backend=backend)(x, idx, w)
+    assert torch.equal(buffer.storage, expected)
+
+
+def test_compiled_pre_dispatch_into_separate_tensors_uses_the_view_op() -> None:
+    # Tensors that are no SymmBuffer's views take the op on the four tensors (no aliasing: AOT handles it)
+    x, idx, w = pre_dispatch_inputs()
+    outs = [torch.zeros(8, 256, dtype=FP8), torch.zeros(8, 2), torch.zeros(8, 2, dtype=torch.int64), torch.zeros(8, 2)]
+    expected = [t.clone() for t in outs]
+    mega_moe.pre_dispatch_reference(x, idx, w, *expected, 5, 128, 2.5)
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm.code)
+        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
+    def step(x, idx, w, a, b, c, d):
+        deep_gemm.mega.mega_moe_pre_dispatch_sm90(x, idx, w, a, b, c, d, 5, routed_scaling_factor=2.5)
+
+    torch.compile(step, fullgraph=True, backend=capture)(x, idx, w, *outs)
+    assert "mega_moe_pre_dispatch_sm90(" in graphs[0] and "_buffer" not in graphs[0]
+    for got, exp in zip(outs, expected, strict=True):
+        assert torch.equal(got.view(torch.uint8), exp.view(torch.uint8))
+
+
+def buffer_op_args(buffer) -> list:
+    """The buffer op's `views` ints for the buffer's four views, as the traced path builds them."""
+    ints = []
+    for view in (buffer.x, buffer.x_sf, buffer.topk_idx, buffer.topk_weights):
+        ints += [view.storage_offset() * view.element_size(), *view.shape, *view.stride()]
+    return ints
+
+
+def test_buffer_op_passes_opcheck_and_rejects_bad_views() -> None:
+    buffer = mega_cpu_buffer()
+    x, idx, w = pre_dispatch_inputs()
+    op = torch.ops.deep_gemm.mega_moe_pre_dispatch_sm90_buffer.default
+    ints = buffer_op_args(buffer)
+    result = torch.library.opcheck(op, (x, idx, w, buffer.storage, ints, 5, 128, 2.0), test_utils=OPCHECK_UTILS)
+    assert all(v == "SUCCESS" for v in result.values()), result
+    past_end = [*ints[:5], buffer.storage.numel() - 4, *ints[6:]]  # (buf_x_sf starting 4 bytes before the end)
+    with pytest.raises(ValueError, match=r"views \(buf_x_sf\):.*past the buffer"):
+        op(x, idx, w, buffer.storage, past_end, 5)
+    misaligned = [*ints[:10], ints[10] + 1, *ints[11:]]
+    with pytest.raises(ValueError, match=r"views \(buf_topk_idx\):.*multiple of 8 bytes"):
+        op(x, idx, w, buffer.storage, misaligned, 5)
+    with pytest.raises(ValueError, match="views must hold 20 ints"):
+        op(x, idx, w, buffer.storage, ints[:15], 5)
+    with pytest.raises(ValueError, match="buffer must be a contiguous 1-D uint8 tensor"):
+        op(x, idx, w, buffer.storage.view(torch.int32), ints, 5)
+    # (the rebuilt views go through the public function's checks)
+    with pytest.raises(ValueError, match="num_tokens must be in"):
+        op(x, idx, w, buffer.storage, ints, 17)
 
 
 def test_mega_op_rejects_a_handle_of_another_buffer() -> None:
@@ -537,7 +627,7 @@ def test_eager_path_is_the_binding() -> None:
 # The ops whose real kernels stay Python functions in deep_gemm/ops.py (csrc/op_kernels.hpp says why) and the mega
 # ops (deep_gemm/mega/ops.py); every other op's CPU and CUDA kernel is C++
 PYTHON_KERNELS = SM100_ONLY | {"get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
-                               "fp8_gemm_nt_skip_head_mid"} | set(MEGA_OP_NAMES)  # fmt: skip
+                               "fp8_gemm_nt_skip_head_mid"} | set(MEGA_OP_NAMES) | set(MEGA_INTERNAL_OP_NAMES)  # fmt: skip
 # Where an op's flattened scales go back into the binding's (tensor, scales) pair: scale argument -> its tensor
 PAIRED_SCALES = {"sfa": "a", "sfb": "b", "q_sf": "q", "kv_sf": "kv"}
 

@@ -60,6 +60,10 @@ def check_mma_and_activation(fn: str, mma_type: object, activation: object) -> N
         raise ValueError(f"{fn}: activation must be one of {ACTIVATIONS}, got {activation!r}")
 
 
+# The attribute SymmBuffer.view sets on each view: (the buffer's uint8 storage, the view's byte offset in it)
+VIEW_REGION_ATTR = "_deep_gemm_buffer_region"
+
+
 class SymmBuffer:
     """One rank's Mega MoE buffer, with the views the caller fills before each call.
 
@@ -178,13 +182,18 @@ class SymmBuffer:
         dtype = _TORCH_DTYPES[region.dtype]
         raw = self.storage[region.offset : region.offset + region.nbytes]
         if not region.mn_major:
-            return raw.view(dtype).view(region.shape)
-        num_rows, cols = region.shape
-        if rows is not None:
-            num_rows = rows
-        stride = (num_rows + 3) // 4 * 4 if rows is not None else region.row_stride
-        flat = raw.view(dtype)
-        return flat.as_strided((num_rows, cols), (1, stride))
+            view = raw.view(dtype).view(region.shape)
+        else:
+            num_rows, cols = region.shape
+            if rows is not None:
+                num_rows = rows
+            stride = (num_rows + 3) // 4 * 4 if rows is not None else region.row_stride
+            view = raw.view(dtype).as_strided((num_rows, cols), (1, stride))
+        # NOTES: the traced path of mega_moe_pre_dispatch_sm90 (deep_gemm/mega/ops.py) reads this to pass the storage
+        # plus byte offsets instead of four aliasing views of different dtypes, which AOT autograd rejects; Dynamo
+        # cannot trace storage_offset() or _base, but reads a tensor's Python attributes
+        setattr(view, VIEW_REGION_ATTR, (self.storage, region.offset))
+        return view
 
     def barrier(self) -> None:
         """Wait (on the current stream) until every rank of the group reaches this point; no-op for one rank."""

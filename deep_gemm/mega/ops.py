@@ -9,8 +9,11 @@ Schemas. Weight pairs are flattened (``l1_weights = (w, sf)`` becomes ``l1_weigh
 :class:`~deep_gemm.mega.SymmBuffer` is no tensor: the op takes its storage (``buffer``, declared mutated: the call
 writes the buffer's internal regions) and its integer handle (``SymmBuffer.op_handle``), by which the implementation
 finds the buffer object (its peers and barriers). ``y`` and ``cumulative_local_expert_recv_stats`` are mutated;
-``mega_moe_pre_dispatch_sm90`` mutates its four buffer views. Nothing is returned. Writes into peers' buffers (the
-combine rows) are outside what a schema can state; they happen inside the op, between its group barriers.
+``mega_moe_pre_dispatch_sm90`` mutates its four buffer views; given a SymmBuffer's own views it calls
+``mega_moe_pre_dispatch_sm90_buffer`` instead, which mutates the buffer's storage and takes each view as ints (views
+of one storage with different dtypes are inputs AOT autograd cannot functionalize). Nothing is returned. Writes into
+peers' buffers (the combine rows) are outside what a schema can state; they happen inside the op, between its group
+barriers.
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ import torch
 
 from deep_gemm import ops as _ops
 from deep_gemm.mega import moe
-from deep_gemm.mega.buffer import SymmBuffer, buffer_by_handle
+from deep_gemm.mega.buffer import VIEW_REGION_ATTR, SymmBuffer, buffer_by_handle
 
-__all__ = ["bf16_mega_moe", "fp8_fp4_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch_sm90", "MEGA_OP_NAMES"]
+__all__ = ["bf16_mega_moe", "fp8_fp4_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch_sm90", "MEGA_OP_NAMES",
+           "MEGA_INTERNAL_OP_NAMES"]
 
-# The ops this module defines (each also in deep_gemm.ops.OP_NAMES)
+# The public functions' ops (each also in deep_gemm.ops.OP_NAMES)
 MEGA_OP_NAMES = ("fp8_mega_moe", "bf16_mega_moe", "fp8_fp4_mega_moe", "mega_moe_pre_dispatch_sm90")
+# The ops only the traced paths call (no public function of that name)
+MEGA_INTERNAL_OP_NAMES = ("mega_moe_pre_dispatch_sm90_buffer",)
 
 
 def _public(eager: Callable, traced: Callable) -> Callable:
@@ -178,10 +184,85 @@ _ops._define(
 )
 
 
+# The four views' dtypes, fixed by the function (the op on the storage rebuilds the views with them)
+_PRE_DISPATCH_VIEW_DTYPES = (torch.float8_e4m3fn, torch.float32, torch.int64, torch.float32)
+_PRE_DISPATCH_VIEW_NAMES = ("buf_x", "buf_x_sf", "buf_topk_idx", "buf_topk_weights")
+# Each view's ints in the storage op's `views` list: byte offset, rows, cols, row stride, column stride (elements)
+_VIEW_INTS = 5
+
+
+def _rebuild_view(buffer: torch.Tensor, name: str, dtype: torch.dtype, ints: list) -> torch.Tensor:
+    """The view ``name`` of ``buffer`` (uint8) that ``ints`` (byte offset, shape, strides) describe, checked to lie
+    inside it."""
+    fn = "mega_moe_pre_dispatch_sm90_buffer"
+    offset, rows, cols, row_stride, col_stride = ints
+    es = torch.empty((), dtype=dtype).element_size()
+    if min(ints) < 0 or offset % es != 0:
+        raise ValueError(f"{fn}: views ({name}): offset, shape and strides must be >= 0, the offset a multiple of "
+                         f"{es} bytes, got {ints}")  # fmt: skip
+    # (the bytes from the first element to one past the last; none for an empty view)
+    span = ((rows - 1) * row_stride + (cols - 1) * col_stride + 1) * es if rows and cols else 0
+    if offset + span > buffer.numel():
+        raise ValueError(f"{fn}: views ({name}): {ints} reaches byte {offset + span}, past the buffer's "
+                         f"{buffer.numel()}")  # fmt: skip
+    return buffer[offset : offset + span].view(dtype).as_strided((rows, cols), (row_stride, col_stride))
+
+
+def _pre_dispatch_buffer_impl(x, topk_idx, topk_weights, buffer, views, num_tokens, group_size,
+                              routed_scaling_factor):  # fmt: skip
+    fn = "mega_moe_pre_dispatch_sm90_buffer"
+    if not isinstance(buffer, torch.Tensor) or buffer.dtype != torch.uint8 or buffer.dim() != 1 or (
+        buffer.stride(0) != 1
+    ):
+        raise ValueError(f"{fn}: buffer must be a contiguous 1-D uint8 tensor (a SymmBuffer's storage), got "
+                         f"{getattr(buffer, 'dtype', type(buffer).__name__)} {list(getattr(buffer, 'shape', []))}")  # fmt: skip
+    if len(views) != _VIEW_INTS * 4:
+        raise ValueError(f"{fn}: views must hold {_VIEW_INTS * 4} ints ({_VIEW_INTS} per view), got {len(views)}")
+    rebuilt = [
+        _rebuild_view(buffer, name, dtype, list(views[i * _VIEW_INTS : (i + 1) * _VIEW_INTS]))
+        for i, (name, dtype) in enumerate(zip(_PRE_DISPATCH_VIEW_NAMES, _PRE_DISPATCH_VIEW_DTYPES, strict=True))
+    ]
+    moe.mega_moe_pre_dispatch_sm90(x, topk_idx, topk_weights, *rebuilt, num_tokens, group_size,
+                                   routed_scaling_factor)  # fmt: skip
+
+
+# NOTES: the four views of a SymmBuffer alias one storage with different dtypes, and AOT autograd (aot_eager,
+# Inductor) cannot functionalize mutations of such inputs. This op takes the storage itself (mutated) and each view
+# as ints, and rebuilds the views inside. Internal: the traced path below calls it; it is no public function.
+_ops._define(
+    "mega_moe_pre_dispatch_sm90_buffer",
+    "(Tensor x, Tensor topk_idx, Tensor topk_weights, Tensor(a!) buffer, SymInt[] views, int num_tokens, "
+    "int group_size=128, float routed_scaling_factor=1.0) -> ()",
+    _pre_dispatch_buffer_impl,
+    _ops._no_output,
+)
+
+
+def _buffer_views(views: tuple) -> tuple[torch.Tensor, list] | None:
+    """(storage, the views' ints) when all four views are one SymmBuffer's (SymmBuffer.view marks them) with the
+    function's dtypes; else None (then the op on the views themselves runs, and raises what the eager call does)."""
+    storage, ints = None, []
+    for view, dtype in zip(views, _PRE_DISPATCH_VIEW_DTYPES, strict=True):
+        region = getattr(view, VIEW_REGION_ATTR, None)
+        if region is None or not isinstance(view, torch.Tensor) or view.dim() != 2 or view.dtype != dtype:
+            return None
+        if storage is None:
+            storage = region[0]
+        elif region[0] is not storage:
+            return None
+        ints += [region[1], view.shape[0], view.shape[1], view.stride(0), view.stride(1)]
+    return storage, ints
+
+
 def _mega_moe_pre_dispatch_sm90(x, topk_idx, topk_weights, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights,
                                 num_tokens, group_size=128, routed_scaling_factor=1.0):  # fmt: skip
-    torch.ops.deep_gemm.mega_moe_pre_dispatch_sm90(x, topk_idx, topk_weights, buf_x, buf_x_sf, buf_topk_idx,
-                                                   buf_topk_weights, num_tokens, group_size,
+    views = (buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights)
+    on_buffer = _buffer_views(views)
+    if on_buffer is not None:
+        torch.ops.deep_gemm.mega_moe_pre_dispatch_sm90_buffer(x, topk_idx, topk_weights, on_buffer[0], on_buffer[1],
+                                                              num_tokens, group_size, float(routed_scaling_factor))  # fmt: skip
+        return
+    torch.ops.deep_gemm.mega_moe_pre_dispatch_sm90(x, topk_idx, topk_weights, *views, num_tokens, group_size,
                                                    float(routed_scaling_factor))  # fmt: skip
 
 
