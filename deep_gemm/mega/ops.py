@@ -27,8 +27,14 @@ from deep_gemm import ops as _ops
 from deep_gemm.mega import moe
 from deep_gemm.mega.buffer import VIEW_REGION_ATTR, SymmBuffer, buffer_by_handle
 
-__all__ = ["bf16_mega_moe", "fp8_fp4_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch_sm90", "MEGA_OP_NAMES",
-           "MEGA_INTERNAL_OP_NAMES"]
+__all__ = [
+    "bf16_mega_moe",
+    "fp8_fp4_mega_moe",
+    "fp8_mega_moe",
+    "mega_moe_pre_dispatch_sm90",
+    "MEGA_OP_NAMES",
+    "MEGA_INTERNAL_OP_NAMES",
+]
 
 # The public functions' ops (each also in deep_gemm.ops.OP_NAMES)
 MEGA_OP_NAMES = ("fp8_mega_moe", "bf16_mega_moe", "fp8_fp4_mega_moe", "mega_moe_pre_dispatch_sm90")
@@ -211,8 +217,11 @@ def _rebuild_view(buffer: torch.Tensor, name: str, dtype: torch.dtype, ints: lis
 def _pre_dispatch_buffer_impl(x, topk_idx, topk_weights, buffer, views, num_tokens, group_size,
                               routed_scaling_factor):  # fmt: skip
     fn = "mega_moe_pre_dispatch_sm90_buffer"
-    if not isinstance(buffer, torch.Tensor) or buffer.dtype != torch.uint8 or buffer.dim() != 1 or (
-        buffer.stride(0) != 1
+    if (
+        not isinstance(buffer, torch.Tensor)
+        or buffer.dtype != torch.uint8
+        or buffer.dim() != 1
+        or buffer.stride(0) != 1
     ):
         raise ValueError(f"{fn}: buffer must be a contiguous 1-D uint8 tensor (a SymmBuffer's storage), got "
                          f"{getattr(buffer, 'dtype', type(buffer).__name__)} {list(getattr(buffer, 'shape', []))}")  # fmt: skip
