@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from deep_gemm.bench.bf16_gemm import MAX_DIFF, measure, run_rows_suite
+from deep_gemm.bench.common import diff_cell
 from deep_gemm.bench.grouped import GROUPED_COLUMNS, contiguous_layout, parse_gmnk, row_counts
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt
@@ -153,7 +154,7 @@ def _format_row(row: dict[str, Any]) -> str:
     def us(key: str) -> str:
         return fmt(row[key]["median_us"] if row.get(key) else None, ".1f")
 
-    diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
+    diff = diff_cell(row, ".1e")
     return _TABLE.row(
         [
             str(row["g"]),

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import copy_bandwidth_text, derive_throughput, report_header
+from deep_gemm.bench.common import copy_bandwidth_text, derive_throughput, diff_cell, report_header
 from deep_gemm.bench.common import time_call as _time
 from deep_gemm.bench.common import try_first_call as _try_first_call
 from deep_gemm.bench.fp8_gemm import parse_mnk
@@ -93,7 +93,7 @@ def _format_row(row: dict[str, Any]) -> str:
     def us(entry: dict[str, Any] | None) -> str:
         return fmt(entry["median_us"] if entry else None, ".1f")
 
-    diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
+    diff = diff_cell(row, ".1e")
     return _TABLE.row(
         [
             str(row["m"]),

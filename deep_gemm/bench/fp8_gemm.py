@@ -28,6 +28,7 @@ from deep_gemm.bench.common import (
     copy_bandwidth_text,
     derive_throughput,
     device_copy_bandwidth,
+    diff_cell,
     error_text,
     kernel_times,
     parse_int_shape,
@@ -152,10 +153,7 @@ def _format_row(row: dict[str, Any]) -> str:
     def us(entry: dict[str, Any] | None) -> str:
         return fmt(entry["median_us"] if entry else None, ".1f")
 
-    if row["ours_error"]:
-        diff = "ERROR"
-    else:
-        diff = fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
+    diff = diff_cell(row, ".1e")
     return _TABLE.row(
         [
             str(row["m"]),

@@ -22,7 +22,14 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import derive_throughput, parse_int_shape, report_header, time_call, try_first_call
+from deep_gemm.bench.common import (
+    derive_throughput,
+    diff_cell,
+    parse_int_shape,
+    report_header,
+    time_call,
+    try_first_call,
+)
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt, geomean
 from deep_gemm.testing import calc_diff, d2d_copy_bandwidth, gpu_idle
@@ -203,7 +210,7 @@ def _finish_row(row: dict[str, Any], copy_bandwidth: float) -> None:
                 fmt(row["speedup_vs_fast_accum"], ".2f"),
                 fmt(row["grouped_mm"]["median_us"] if row.get("grouped_mm") else None, ".1f"),
                 fmt(row["speedup_vs_grouped_mm"], ".2f"),
-                "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!"),
+                diff_cell(row, ".1e"),
             ]
         ),
         flush=True,
@@ -265,7 +272,9 @@ def _bench_masked(g: int, m: int, n: int, k: int, options: BenchOptions) -> dict
     measure_ours(
         row,
         ours,
-        lambda: [float(calc_diff(d[i, :c], a_bf16[i, :c].float() @ b_bf16[i].float().t())) for i, c in enumerate(counts) if c],
+        lambda: [
+            float(calc_diff(d[i, :c], a_bf16[i, :c].float() @ b_bf16[i].float().t())) for i, c in enumerate(counts) if c
+        ],
         options,
     )
     a_rows = [(a[i, : align(c, 16)], sfa[i, : align(c, 16)]) if c > 0 else None for i, c in enumerate(counts)]

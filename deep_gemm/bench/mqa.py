@@ -43,6 +43,7 @@ from deep_gemm.bench.common import (
     copy_bandwidth_text,
     derive_throughput,
     device_copy_bandwidth,
+    diff_cell,
     error_text,
     kernel_times,
     pct_of_copy_bandwidth,
@@ -329,7 +330,7 @@ def _format_row(row: dict[str, Any]) -> str:
     def us(entry: dict[str, Any] | None) -> str:
         return fmt(entry["median_us"] if entry else None, ".1f")
 
-    diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
+    diff = diff_cell(row, ".1e")
     return _TABLE.row(
         [
             str(row["s"]),
@@ -497,7 +498,7 @@ def _run_paged(
         paged_us = row["device_us"]["paged"] if row["device_us"] else None
         row["pct_copy_bandwidth_device"] = pct_of_copy_bandwidth(row["bytes"], paged_us, copy_bandwidth_device)
         rows.append(row)
-        diff = "ERROR" if row["ours_error"] else fmt(row["ours_diff"], ".1e") + ("" if row["ours_accurate"] else "!")
+        diff = diff_cell(row, ".1e")
         cells = [str(row["batch"]), str(row["next_n"]), str(row["ctx"])]
         cells += [fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"), fmt(row["tflops"], ".0f")]
         cells += [fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".1f"), fmt(row["meta_pct"], ".1f")]
