@@ -731,9 +731,10 @@ PYBIND11_MODULE(_C, m) {
           "the source ranks' combine rows, recv_stats) and gather the routed rows into l1_acts (+ l1_acts_sf).");
     m.def("_mega_moe_swiglu", &dg::apis::mega_moe_swiglu, "peers"_a, "layout"_a, "num_rows"_a, "intermediate"_a,
           "src_of_row"_a, "l1_out"_a, "l2_acts"_a, "l2_acts_sf"_a, "activation_clamp"_a,
-          "fast_math"_a,
-          "Internal (deep_gemm.mega): SwiGLU of L1's gate/up-interleaved output (FP32 with l2_acts_sf, else BF16),\n"
-          "clamped, times the routing weight, quantized to FP8 with 1x128 scales (l2_acts_sf given) or rounded to BF16.");
+          "fast_math"_a, "ue8m0_x32"_a = false,
+          "Internal (deep_gemm.mega): SwiGLU of L1's gate/up-interleaved output, clamped, times the routing weight,\n"
+          "quantized to FP8 with FP32 1x128 scales (l2_acts_sf given; l1_out FP32), or per 1x32 with UE8M0 scales\n"
+          "folded to 1x128 (ue8m0_x32; l1_out BF16), or rounded to BF16 (no l2_acts_sf; l1_out BF16).");
     m.def("_mega_moe_pre_dispatch", &dg::apis::mega_moe_pre_dispatch, "x"_a, "topk_idx"_a, "topk_weights"_a,
           "buf_x"_a, "buf_x_sf"_a, "buf_topk_idx"_a, "buf_topk_weights"_a, "num_tokens"_a,
           "routed_scaling_factor"_a,

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from deep_gemm.utils import per_token_cast_to_fp8
+from deep_gemm.utils import cast_back_from_fp4, per_token_cast_to_fp8, unpack_ue8m0_from_int
+from scale_fold_reference import fold_1x32
 
 
 def dequant_blocks(w_fp8: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
@@ -52,12 +53,13 @@ def moe_reference(
 ) -> torch.Tensor:
     """float64 y ``[T, hidden]`` of T tokens through all E experts (global ids in ``topk_idx``, -1: no expert).
 
-    FP8 (``x_sf`` given): x is FP8 with 1x128 scales, ``w1`` / ``w2`` FP8 ``[E, 2I, H]`` / ``[E, H, I]`` with
-    128 x 128 block scales ``s1`` / ``s2`` (gate rows first, not interleaved). BF16: x, w1, w2 BF16, scales None.
+    FP8 (``x_sf`` given): x is FP8 with FP32 1x128 scales or packed UE8M0 1x32 ones (:func:`fold_x`), ``w1`` /
+    ``w2`` FP8 ``[E, 2I, H]`` / ``[E, H, I]`` with 128 x 128 block scales ``s1`` / ``s2`` (gate rows first, not
+    interleaved). BF16: x, w1, w2 BF16, scales None.
     """
     use_fp8 = x_sf is not None
     if use_fp8:
-        xd = dequant_rows(x, x_sf)
+        xd = fold_x(x, x_sf)
         w1d, w2d = dequant_blocks(w1, s1), dequant_blocks(w2, s2)
     else:
         xd, w1d, w2d = x.double(), w1.double(), w2.double()
@@ -77,6 +79,53 @@ def moe_reference(
         else:
             a = a.to(torch.bfloat16).double()
         out = (a @ w2d[expert].T).to(torch.bfloat16).double()  # L2's BF16 output
+        y.index_add_(0, tok, out)
+    return y
+
+
+def fold_x(x: torch.Tensor, x_sf: torch.Tensor) -> torch.Tensor:
+    """float64 tokens as the dispatch hands them to linear 1: FP32 1x128 scales multiply as they are; packed UE8M0 1x32
+    words (int32, an 'fp8xfp4' buffer) are folded to 1x128 as the gather kernel folds them."""
+    if x_sf.dtype != torch.int32:
+        return dequant_rows(x, x_sf)
+    hidden = x.shape[1]
+    return fold_1x32(x, unpack_ue8m0_from_int(x_sf)[:, : hidden // 32], hidden)
+
+
+def moe_reference_fp4(
+    x: torch.Tensor,
+    x_sf: torch.Tensor,
+    topk_idx: torch.Tensor,
+    topk_weights: torch.Tensor,
+    w1: torch.Tensor,
+    s1: torch.Tensor,
+    w2: torch.Tensor,
+    s2: torch.Tensor,
+    inter: int,
+    clamp: float | None,
+) -> torch.Tensor:
+    """float64 y of ``fp8_fp4_mega_moe``: x FP8 with FP32 1x128 or packed UE8M0 1x32 scales (:func:`fold_x`), ``w1`` /
+    ``w2`` packed FP4 ``[E, 2I, H / 2]`` / ``[E, H, I / 2]`` with FP32 power-of-two 1x32 scales (gate rows first), each
+    weight row folded per 128 of K as the GEMM folds it; L1 rounded to BF16; the SwiGLU output times the routing
+    weight quantized per 1x32 with UE8M0 scales and folded to 1x128; L2 rounded to BF16; the slots summed."""
+    xd = fold_x(x, x_sf)
+    num_tokens, hidden = x.shape[0], w2.shape[1]
+    y = torch.zeros(num_tokens, hidden, dtype=torch.float64, device=x.device)
+    weights = topk_weights.double()
+
+    def weight(w: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+        k = 2 * w.shape[1]
+        return fold_1x32(cast_back_from_fp4(w, torch.ones_like(sf), gran_k=32), sf, k)
+
+    for expert in range(w1.shape[0]):
+        tok, slot = (topk_idx == expert).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        h = (xd[tok] @ weight(w1[expert], s1[expert]).T).to(torch.bfloat16).double()  # L1's BF16 output
+        a = swiglu64(h, inter, clamp) * weights[tok, slot, None]
+        a_fp8, a_sf = per_token_cast_to_fp8(a.float(), use_ue8m0=True, gran_k=32)
+        a = fold_1x32(a_fp8, a_sf, inter)
+        out = (a @ weight(w2[expert], s2[expert]).T).to(torch.bfloat16).double()  # L2's BF16 output
         y.index_add_(0, tok, out)
     return y
 

@@ -4,7 +4,9 @@ on a GPU, results against float64.
 Oracle: the float64 product of exactly the quantized operands: A e4m3 times its 1x128 FP32 scales, B's e2m1 values
 times their 1x32 UE8M0 scales, with B's scales folded per 128-wide K block as the kernel folds them (each value
 rounded to e4m3(v * 2^(e - e_max)), then times 2^e_max: the identity wherever a block's exponents span at most 8
-binades, which every random-normal case here satisfies; the exponent test crosses the limit on purpose).
+binades, which every random-normal case here satisfies; the exponent test crosses the limit on purpose). A given with
+1x32 scales (e4m3, or packed e2m1: FP4 x FP4) is folded the same way before the GEMM (scale_fold_reference.py), which
+for e4m3 rounds values below 2^-6 of their block's scale; the outlier test makes such blocks on purpose.
 Bounds as tests/test_fp8_gemm.py: calc_diff < 5e-6, every element within 2^-7 |ref| + 2^-7 rms(ref); D poisoned
 around and inside, the padding untouched; two runs bitwise equal."""
 
@@ -21,6 +23,7 @@ import deep_gemm
 from deep_gemm.testing import calc_diff
 from deep_gemm.utils import cast_back_from_fp4, ceil_div, per_token_cast_to_fp4, per_token_cast_to_fp8
 from deep_gemm.utils.casts import pack_scales_along_k
+from scale_fold_reference import fold_1x32
 
 gpu = pytest.mark.gpu
 
@@ -154,7 +157,7 @@ def cpu_operands(m: int = 64, n: int = 128, k: int = 256):
 @pytest.mark.parametrize(
     ("case", "pattern"),
     [
-        ("a_dtype", r"a\[0\] \(A\) must have dtype torch.float8_e4m3fn"),
+        ("a_dtype", r"a\[0\] \(A\) must be float8_e4m3fn or packed FP4"),
         ("b_dtype", r"b\[0\] \(B\) must have dtype torch.float8_e4m3fn"),
         ("b_rank", r"b\[0\] \(B, packed FP4\) must be 2-D"),
         ("b_k", r"b\[0\] \(B, packed FP4\) must be \[N, K / 2\] with K / 2 = 128"),
@@ -163,12 +166,16 @@ def cpu_operands(m: int = 64, n: int = 128, k: int = 256):
         ("d_dtype", r"d \(FP8 x FP4 writes BF16\) must have dtype torch.bfloat16"),
         ("d_shape", r"d must be \[M, N\] = \[64, 128\]"),
         ("with_c", r"c must be None with a packed FP4 B"),
-        ("recipe", r"recipe must be None with a packed FP4 B"),
-        ("recipe_a", r"recipe_a must be \(1, 128\) with a packed FP4 B"),
+        ("recipe", r"recipe must be None or \(1, 1, 32\) with a packed FP4 B"),
+        ("recipe_and_recipe_a", r"recipe and recipe_a / recipe_b must not be given together"),
+        ("recipe_a", r"recipe_a must be \(1, 128\) or \(1, 32\) with a packed FP4 B"),
+        ("fp4_a_1x128", r"a packed FP4 A takes 1x32 scales"),
+        ("fp4_a_odd_stride", r"a\[0\] \(A, packed FP4\) must be row-major with an even row stride"),
         ("recipe_b", r"recipe_b must be \(1, 32\) for a packed FP4 B"),
-        ("sfa_shape", r"a\[1\] \(sfa\) must be \[M, ceil\(K/128\)\] = \[64, 2\]"),
-        ("sfa_packed_shape", r"a\[1\] \(sfa\) as packed UE8M0 int32 must be \[M, ceil\(K/512\)\] = \[64, 1\]"),
-        ("sfa_dtype", r"a\[1\] \(sfa\) \(FP32, or packed UE8M0 int32\) must have dtype torch.float32"),
+        ("sfa_shape", r"a\[1\] \(sfa\) as FP32 must be \[M, ceil\(K/32\)\] = \[64, 8\] for 1x32 scales \(1x128: "),
+        ("sfa_recipe_shape", r"a\[1\] \(sfa\) as FP32 must be \[M, ceil\(K/32\)\] = \[64, 8\] for 1x32 scales, got"),
+        ("sfa_packed_shape", r"a\[1\] \(sfa\) as packed UE8M0 int32 must be \[M, ceil\(K/128\)\] = \[64, 2\]"),
+        ("sfa_dtype", r"a\[1\] \(sfa\) must be FP32 or packed UE8M0 int32"),
         ("sfb_fp32_shape", r"b\[1\] \(sfb\) as FP32 must be \[N, ceil\(K/32\)\] = \[128, 8\]"),
         ("sfb_packed_shape", r"b\[1\] \(sfb\) as packed UE8M0 int32 must be \[N, ceil\(K/128\)\] = \[128, 2\]"),
         ("sfb_dtype", r"b\[1\] \(sfb\) must be FP32 \[N, ceil\(K/32\)\] or packed UE8M0 int32"),
@@ -200,14 +207,23 @@ def test_bad_inputs_raise(fn: str, case: str, pattern: str) -> None:
         kwargs["c"] = d.clone()
     elif case == "recipe":
         kwargs["recipe"] = (1, 1, 128)
+    elif case == "recipe_and_recipe_a":
+        kwargs.update(recipe=(1, 1, 32), recipe_a=(1, 32), recipe_b=(1, 32))
     elif case == "recipe_a":
-        kwargs.update(recipe_a=(1, 32), recipe_b=(1, 32))
+        kwargs.update(recipe_a=(1, 64), recipe_b=(1, 32))
+    elif case == "fp4_a_1x128":
+        a = torch.zeros(64, 128, dtype=torch.int8)
+        kwargs.update(recipe_a=(1, 128), recipe_b=(1, 32))
+    elif case == "fp4_a_odd_stride":
+        a = torch.zeros(64, 131, dtype=torch.uint8)[:, :128]
     elif case == "recipe_b":
         kwargs.update(recipe_a=(1, 128), recipe_b=(1, 128))
     elif case == "sfa_shape":
         sfa = torch.ones(64, 3)
+    elif case == "sfa_recipe_shape":
+        kwargs["recipe"] = (1, 1, 32)
     elif case == "sfa_packed_shape":
-        sfa = torch.ones(64, 2, dtype=torch.int32)
+        sfa = torch.ones(64, 3, dtype=torch.int32)
     elif case == "sfa_dtype":
         sfa = sfa.double()
     elif case == "sfb_fp32_shape":
@@ -224,28 +240,30 @@ def test_valid_recipes_reach_the_device_check() -> None:
     a, sfa, b, sfb, d = cpu_operands()
     packed = torch.zeros(128, 2, dtype=torch.int32)
     packed_sfa = torch.zeros(64, 1, dtype=torch.int32)
-    for a_sf, scales, kwargs in (
-        (sfa, sfb, {}),
-        (sfa, sfb, dict(recipe_a=(1, 128), recipe_b=(1, 32))),
-        (sfa, packed, {}),
-        (packed_sfa, packed, {}),
+    sfa_1x32, packed_sfa_1x32 = torch.ones(64, 8), torch.zeros(64, 2, dtype=torch.int32)
+    a_fp4 = torch.zeros(64, 128, dtype=torch.int8)
+    for a_op, a_sf, scales, kwargs in (
+        (a, sfa, sfb, {}),
+        (a, sfa, sfb, dict(recipe_a=(1, 128), recipe_b=(1, 32))),
+        (a, sfa, packed, {}),
+        (a, packed_sfa, packed, {}),
+        # A with 1x32 scales (folded to 1x128 before the GEMM): FP32, packed, by shape or by recipe
+        (a, sfa_1x32, sfb, {}),
+        (a, packed_sfa_1x32, packed, {}),
+        (a, sfa_1x32, sfb, dict(recipe=(1, 1, 32))),
+        (a, packed_sfa_1x32, sfb, dict(recipe_a=(1, 32), recipe_b=(1, 32))),
+        # FP4 x FP4
+        (a_fp4, sfa_1x32, sfb, {}),
+        (a_fp4.view(torch.uint8), packed_sfa_1x32, packed, dict(recipe=(1, 1, 32))),
     ):
         with pytest.raises(ValueError, match=r"must be on a CUDA device"):
-            deep_gemm.fp8_fp4_gemm_nt((a, a_sf), (b.view(torch.uint8), scales), d, **kwargs)
+            deep_gemm.fp8_fp4_gemm_nt((a_op, a_sf), (b.view(torch.uint8), scales), d, **kwargs)
 
 
 # ----------------------------------------------------------------------------- GPU tier
 def folded_fp4_values(b: torch.Tensor, sfb: torch.Tensor, k: int) -> torch.Tensor:
     """B [N, K] float64 as the kernel multiplies it: per 128-K block, e4m3(v * 2^(e - e_max)) * 2^e_max."""
-    n = b.shape[0]
-    values = cast_back_from_fp4(b, torch.ones_like(sfb), gran_k=32).double()  # e2m1 values, unscaled
-    blocks = ceil_div(k, 128)
-    exps = torch.log2(sfb.double()).round()
-    exps = torch.nn.functional.pad(exps, (0, blocks * 4 - exps.shape[1]), value=-127.0).view(n, blocks, 4)
-    e_max = exps.amax(dim=-1, keepdim=True)
-    shift = torch.exp2(exps - e_max).repeat_interleave(32, dim=-1).view(n, blocks * 128)[:, :k]
-    folded = (values * shift).float().to(torch.float8_e4m3fn).double()
-    return folded * torch.exp2(e_max).repeat_interleave(128, dim=-1).view(n, blocks * 128)[:, :k]
+    return fold_1x32(cast_back_from_fp4(b, torch.ones_like(sfb), gran_k=32), sfb, k)
 
 
 def make_inputs(m: int, n: int, k: int):
@@ -367,6 +385,69 @@ def test_fp32_scales_must_be_powers_of_two_with_debug_checks(monkeypatch) -> Non
         deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
 
 
+# ----------------------------------------------------------------------------- A with 1x32 scales; FP4 x FP4 (GPU)
+A_KINDS = ["fp8-1x32", "fp8-1x32-packed", "fp4", "fp4-packed"]
+
+
+def make_a(x: torch.Tensor, kind: str):
+    """A of kind ``kind`` from x [rows, K]: (operand, its scales as passed, float64 A as the kernels multiply it:
+    1x32 scales folded per 128-K block)."""
+    k = x.shape[1]
+    packed = kind.endswith("packed")
+    if kind.startswith("fp8"):
+        a, sf = per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32)
+        values = a
+    else:
+        a, sf = per_token_cast_to_fp4(x, use_ue8m0=True, gran_k=32)
+        values = cast_back_from_fp4(a, torch.ones_like(sf), gran_k=32)
+    return a, (pack_scales_along_k(sf) if packed else sf), fold_1x32(values, sf, k)
+
+
+def check_a_case(a_kind: str, m: int, n: int, k: int, outliers: bool = False) -> None:
+    case = f"{a_kind}-m{m}-n{n}-k{k}"
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    if outliers:  # (groups of one block far apart in magnitude: the fold's rounding below 2^-6 of the block scale)
+        x = x * torch.exp2(torch.randint(-12, 4, (m, ceil_div(k, 32)), device="cuda").float()).repeat_interleave(
+            32, dim=1)[:, :k].to(torch.bfloat16)  # fmt: skip
+    a, sfa, a64 = make_a(x, a_kind)
+    _, _, b, sfb = make_inputs(1, n, k)
+    buffer = torch.full((m + 2, n + 8), float("nan"), device="cuda", dtype=torch.bfloat16)
+    d = buffer[:m, :n]
+    deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)
+    check_result(d, a64 @ folded_fp4_values(b, sfb, k).t(), case)
+    assert torch.isnan(buffer[m:]).all() and torch.isnan(buffer[:, n:]).all(), f"{case}: padding written"
+
+
+@gpu
+@pytest.mark.parametrize("a_kind", A_KINDS)
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 2112, 7168), (7, 576, 7168), (129, 4096, 1056), (1000, 7168, 2048),
+                                           (4096, 2112, 7168), (33, 200, 160)])  # fmt: skip
+def test_a_with_1x32_scales_and_fp4_a(a_kind: str, m: int, n: int, k: int) -> None:
+    torch.manual_seed(m + k)
+    check_a_case(a_kind, m, n, k)
+
+
+@gpu
+@pytest.mark.parametrize("a_kind", ["fp8-1x32", "fp4"])
+def test_a_fold_across_wide_exponent_spans(a_kind: str) -> None:
+    torch.manual_seed(1)
+    check_a_case(a_kind, 256, 1024, 4096, outliers=True)
+
+
+@gpu
+def test_a_1x32_recipe_disambiguates_small_k() -> None:
+    # K = 128: one packed word is a 1x128 exponent (default) or four 1x32 ones (recipe_a=(1, 32))
+    m, n, k = 64, 256, 128
+    torch.manual_seed(2)
+    a, sfa, a64 = make_a(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), "fp8-1x32-packed")
+    _, _, b, sfb = make_inputs(1, n, k)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, recipe_a=(1, 32), recipe_b=(1, 32))
+    check_result(d, a64 @ folded_fp4_values(b, sfb, k).t(), "recipe_a (1, 32)")
+    deep_gemm.fp8_fp4_gemm_nt((a, sfa), (b, sfb), d, recipe=(1, 1, 32))
+    check_result(d, a64 @ folded_fp4_values(b, sfb, k).t(), "recipe (1, 1, 32)")
+
+
 # ----------------------------------------------------------------------------- m-grouped (contiguous, masked)
 def grouped_fp4_b(num_groups: int, n: int, k: int, packed_sf: bool):
     """B [G, N, K / 2] packed FP4 and its scales (FP32 [G, N, K/32] or packed int32 [G, N, K/128]), plus the FP32
@@ -381,8 +462,10 @@ def grouped_fp4_b(num_groups: int, n: int, k: int, packed_sf: bool):
     [
         ("b_groups", r"b\[0\] \(B, packed FP4\) must be 3-D"),
         ("sfb_shape", r"b\[1\] \(sfb\) as FP32 must be \[G, N, ceil\(K/32\)\] = \[2, 128, 8\]"),
-        ("recipe", r"recipe must be None with a packed FP4 B"),
+        ("recipe", r"recipe must be None or \(1, 1, 32\) with a packed FP4 B"),
+        ("fp4_a_sfa_shape", r"a\[1\] \(sfa\) as FP32 must be \[.*\] for 1x32 scales"),
         ("on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
+        ("fp4_a_on_cpu", r"a\[0\] \(A\) must be on a CUDA device"),
     ],
 )
 @pytest.mark.parametrize("layout", ["contiguous", "masked"])
@@ -397,8 +480,21 @@ def test_grouped_bad_inputs_raise(layout: str, case: str, pattern: str) -> None:
         sfb = torch.ones(groups, n, 2)
     elif case == "recipe":
         kwargs["recipe"] = (1, 128, 128)
+    # (FP4 A [.., K / 2] with 1x32 scales [.., K / 32]; fp4_a_sfa_shape gives it 1x128-shaped ones)
+    fp4_a = case.startswith("fp4_a")
+    sf_cols = 2 if case == "fp4_a_sfa_shape" or not fp4_a else k // 32
     with pytest.raises(ValueError, match=pattern):
-        if layout == "contiguous":
+        if layout == "contiguous" and fp4_a:
+            a, sfa = torch.zeros(256, k // 2, dtype=torch.int8), torch.ones(256, sf_cols)
+            d = torch.empty(256, n, dtype=torch.bfloat16)
+            layout_ids = torch.zeros(256, dtype=torch.int32)
+            deep_gemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout_ids, **kwargs)
+        elif fp4_a:
+            a, sfa = torch.zeros(groups, 64, k // 2, dtype=torch.uint8), torch.ones(groups, 64, sf_cols)
+            d = torch.empty(groups, 64, n, dtype=torch.bfloat16)
+            masked_m = torch.zeros(groups, dtype=torch.int32)
+            deep_gemm.m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 32, **kwargs)
+        elif layout == "contiguous":
             a, sfa = torch.zeros(256, k, dtype=torch.float8_e4m3fn), torch.ones(256, 2)
             d = torch.empty(256, n, dtype=torch.bfloat16)
             layout_ids = torch.zeros(256, dtype=torch.int32)
@@ -411,9 +507,10 @@ def test_grouped_bad_inputs_raise(layout: str, case: str, pattern: str) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("a_kind", ["fp8-1x128", "fp8-1x32-packed", "fp4"])
 @pytest.mark.parametrize("psum", [False, True], ids=["per_row", "psum"])
 @pytest.mark.parametrize(("num_groups", "expected_m", "n", "k"), [(4, 512, 4096, 7168), (16, 64, 576, 1056)])
-def test_m_grouped_fp8_fp4_contiguous(psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
+def test_m_grouped_fp8_fp4_contiguous(a_kind: str, psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
     rng = random.Random(num_groups + k)
     alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
     sizes = [0 if rng.random() < 0.2 else int(expected_m * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
@@ -422,7 +519,12 @@ def test_m_grouped_fp8_fp4_contiguous(psum: bool, num_groups: int, expected_m: i
         segments.append((row, row + size))
         row = ceil_div(row + size, alignment) * alignment
     m = max(row, alignment)
-    a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    if a_kind == "fp8-1x128":
+        a, sfa = per_token_cast_to_fp8(x)
+        a64 = a.double() * sfa.double().repeat_interleave(128, dim=1)[:, :k]
+    else:
+        a, sfa, a64 = make_a(x, a_kind)
     b, b_sf, sfb = grouped_fp4_b(num_groups, n, k, packed_sf=psum)
     per_row = torch.full((m,), -1, device="cuda", dtype=torch.int32)
     for g, (s, e) in enumerate(segments):
@@ -434,18 +536,25 @@ def test_m_grouped_fp8_fp4_contiguous(psum: bool, num_groups: int, expected_m: i
     written = torch.zeros(m, dtype=torch.bool, device="cuda")
     for g, (s, e) in enumerate(segments):
         if s < e:
-            check_result(d[s:e], reference(a[s:e], sfa[s:e], b[g], sfb[g]), f"group {g}")
+            check_result(d[s:e], a64[s:e] @ folded_fp4_values(b[g], sfb[g], k).t(), f"group {g}")
             written[s:e] = True
     assert d[~written].isnan().all(), "padding rows of d were written"
 
 
 @gpu
+@pytest.mark.parametrize("a_kind", ["fp8-1x128", "fp8-1x32", "fp4-packed"])
 @pytest.mark.parametrize(("num_groups", "expected_m"), [(8, 20), (4, 300), (16, 1)])
-def test_m_grouped_fp8_fp4_masked(num_groups: int, expected_m: int) -> None:
+def test_m_grouped_fp8_fp4_masked(a_kind: str, num_groups: int, expected_m: int) -> None:
     rng = random.Random(num_groups * 1000 + expected_m)
     max_m, n, k = 512, 2112, 2048
-    a, sfa = per_token_cast_to_fp8(torch.randn(num_groups * max_m, k, device="cuda", dtype=torch.bfloat16))
-    a, sfa = a.view(num_groups, max_m, k), sfa.view(num_groups, max_m, -1)
+    x = torch.randn(num_groups * max_m, k, device="cuda", dtype=torch.bfloat16)
+    if a_kind == "fp8-1x128":
+        a, sfa = per_token_cast_to_fp8(x)
+        a64 = a.double() * sfa.double().repeat_interleave(128, dim=1)[:, :k]
+    else:
+        a, sfa, a64 = make_a(x, a_kind)
+    a, sfa = a.view(num_groups, max_m, -1), sfa.view(num_groups, max_m, -1)
+    a64 = a64.view(num_groups, max_m, k)
     b, b_sf, sfb = grouped_fp4_b(num_groups, n, k, packed_sf=num_groups % 2 == 0)
     counts = [0 if rng.random() < 0.15 else min(max_m, int(expected_m * rng.uniform(0.7, 1.3)) + 1)
               for _ in range(num_groups)]  # fmt: skip
@@ -454,7 +563,7 @@ def test_m_grouped_fp8_fp4_masked(num_groups: int, expected_m: int) -> None:
     deep_gemm.m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), (b, b_sf), d, masked_m, expected_m)
     for g, rows in enumerate(counts):
         if rows:
-            check_result(d[g, :rows], reference(a[g, :rows], sfa[g, :rows], b[g], sfb[g]), f"group {g}")
+            check_result(d[g, :rows], a64[g, :rows] @ folded_fp4_values(b[g], sfb[g], k).t(), f"group {g}")
         assert d[g, rows:].isnan().all(), f"group {g}: rows past masked_m were written"
 
 

@@ -4,9 +4,11 @@ CPU tier: the reference's and the SGLang fork's signatures; the buffer's size an
 weight transform and its inverse; the routing the kernels must produce, as a Python model; every bad argument
 raising with its name; the kernels compile with NVCC and NVRTC without spills.
 
-GPU tier (group of one process, one GPU): fp8_mega_moe and bf16_mega_moe against a float64 reference of the same
-quantized operands (per routed entry: dequantize, L1, BF16 rounding as the GEMM stores it, SwiGLU x weight,
-quantize as the kernel does, L2, BF16 rounding, sum over the slots), y poisoned with NaN before each call; the
+GPU tier (group of one process, one GPU): fp8_mega_moe (on both FP8 buffer formats), fp8_fp4_mega_moe (FP4 weights,
+on both) and bf16_mega_moe against a float64 reference of the same quantized operands (per routed entry: dequantize
+(1x32 scales folded to 1x128 as the kernels fold them: scale_fold_reference.py), L1, BF16 or FP32 rounding as the GEMM
+stores it, SwiGLU x weight, quantize as the kernel does, L2, BF16 rounding, sum over the slots), y poisoned with NaN
+before each call; the dispatch's fold of packed scales byte for byte; the
 routing tables against the Python model exactly; masked slots, tokens routed nowhere, uneven loads with empty
 experts, T = 0, T = max, CUDA-graph replay with new routing, and one run on PyTorch symmetric memory.
 """
@@ -20,7 +22,15 @@ from pathlib import Path
 import pytest
 import torch
 from jit_helpers import signature_params
-from mega_moe_reference import dequant_blocks, dequant_rows, expected_routing, moe_reference, swiglu64
+from mega_moe_reference import (
+    dequant_blocks,
+    dequant_rows,
+    expected_routing,
+    moe_reference,
+    moe_reference_fp4,
+    swiglu64,
+)
+from scale_fold_reference import fold_1x32, fold_1x32_fp8
 
 import deep_gemm
 from deep_gemm import mega
@@ -28,7 +38,14 @@ from deep_gemm.mega.buffer import SymmBuffer
 from deep_gemm.mega.layout import REGION_ALIGNMENT, mega_moe_buffer_layout, received_rows_bound
 from deep_gemm.mega.moe import pre_dispatch_reference
 from deep_gemm.mega.weights import deinterleave_gate_up, interleave_gate_up, interleaved_row_scales
-from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
+from deep_gemm.utils import (
+    cast_back_from_fp4,
+    per_block_cast_to_fp8,
+    per_token_cast_to_fp4,
+    per_token_cast_to_fp8,
+    unpack_ue8m0_from_int,
+)
+from deep_gemm.utils.casts import pack_scales_along_k
 
 gpu = pytest.mark.gpu
 
@@ -279,15 +296,24 @@ def test_routing_model_invariants() -> None:
 
 # ----------------------------------------------------------------------------- call arguments (CPU tier)
 def cpu_buffer(
-    use_fp8: bool = True, e: int = 4, max_tokens: int = 16, topk: int = 2, hidden: int = 256, inter: int = 128
+    use_fp8: bool = True,
+    e: int = 4,
+    max_tokens: int = 16,
+    topk: int = 2,
+    hidden: int = 256,
+    inter: int = 128,
+    mma_type: str | None = None,
 ) -> SymmBuffer:
     """A SymmBuffer laid out as on a GPU but held in CPU memory: enough for the argument checks, which run
     before anything touches the device."""
+    mma_type = mma_type or ("fp8xfp8" if use_fp8 else "bf16xbf16")
     buffer = SymmBuffer.__new__(SymmBuffer)
-    buffer.layout = mega_moe_buffer_layout(1, e, max_tokens, topk, hidden, inter, use_fp8, 128)
+    buffer.layout = mega_moe_buffer_layout(
+        1, e, max_tokens, topk, hidden, inter, use_fp8, 128, packed_x_sf=mma_type == "fp8xfp4"
+    )
     buffer.storage = torch.zeros(buffer.layout.num_bytes, dtype=torch.uint8)
     buffer.use_fp8_dispatch = use_fp8
-    buffer.mma_type = "fp8xfp8" if use_fp8 else "bf16xbf16"
+    buffer.mma_type = mma_type
     buffer.rank, buffer.num_ranks, buffer._handle = 0, 1, None
     for name in ("x", "x_sf", "topk_idx", "topk_weights", "l1_acts", "l1_acts_sf", "l2_acts", "l2_acts_sf"):
         setattr(buffer, name, buffer.view(name))
@@ -393,12 +419,54 @@ def test_bf16_mega_moe_bad_arguments(case: str, error: type, pattern: str) -> No
         mega.bf16_mega_moe(torch.zeros(8, 256, dtype=torch.bfloat16), w1, w2, buffer)
 
 
-def test_fp8_fp4_mega_moe_not_implemented_on_sm90() -> None:
-    assert "Not yet available on SM90" in mega.fp8_fp4_mega_moe.__doc__
-    with pytest.raises(NotImplementedError, match=r"FP4 weights are not supported on SM90 yet"):
-        mega.fp8_fp4_mega_moe(torch.zeros(8, 256, dtype=torch.bfloat16), None, None, cpu_buffer())
-    with pytest.raises(ValueError, match=r"fp8_fp4_mega_moe: y has T = 17 rows"):
-        mega.fp8_fp4_mega_moe(torch.zeros(17, 256, dtype=torch.bfloat16), None, None, cpu_buffer())
+def fp4_weights(e: int = 4, hidden: int = 256, inter: int = 128):
+    l1 = (torch.zeros(e, 2 * inter, hidden // 2, dtype=torch.int8), torch.ones(e, 2 * inter, hidden // 32))
+    l2 = (torch.zeros(e, hidden, inter // 2, dtype=torch.uint8), torch.zeros(e, hidden, inter // 128, dtype=torch.int32))
+    return l1, l2
+
+
+@pytest.mark.parametrize(
+    ("case", "error", "pattern"),
+    [
+        ("y_too_many_tokens", ValueError, r"fp8_fp4_mega_moe: y has T = 17 rows"),
+        ("buffer_bf16", ValueError, r"sym_buffer must be allocated with use_fp8_dispatch=True"),
+        ("recipe", ValueError, r"recipe must be \(1, 1, 32\)"),
+        ("l1_fp8", ValueError, r"l1_weights\[0\] must be packed FP4 \(int8 or uint8"),
+        ("l1_shape", ValueError, r"l1_weights\[0\] must have shape \[4, 256, 128\]"),
+        ("l1_sf_dtype", ValueError, r"l1_weights\[1\] must be FP32 1x32 scales or packed UE8M0 int32"),
+        ("l1_sf_shape", ValueError, r"l1_weights\[1\] must have shape \[4, 256, 8\]"),
+        ("l2_sf_packed_shape", ValueError, r"l2_weights\[1\] must have shape \[4, 256, 1\]"),
+        ("l2_not_pair", TypeError, r"l2_weights must be a \(weights, scales\) pair"),
+        ("on_cpu", ValueError, r"sym_buffer must be on a CUDA device"),
+        ("on_cpu_fp32_buffer", ValueError, r"sym_buffer must be on a CUDA device"),
+    ],
+)
+def test_fp8_fp4_mega_moe_bad_arguments(case: str, error: type, pattern: str) -> None:
+    buffer = cpu_buffer(mma_type="fp8xfp4")
+    (w1, s1), (w2, s2) = fp4_weights()
+    y = torch.zeros(8, 256, dtype=torch.bfloat16)
+    kwargs: dict = {}
+    if case == "y_too_many_tokens":
+        y = torch.zeros(17, 256, dtype=torch.bfloat16)
+    elif case == "buffer_bf16":
+        buffer = cpu_buffer(use_fp8=False)
+    elif case == "on_cpu_fp32_buffer":  # (an 'fp8xfp8' buffer serves it too)
+        buffer = cpu_buffer()
+    elif case == "recipe":
+        kwargs["recipe"] = (1, 1, 128)
+    elif case == "l1_fp8":
+        w1 = torch.zeros(4, 256, 256, dtype=torch.float8_e4m3fn)
+    elif case == "l1_shape":
+        w1 = w1[:, :, :64]
+    elif case == "l1_sf_dtype":
+        s1 = s1.double()
+    elif case == "l1_sf_shape":
+        s1 = s1[:, :, :4]
+    elif case == "l2_sf_packed_shape":
+        s2 = torch.zeros(4, 256, 4, dtype=torch.int32)
+    l2 = w2 if case == "l2_not_pair" else (w2, s2)
+    with pytest.raises(error, match=pattern):
+        mega.fp8_fp4_mega_moe(y, (w1, s1), l2, buffer, **kwargs)
 
 
 def test_expert_ids_out_of_range_raise_on_cpu_buffers() -> None:
@@ -496,6 +564,61 @@ def test_pre_dispatch_on_cpu_matches_the_cast() -> None:
     assert torch.equal(buffer.view("topk_weights")[:5], w * 2.5)
 
 
+def test_pre_dispatch_on_cpu_writes_the_packed_format() -> None:
+    # An 'fp8xfp4' buffer: x quantized per 1x32 with UE8M0 scales packed four to an int32, whatever group_size says
+    buffer = cpu_buffer(mma_type="fp8xfp4")
+    assert buffer.x_sf.dtype == torch.int32 and buffer.x_sf.shape == (16, 2)
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    idx, w = torch.zeros(5, 2, dtype=torch.int64), torch.ones(5, 2)
+    views = [buffer.view(n) for n in ("x", "x_sf", "topk_idx", "topk_weights")]
+    x_fp8, x_sf = per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)
+    for group_size in (128, 32):
+        buffer.storage.zero_()
+        mega.mega_moe_pre_dispatch_sm90(x, idx, w, *views, 5, group_size=group_size)
+        assert torch.equal(views[0][:5].view(torch.uint8), x_fp8.view(torch.uint8))
+        assert torch.equal(views[1][:5], x_sf)
+    with pytest.raises(ValueError, match=r"group_size must be 128 on SM90 \(or 32 with an int32 buf_x_sf"):
+        mega.mega_moe_pre_dispatch_sm90(x, idx, w, *views, 5, group_size=64)
+    fp32_views = [cpu_buffer().view(n) for n in ("x", "x_sf", "topk_idx", "topk_weights")]
+    with pytest.raises(ValueError, match=r"group_size must be 128 on SM90"):
+        mega.mega_moe_pre_dispatch_sm90(x, idx, w, *fp32_views, 5, group_size=32)
+
+
+def test_buffer_x_sf_format_follows_mma_type() -> None:
+    packed = mega_moe_buffer_layout(1, 8, 16, 2, 256, 128, True, 128, packed_x_sf=True)
+    plain = mega_moe_buffer_layout(1, 8, 16, 2, 256, 128, True, 128)
+    assert packed.regions["x_sf"].dtype == "int32" and plain.regions["x_sf"].dtype == "float32"
+    assert packed.regions["x_sf"].nbytes == plain.regions["x_sf"].nbytes and packed.num_bytes == plain.num_bytes
+    assert packed.kernel_layout(0)[-1] == 2 and plain.kernel_layout(0)[-1] == 1
+    bf16 = mega_moe_buffer_layout(1, 8, 16, 2, 256, 128, False, 128)
+    assert bf16.kernel_layout(0)[-1] == 0
+    with pytest.raises(ValueError, match=r"packed_x_sf needs FP8 activations"):
+        mega_moe_buffer_layout(1, 8, 16, 2, 256, 128, False, 128, packed_x_sf=True)
+
+
+@gpu
+def test_gather_folds_packed_scales_bit_exactly() -> None:
+    # The dispatch of an 'fp8xfp4' buffer: every received row's e4m3 bytes and FP32 1x128 scales are the fold of its
+    # token's 1x32 ones, byte for byte (x with blocks spanning many binades, so that the fold rounds)
+    problem = make_problem("fp8fp4", 8, 64, 4, 512, 256)
+    problem.route(64, "random")
+    b = problem.buffer
+    spread = torch.exp2(torch.randint(-14, 3, (64, 16), device="cuda").float()).repeat_interleave(32, dim=1)
+    x = (torch.randn(64, 512, device="cuda") * spread).to(torch.bfloat16)
+    mega.mega_moe_pre_dispatch_sm90(x, problem.topk_idx, problem.topk_weights, b.x, b.x_sf, b.topk_idx,
+                                    b.topk_weights, 64)  # fmt: skip
+    y = torch.empty(64, 512, dtype=torch.bfloat16, device="cuda")
+    problem.call(y)
+    torch.cuda.synchronize()
+    src = b.view("src_of_row")
+    rows = (src >= 0).nonzero().flatten()
+    assert rows.numel() > 0
+    tokens = (src[rows] // problem.topk).long()
+    folded, sf = fold_1x32_fp8(b.x[tokens], unpack_ue8m0_from_int(b.x_sf[tokens]))
+    assert torch.equal(b.l1_acts[rows].view(torch.uint8), folded.view(torch.uint8))
+    assert torch.equal(b.l1_acts_sf[rows], sf)
+
+
 # ----------------------------------------------------------------------------- kernels compile (CPU tier)
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -507,8 +630,9 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 MEGA_KERNELS = [
     ("smxx_mega_moe_route", {}),
     ("smxx_mega_moe_gather", {}),
-    ("smxx_mega_moe_swiglu", {"fp8_out": 1, "fast_math": 1}),
-    ("smxx_mega_moe_swiglu", {"fp8_out": 0, "fast_math": 0}),
+    ("smxx_mega_moe_swiglu", {"out": 1, "fast_math": 1}),
+    ("smxx_mega_moe_swiglu", {"out": 0, "fast_math": 0}),
+    ("smxx_mega_moe_swiglu", {"out": 2, "fast_math": 1}),
     ("smxx_mega_moe_combine", {}),
     ("smxx_mega_moe_pre_dispatch", {}),
 ]
@@ -639,6 +763,69 @@ class Problem:
         )
 
 
+def fp4_weight(w: torch.Tensor):
+    """FP4 weights [E, N, K / 2] (int8) with FP32 power-of-two 1x32 scales [E, N, K / 32] (the library's cast)."""
+    e, n, k = w.shape
+    packed, sf = per_token_cast_to_fp4(w.reshape(e * n, k), use_ue8m0=True, gran_k=32)
+    return packed.view(e, n, k // 2), sf.view(e, n, k // 32)
+
+
+class Fp4Problem(Problem):
+    """fp8_fp4_mega_moe's layer: FP4 expert weights with 1x32 scales, an 'fp8xfp4' buffer (packed UE8M0 1x32 x_sf)
+    filled by mega_moe_pre_dispatch_sm90, or with ``packed_x_sf=False`` an 'fp8xfp8' buffer (FP32 1x128 x_sf)."""
+
+    def __init__(self, num_experts, max_tokens, topk, hidden, inter, seed=0, clamp=None, device="cuda",
+                 packed_x_sf: bool = True, packed_weight_sf: bool = False):  # fmt: skip
+        torch.manual_seed(seed)
+        self.use_fp8, self.e, self.max_tokens, self.topk, self.hidden, self.inter = (
+            True,
+            num_experts,
+            max_tokens,
+            topk,
+            hidden,
+            inter,
+        )
+        self.clamp, self.device = clamp, device
+        w1 = torch.randn(num_experts, 2 * inter, hidden, device=device) / math.sqrt(hidden)
+        w2 = torch.randn(num_experts, hidden, inter, device=device) / math.sqrt(inter)
+        (self.w1, self.s1), (self.w2, self.s2) = fp4_weight(w1), fp4_weight(w2)
+        pack = pack_scales_along_k if packed_weight_sf else (lambda sf: sf)
+        self.l1, self.l2 = mega.transform_weights_for_mega_moe((self.w1, pack(self.s1)), (self.w2, pack(self.s2)))
+        mma_type = "fp8xfp4" if packed_x_sf else "fp8xfp8"
+        if device == "cpu":
+            self.buffer = cpu_buffer(True, num_experts, max_tokens, topk, hidden, inter, mma_type=mma_type)
+        else:
+            self.buffer = mega.get_symm_buffer_for_mega_moe(
+                None, num_experts, max_tokens, topk, hidden, inter, mma_type=mma_type
+            )
+
+    def call(self, y: torch.Tensor, stats: torch.Tensor | None = None) -> None:
+        mega.fp8_fp4_mega_moe(y, self.l1, self.l2, self.buffer, stats, activation_clamp=self.clamp)
+
+    def reference(self, num_tokens: int) -> torch.Tensor:
+        t = num_tokens
+        b = self.buffer
+        return moe_reference_fp4(b.x[:t], b.x_sf[:t], b.topk_idx[:t], b.topk_weights[:t], self.w1, self.s1, self.w2,
+                                 self.s2, self.inter, self.clamp)  # fmt: skip
+
+
+def make_problem(kind: str, *args, **kwargs) -> Problem:
+    """kind: 'fp8' (fp8_mega_moe, FP32 1x128 buffer), 'fp8-packed' (fp8_mega_moe on an 'fp8xfp4' buffer), 'bf16',
+    'fp8fp4' (fp8_fp4_mega_moe, packed buffer), 'fp8fp4-fp32sf' (fp8_fp4_mega_moe on an 'fp8xfp8' buffer, packed
+    weight scales)."""
+    if kind.startswith("fp8fp4"):
+        fp32_sf = kind.endswith("fp32sf")
+        return Fp4Problem(*args, packed_x_sf=not fp32_sf, packed_weight_sf=fp32_sf, **kwargs)
+    problem = Problem(kind != "bf16", *args, **kwargs)
+    if kind == "fp8-packed":
+        e, t, k, h, i = problem.e, problem.max_tokens, problem.topk, problem.hidden, problem.inter
+        if problem.device == "cpu":
+            problem.buffer = cpu_buffer(True, e, t, k, h, i, mma_type="fp8xfp4")
+        else:
+            problem.buffer = mega.get_symm_buffer_for_mega_moe(None, e, t, k, h, i, mma_type="fp8xfp4")
+    return problem
+
+
 # ----------------------------------------------------------------------------- emulated pipeline (CPU tier)
 class EmulatedExtension:
     """The extension's Mega MoE steps and grouped GEMMs as plain PyTorch on CPU tensors, each doing what its kernel
@@ -668,6 +855,10 @@ class EmulatedExtension:
         for row, (s, tok, j) in src.items():
             assert row < num_rows, "the host's row bound is too small"
             src_of_row[row] = (s * b.layout.num_max_tokens_per_rank + tok) * b.layout.num_topk + j
+            if b.x_sf.dtype == torch.int32:  # (packed UE8M0 1x32: folded to 1x128 on the way)
+                folded, sf = fold_1x32_fp8(b.x[tok : tok + 1], unpack_ue8m0_from_int(b.x_sf[tok : tok + 1]))
+                l1_acts[row], l1_sf[row] = folded[0], sf[0]
+                continue
             l1_acts[row] = b.x[tok]
             if l1_sf is not None:
                 l1_sf[row] = b.x_sf[tok]
@@ -677,9 +868,10 @@ class EmulatedExtension:
             stats += torch.tensor([ends[0]] + [e - -(-p // alignment) * alignment for p, e in zip(ends, ends[1:], strict=False)],
                                   dtype=torch.int32)  # fmt: skip
 
-    def _mega_moe_swiglu(self, peers, layout, num_rows, inter, src_of_row, l1_out, l2_acts, l2_sf, clamp, fast_math):
+    def _mega_moe_swiglu(self, peers, layout, num_rows, inter, src_of_row, l1_out, l2_acts, l2_sf, clamp, fast_math,
+                         ue8m0_x32=False):  # fmt: skip
         self._check_layout(layout)
-        assert l1_out.dtype == (torch.float32 if l2_sf is not None else torch.bfloat16)
+        assert l1_out.dtype == (torch.float32 if l2_sf is not None and not ue8m0_x32 else torch.bfloat16)
         b = self.buffer
         for row in range(num_rows):
             code = int(src_of_row[row])
@@ -690,7 +882,10 @@ class EmulatedExtension:
             gate_cols = (cols // 8) * 16 + cols % 8
             g, u = l1_out[row, gate_cols].double(), l1_out[row, gate_cols + 8].double()
             a = swiglu64(torch.cat([g, u]), inter, clamp) * w
-            if l2_sf is not None:
+            if ue8m0_x32:
+                q, sf = fold_1x32_fp8(*per_token_cast_to_fp8(a.float()[None], use_ue8m0=True, gran_k=32))
+                l2_acts[row], l2_sf[row] = q[0], sf[0]
+            elif l2_sf is not None:
                 q, sf = per_token_cast_to_fp8(a.float()[None], use_ue8m0=False)
                 l2_acts[row], l2_sf[row] = q[0], sf[0]
             else:
@@ -728,17 +923,30 @@ class EmulatedExtension:
             assert recipe is None and d.dtype == torch.bfloat16
             self._grouped(dequant_rows(a, sfa), dequant_blocks(b, sfb), d, ends)
 
+    def m_grouped_fp8_fp4_gemm_nt_contiguous(self, a_pair, b_pair, d, ends, use_psum_layout, ensure_zero_padding):
+        assert use_psum_layout and not ensure_zero_padding and d.dtype == torch.bfloat16
+        (a, sfa), (b, sfb) = a_pair, b_pair
+        assert sfa.dtype == torch.float32 and sfa.stride() == (1, (a.shape[0] + 3) // 4 * 4)
+        sf32 = unpack_ue8m0_from_int(sfb) if sfb.dtype == torch.int32 else sfb
+        k = a.shape[1]
+        b64 = torch.stack([fold_1x32(cast_back_from_fp4(w, torch.ones_like(sf), gran_k=32), sf, k)
+                           for w, sf in zip(b, sf32[..., : k // 32], strict=True)])  # fmt: skip
+        self._grouped(dequant_rows(a, sfa), b64, d, ends)
+
     def m_grouped_bf16_gemm_nt_contiguous(self, a, b, d, ends, use_psum_layout, ensure_zero_padding):
         assert use_psum_layout and not ensure_zero_padding
         self._grouped(a.double(), b.double(), d, ends)
 
 
-@pytest.mark.parametrize("use_fp8", [True, False], ids=["fp8", "bf16"])
+KINDS = ["fp8", "bf16", "fp8-packed", "fp8fp4", "fp8fp4-fp32sf"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(("num_tokens", "pattern"), [(13, "random"), (16, "skewed"), (1, "dense")])
-def test_pipeline_plumbing_on_emulated_kernels(use_fp8, num_tokens, pattern, monkeypatch) -> None:
+def test_pipeline_plumbing_on_emulated_kernels(kind, num_tokens, pattern, monkeypatch) -> None:
     from deep_gemm.mega import moe
 
-    problem = Problem(use_fp8, 8, 16, 3, 256, 128, clamp=2.0, device="cpu")
+    problem = make_problem(kind, 8, 16, 3, 256, 128, clamp=2.0, device="cpu")
     problem.route(num_tokens, pattern)
     monkeypatch.setattr(moe, "_C", EmulatedExtension(problem.buffer))
     monkeypatch.setattr(moe, "_check_devices", lambda *args: None)
@@ -777,7 +985,7 @@ def check_routing_tables(problem: Problem, num_tokens: int) -> None:
 
 
 @gpu
-@pytest.mark.parametrize("use_fp8", [True, False], ids=["fp8", "bf16"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
     ("num_experts", "max_tokens", "num_tokens", "topk", "hidden", "inter", "pattern", "clamp"),
     [
@@ -791,9 +999,9 @@ def check_routing_tables(problem: Problem, num_tokens: int) -> None:
     ids=["t-max", "skewed", "clamp", "one-token", "e32-top8", "one-expert"],
 )
 def test_mega_moe_against_float64(
-    use_fp8, num_experts, max_tokens, num_tokens, topk, hidden, inter, pattern, clamp
+    kind, num_experts, max_tokens, num_tokens, topk, hidden, inter, pattern, clamp
 ) -> None:
-    problem = Problem(use_fp8, num_experts, max_tokens, topk, hidden, inter, clamp=clamp)
+    problem = make_problem(kind, num_experts, max_tokens, topk, hidden, inter, clamp=clamp)
     problem.route(num_tokens, pattern)
     stats = torch.full((num_experts,), 5, dtype=torch.int32, device="cuda")
     y = torch.full((num_tokens, hidden), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -811,9 +1019,9 @@ def test_mega_moe_against_float64(
 
 
 @gpu
-@pytest.mark.parametrize("use_fp8", [True, False], ids=["fp8", "bf16"])
-def test_mega_moe_no_tokens(use_fp8: bool) -> None:
-    problem = Problem(use_fp8, 8, 32, 2, 256, 128)
+@pytest.mark.parametrize("kind", KINDS)
+def test_mega_moe_no_tokens(kind: str) -> None:
+    problem = make_problem(kind, 8, 32, 2, 256, 128)
     stats = torch.zeros(8, dtype=torch.int32, device="cuda")
     y = torch.empty(0, 256, dtype=torch.bfloat16, device="cuda")
     problem.call(y, stats)
@@ -822,9 +1030,9 @@ def test_mega_moe_no_tokens(use_fp8: bool) -> None:
 
 
 @gpu
-@pytest.mark.parametrize("use_fp8", [True, False], ids=["fp8", "bf16"])
-def test_mega_moe_bad_expert_ids(use_fp8: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    problem = Problem(use_fp8, 8, 32, 2, 256, 128)
+@pytest.mark.parametrize("kind", KINDS)
+def test_mega_moe_bad_expert_ids(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = make_problem(kind, 8, 32, 2, 256, 128)
     problem.route(16, "dense")
     problem.buffer.topk_idx[5, 1] = 8
     problem.buffer.topk_idx[7, 0] = -5
@@ -840,9 +1048,9 @@ def test_mega_moe_bad_expert_ids(use_fp8: bool, monkeypatch: pytest.MonkeyPatch)
 
 
 @gpu
-@pytest.mark.parametrize("use_fp8", [True, False], ids=["fp8", "bf16"])
-def test_mega_moe_cuda_graph_replay_with_new_routing(use_fp8: bool) -> None:
-    problem = Problem(use_fp8, 16, 128, 4, 512, 256)
+@pytest.mark.parametrize("kind", KINDS)
+def test_mega_moe_cuda_graph_replay_with_new_routing(kind: str) -> None:
+    problem = make_problem(kind, 16, 128, 4, 512, 256)
     num_tokens = 100
     problem.route(num_tokens, "random", seed=1)
     y = torch.full((num_tokens, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -904,11 +1112,13 @@ def test_fp8_mega_moe_on_symmetric_memory_single_rank(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize("w_dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("num_tokens", "scaling"), [(37, 2.5), (64, 1.0), (1, 0.37), (0, 1.0)])
-def test_pre_dispatch_kernel_is_bit_exact(idx_dtype, w_dtype, num_tokens: int, scaling: float) -> None:
+@pytest.mark.parametrize("mma_type", ["fp8xfp8", "fp8xfp4"])
+def test_pre_dispatch_kernel_is_bit_exact(idx_dtype, w_dtype, num_tokens: int, scaling: float, mma_type: str) -> None:
     # The kernel against the PyTorch ops it replaces, byte for byte, inputs with padded rows; rows past num_tokens
-    # untouched
+    # untouched. 'fp8xfp4': x_sf int32, UE8M0 1x32 scales packed (per_token_cast_to_fp8's packed form).
     gen = torch.Generator(device="cuda").manual_seed(num_tokens)
-    buffer = mega.get_symm_buffer_for_sm90_mega_moe(None, 8, 64, 6, 1024, 256)
+    buffer = mega.get_symm_buffer_for_mega_moe(None, 8, 64, 6, 1024, 256, mma_type=mma_type)
+    assert buffer.x_sf.dtype == (torch.int32 if mma_type == "fp8xfp4" else torch.float32)
     ref_storage = buffer.storage.clone()
     x = (torch.randn(70, 1040, device="cuda", generator=gen) * 3).to(torch.bfloat16)[:, :1024]
     x[0, :128] = 0  # an all-zero block: the amax floor

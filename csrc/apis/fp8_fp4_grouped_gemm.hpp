@@ -13,39 +13,37 @@
 
 namespace dg::apis {
 
-// Contiguous layout: A e4m3 [M, K] with FP32 sfa [M, ceil(K/128)], B packed FP4 [G, N, K / 2] with sfb FP32
+// Contiguous layout: A e4m3 [M, K] or packed FP4 [M, K / 2] with its scales (check_fp4_gemm_sfa), B packed FP4 [G, N, K / 2] with sfb FP32
 // [G, N, ceil(K/32)] or packed UE8M0 int32 [G, N, ceil(K/128)], D BF16 [M, N].
-inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a, const at::Tensor& sfa_in,
+inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a_in, const at::Tensor& sfa_in,
                                                         const at::Tensor& b, const at::Tensor& sfb_in,
                                                         const at::Tensor& d, const at::Tensor& grouped_layout,
                                                         const Recipe& recipe, const Recipe& recipe_a,
                                                         const Recipe& recipe_b, const std::string& compiled_dims,
                                                         bool use_psum_layout, bool ensure_zero_padding) {
-    check_fp8_operand(a, "a[0] (A)");
+    const int64_t k = check_fp4_gemm_a(a_in, 2);
     check_dim(b, 3, "b[0] (B, packed FP4)");
-    const int64_t m = a.size(0), k = a.size(1), num_groups = b.size(0), n = b.size(1);
+    const int64_t m = a_in.size(0), num_groups = b.size(0), n = b.size(1);
     check_fp4_b(b, sfb_in, num_groups, n, k);
     DG_CHECK_INPUT(num_groups >= 1, "b[0] (B, packed FP4) must hold at least one group, got a {}", describe(b));
     detail::check_grouped_d(d, m, n);
     DG_CHECK_INPUT(m <= INT32_MAX && n * num_groups <= INT32_MAX && k <= INT32_MAX,
                    "M, G * N and K must each be below 2^31");
-    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
+    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a_in));
     const auto cdims = parse_compiled_dims(compiled_dims);
-    check_fp4_recipe(recipe, recipe_a, recipe_b);
-    check_fp4_gemm_sfa(sfa_in, {m}, "M", k);
+    const auto recipe_gran_k = check_fp4_recipe(recipe, recipe_a, recipe_b);
+    const int64_t gran_k = check_fp4_gemm_sfa(sfa_in, {m}, "M", k, is_packed_fp4(a_in), recipe_gran_k);
     const int64_t alignment = detail::check_contiguous_layout(grouped_layout, m, num_groups, use_psum_layout);
-    check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
+    check_output_disjoint(d, "d", {{&a_in, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
                                    {&sfb_in, "b[1] (sfb)"}, {&grouped_layout, "grouped_layout"}});
 
-    check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
-                                           {&grouped_layout, "grouped_layout"}});
-    check_sm90(a, "m_grouped_fp8_fp4_gemm_nt_contiguous");
-    const jit::DeviceScope device_scope(a.device().index());
+    check_same_cuda_device(a_in, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"},
+                                              {&sfb_in, "b[1] (sfb)"}, {&grouped_layout, "grouped_layout"}});
+    check_sm90(a_in, "m_grouped_fp8_fp4_gemm_nt_contiguous");
+    const jit::DeviceScope device_scope(a_in.device().index());
     if (m == 0 || n == 0)
         return;
-    at::Tensor sfa_storage;
-    const at::Tensor sfa_fp32 = fp4_gemm_sfa_fp32(sfa_in, k);
-    const at::Tensor& sfa = mn_major_tma_aligned(sfa_fp32, sfa_storage);
+    const auto [a, sfa] = fp4_gemm_operand_a(a_in, sfa_in, k, gran_k);
     const at::Tensor sfb = fp4_b_scale_words(sfb_in);
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n, cdims.k},
                            grouped_layout, use_psum_layout, alignment);
@@ -53,43 +51,43 @@ inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a, con
         detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
 }
 
-// Masked layout: A e4m3 [G, max_m, K] with FP32 sfa [G, max_m, ceil(K/128)], B packed FP4 [G, N, K / 2] with its
+// Masked layout: A e4m3 [G, max_m, K] or packed FP4 [G, max_m, K / 2] with scales [G, max_m, ...], B packed FP4 [G, N, K / 2] with its
 // scales as above, D BF16 [G, max_m, N]; masked_m int32 [G] stays on the device.
-inline void m_grouped_fp8_fp4_gemm_nt_masked_packed(const at::Tensor& a, const at::Tensor& sfa_in, const at::Tensor& b,
+inline void m_grouped_fp8_fp4_gemm_nt_masked_packed(const at::Tensor& a_in, const at::Tensor& sfa_in, const at::Tensor& b,
                                                     const at::Tensor& sfb_in, const at::Tensor& d,
                                                     const at::Tensor& masked_m, int64_t expected_m,
                                                     const Recipe& recipe, const Recipe& recipe_a,
                                                     const Recipe& recipe_b, const std::string& compiled_dims) {
-    check_fp8_operand(a, "a[0] (A)", 3);
+    const int64_t k = check_fp4_gemm_a(a_in, 3);
     check_dim(b, 3, "b[0] (B, packed FP4)");
-    const int64_t num_groups = a.size(0), max_m = a.size(1), k = a.size(2), n = b.size(1);
+    const int64_t num_groups = a_in.size(0), max_m = a_in.size(1), n = b.size(1);
     DG_CHECK_INPUT(b.size(0) == num_groups, "b[0] (B, packed FP4) must be [G, N, K / 2] with G = {} (a[0]'s), got a {}",
                    num_groups, describe(b));
     check_fp4_b(b, sfb_in, num_groups, n, k);
-    DG_CHECK_INPUT(num_groups >= 1, "a[0] (A) must hold at least one group, got a {}", describe(a));
+    DG_CHECK_INPUT(num_groups >= 1, "a[0] (A) must hold at least one group, got a {}", describe(a_in));
     detail::check_masked_rows(max_m);
-    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a));
-    check_groups_stacked(a, "a[0] (A)");
+    DG_CHECK_INPUT(k > 0, "K must be positive for m-grouped GEMMs, got a[0] (A) = a {}", describe(a_in));
+    check_groups_stacked(a_in, "a[0] (A)");
     DG_CHECK_INPUT(num_groups * max_m <= INT32_MAX && num_groups * n <= INT32_MAX && k <= INT32_MAX,
                    "G * max_m, G * N and K must each be below 2^31");
     detail::check_masked(masked_m, d, num_groups, max_m, n, expected_m);
     const auto cdims = parse_compiled_dims(compiled_dims);
-    check_fp4_recipe(recipe, recipe_a, recipe_b);
-    check_fp4_gemm_sfa(sfa_in, {num_groups, max_m}, "G, max_m", k);
-    check_output_disjoint(d, "d", {{&a, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
+    const auto recipe_gran_k = check_fp4_recipe(recipe, recipe_a, recipe_b);
+    const int64_t gran_k = check_fp4_gemm_sfa(sfa_in, {num_groups, max_m}, "G, max_m", k, is_packed_fp4(a_in),
+                                              recipe_gran_k);
+    check_output_disjoint(d, "d", {{&a_in, "a[0] (A)"}, {&b, "b[0] (B)"}, {&sfa_in, "a[1] (sfa)"},
                                    {&sfb_in, "b[1] (sfb)"}, {&masked_m, "masked_m"}});
 
-    check_same_cuda_device(a, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"}, {&sfb_in, "b[1] (sfb)"},
-                                           {&masked_m, "masked_m"}});
-    check_sm90(a, "m_grouped_fp8_fp4_gemm_nt_masked");
-    const jit::DeviceScope device_scope(a.device().index());
+    check_same_cuda_device(a_in, "a[0] (A)", {{&b, "b[0] (B)"}, {&d, "d"}, {&sfa_in, "a[1] (sfa)"},
+                                              {&sfb_in, "b[1] (sfb)"}, {&masked_m, "masked_m"}});
+    check_sm90(a_in, "m_grouped_fp8_fp4_gemm_nt_masked");
+    const jit::DeviceScope device_scope(a_in.device().index());
     if (n == 0 || max_m == 0)
         return;
-    const at::Tensor a_flat = a.view({num_groups * max_m, k});
+    // (the groups as one [G * max_m, ...] operand: stacked densely, checked above)
+    const auto [a_flat, sfa] = fp4_gemm_operand_a(a_in.view({num_groups * max_m, a_in.size(2)}),
+                                                  sfa_in.reshape({num_groups * max_m, sfa_in.size(2)}), k, gran_k);
     const at::Tensor d_flat = d.view({num_groups * max_m, n});
-    const int64_t sf_k = (k + 127) / 128;
-    const at::Tensor sfa =
-        get_mn_major_tma_aligned_tensor(fp4_gemm_sfa_fp32(sfa_in, k).reshape({num_groups * max_m, sf_k}));
     const at::Tensor sfb = fp4_b_scale_words(sfb_in);
     detail::run_masked({a_flat, b, d_flat, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n,
                         cdims.k},

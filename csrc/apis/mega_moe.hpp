@@ -30,7 +30,9 @@ inline deep_gemm::MegaMoeLayout mega_moe_layout(const std::vector<int64_t>& v) {
     l.max_tokens = static_cast<uint32_t>(v[7]), l.num_topk = static_cast<uint32_t>(v[8]);
     l.hidden = static_cast<uint32_t>(v[9]), l.num_experts = static_cast<uint32_t>(v[10]);
     l.num_local_experts = static_cast<uint32_t>(v[11]), l.rank = static_cast<uint32_t>(v[12]);
-    l.num_ranks = static_cast<uint32_t>(v[13]), l.x_is_fp8 = static_cast<uint32_t>(v[14]);
+    l.num_ranks = static_cast<uint32_t>(v[13]), l.x_format = static_cast<uint32_t>(v[14]);
+    DG_CHECK_INPUT(v[14] <= deep_gemm::kMegaMoeXFp8Ue8m0x32, "layout: x format must be 0 (BF16), 1 (FP8, FP32 1x128 "
+                   "scales) or 2 (FP8, packed UE8M0 1x32 scales), got {}", v[14]);
     DG_CHECK_INPUT(l.num_ranks >= 1 && l.rank < l.num_ranks, "layout: rank {} of {} ranks", l.rank, l.num_ranks);
     DG_CHECK_INPUT(l.num_local_experts >= 1 && l.num_local_experts <= deep_gemm::kMegaMoeMaxLocalExperts &&
                    l.num_local_experts * l.num_ranks == l.num_experts,
@@ -102,8 +104,9 @@ inline void mega_moe_dispatch(const at::Tensor& peers, const std::vector<int64_t
         stats = recv_stats->data_ptr<int32_t>();
     }
     detail::check_rows(l1_acts, num_rows, layout.hidden, "l1_acts");
-    DG_CHECK_INPUT(l1_acts.element_size() == (layout.x_is_fp8 ? 1 : 2), "l1_acts must have x's element size");
-    DG_CHECK_INPUT(layout.x_is_fp8 == l1_acts_sf.has_value(), "l1_acts_sf must be given exactly for FP8 dispatch");
+    const bool fp8 = layout.x_format != deep_gemm::kMegaMoeXBf16;
+    DG_CHECK_INPUT(l1_acts.element_size() == (fp8 ? 1 : 2), "l1_acts must have x's element size");
+    DG_CHECK_INPUT(fp8 == l1_acts_sf.has_value(), "l1_acts_sf must be given exactly for FP8 dispatch");
     const auto [sf, sf_stride] = detail::mega_moe_sf(l1_acts_sf, num_rows, layout.hidden / 128, "l1_acts_sf");
     check_sm90(peers, "mega_moe_dispatch");
     const jit::DeviceScope device_scope(peers.device().index());
@@ -112,13 +115,14 @@ inline void mega_moe_dispatch(const at::Tensor& peers, const std::vector<int64_t
                                       psum_ends.data_ptr<int32_t>(), stats, l1_acts.data_ptr(), sf, sf_stride);
 }
 
-// SwiGLU (+ clamp, x routing weight, FP8 1x128 quantization when l2_acts_sf is given) of L1's interleaved output
-// (FP32 on the FP8 path, whose L1 runs once with per-row B scales; BF16 otherwise).
+// SwiGLU (+ clamp, x routing weight) of L1's interleaved output, quantized to FP8 with FP32 1x128 scales (l2_acts_sf
+// given; L1's output FP32: the FP8 x FP8 path runs L1 once with per-row B scales), or per 1x32 with UE8M0 scales
+// folded to 1x128 (ue8m0_x32; L1's output BF16: the FP8 x FP4 path), or rounded to BF16 (no l2_acts_sf; BF16 input).
 inline void mega_moe_swiglu(const at::Tensor& peers, const std::vector<int64_t>& layout_values, int64_t num_rows,
                             int64_t intermediate, const at::Tensor& src_of_row, const at::Tensor& l1_out,
                             const at::Tensor& l2_acts,
                             const std::optional<at::Tensor>& l2_acts_sf, std::optional<double> activation_clamp,
-                            bool fast_math) {
+                            bool fast_math, bool ue8m0_x32) {
     const auto layout = detail::mega_moe_layout(layout_values);
     const uint64_t* peer_ptrs = detail::mega_moe_peers(peers, layout);
     DG_CHECK_INPUT(intermediate > 0 && intermediate % 128 == 0,
@@ -126,8 +130,13 @@ inline void mega_moe_swiglu(const at::Tensor& peers, const std::vector<int64_t>&
     DG_CHECK_INPUT(num_rows >= 0 && num_rows <= INT32_MAX, "num_rows must be in [0, 2^31), got {}", num_rows);
     detail::check_int32_vector(src_of_row, num_rows, "src_of_row");
     detail::check_rows(l1_out, num_rows, 2 * intermediate, "l1_out");
-    check_dtype(l1_out, l2_acts_sf.has_value() ? at::kFloat : at::kBFloat16,
-                l2_acts_sf.has_value() ? "l1_out (FP8 path: FP32)" : "l1_out (BF16 path: BF16)");
+    DG_CHECK_INPUT(!ue8m0_x32 || l2_acts_sf.has_value(), "ue8m0_x32 needs l2_acts_sf (FP8 output)");
+    const auto out = !l2_acts_sf.has_value() ? deep_gemm::MegaSwigluOut::kBf16
+                     : ue8m0_x32            ? deep_gemm::MegaSwigluOut::kFp8Ue8m0x32
+                                            : deep_gemm::MegaSwigluOut::kFp8;
+    const bool fp32_in = kernels::mega_swiglu_fp32_in(out);
+    check_dtype(l1_out, fp32_in ? at::kFloat : at::kBFloat16,
+                fp32_in ? "l1_out (FP8 x FP8 path: FP32)" : "l1_out (FP8 x FP4 and BF16 paths: BF16)");
     DG_CHECK_INPUT(reinterpret_cast<uintptr_t>(l1_out.data_ptr()) % 16 == 0, "l1_out must be 16-byte aligned");
     detail::check_rows(l2_acts, num_rows, intermediate, "l2_acts");
     DG_CHECK_INPUT(l2_acts.element_size() == (l2_acts_sf.has_value() ? 1 : 2),
@@ -141,12 +150,12 @@ inline void mega_moe_swiglu(const at::Tensor& peers, const std::vector<int64_t>&
                                     static_cast<uint32_t>(intermediate), src_of_row.data_ptr<int32_t>(),
                                     l1_out.data_ptr(), l2_acts.data_ptr(), sf, sf_stride,
                                     activation_clamp.has_value(),
-                                    static_cast<float>(activation_clamp.value_or(0)), fast_math);
+                                    static_cast<float>(activation_clamp.value_or(0)), out, fast_math);
 }
 
 // mega_moe_pre_dispatch_sm90 on CUDA tensors (deep_gemm.mega checks the public arguments; these are the kernel's
-// bounds): x[:num_tokens] to FP8 with 1x128 scales into buf_x / buf_x_sf, the routing into buf_topk_idx /
-// buf_topk_weights (times routed_scaling_factor).
+// bounds): x[:num_tokens] to FP8 into buf_x / buf_x_sf (FP32 buf_x_sf: 1x128 scales; int32: UE8M0 1x32 scales packed
+// four to a word), the routing into buf_topk_idx / buf_topk_weights (times routed_scaling_factor).
 inline void mega_moe_pre_dispatch(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                                   const at::Tensor& buf_x, const at::Tensor& buf_x_sf, const at::Tensor& buf_topk_idx,
                                   const at::Tensor& buf_topk_weights, int64_t num_tokens,
@@ -160,7 +169,9 @@ inline void mega_moe_pre_dispatch(const at::Tensor& x, const at::Tensor& topk_id
                    describe(buf_x));
     check_dtype(x, at::kBFloat16, "x");
     check_dtype(buf_x, at::kFloat8_e4m3fn, "buf_x");
-    check_dtype(buf_x_sf, at::kFloat, "buf_x_sf");
+    const bool sf_packed = buf_x_sf.scalar_type() == at::kInt;
+    DG_CHECK_INPUT(sf_packed || buf_x_sf.scalar_type() == at::kFloat, "buf_x_sf must be FP32 (1x128 scales) or int32 "
+                   "(packed UE8M0 1x32 scales), got a {}", describe(buf_x_sf));
     check_dtype(buf_topk_idx, at::kLong, "buf_topk_idx");
     check_dtype(buf_topk_weights, at::kFloat, "buf_topk_weights");
     DG_CHECK_INPUT(topk_idx.scalar_type() == at::kLong || topk_idx.scalar_type() == at::kInt,
@@ -191,12 +202,12 @@ inline void mega_moe_pre_dispatch(const at::Tensor& x, const at::Tensor& topk_id
     kernels::MegaMoePreDispatchArgs args{
         x.data_ptr(), u(x.stride(0)), topk_idx.data_ptr(), u(topk_idx.stride(0)), u(topk_idx.stride(1)),
         topk_weights.data_ptr(), u(topk_weights.stride(0)), u(topk_weights.stride(1)), buf_x.data_ptr(),
-        u(buf_x.stride(0)), buf_x_sf.data_ptr<float>(), u(buf_x_sf.stride(0)), u(buf_x_sf.stride(1)),
+        u(buf_x.stride(0)), buf_x_sf.data_ptr(), u(buf_x_sf.stride(0)), u(buf_x_sf.stride(1)),
         buf_topk_idx.data_ptr<int64_t>(), u(buf_topk_idx.stride(0)), u(buf_topk_idx.stride(1)),
         buf_topk_weights.data_ptr<float>(), u(buf_topk_weights.stride(0)), u(buf_topk_weights.stride(1)),
         static_cast<uint32_t>(num_tokens), static_cast<uint32_t>(hidden), static_cast<uint32_t>(k),
         topk_idx.scalar_type() == at::kLong ? 1u : 0u, wt == at::kFloat ? 0u : wt == at::kBFloat16 ? 1u : 2u,
-        static_cast<float>(routed_scaling_factor)};
+        static_cast<float>(routed_scaling_factor), sf_packed ? 1u : 0u};
     kernels::launch_mega_moe_pre_dispatch(buf_x.device().index(), args);
 }
 

@@ -17,6 +17,7 @@
 #include "impls/sm90_fp8_mqa_logits.hpp"
 #include "impls/sm90_fp8_paged_mqa_logits.hpp"
 #include "impls/sm90_tf32_hc_prenorm_gemm.hpp"
+#include "impls/smxx_fold_scales.hpp"
 #include "impls/smxx_layout.hpp"
 #include "impls/smxx_mega_moe.hpp"
 #include "impls/smxx_mqa_logits_pieces.hpp"
@@ -183,15 +184,21 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
         {"smxx_mega_moe_route", {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kRoute); }}},
         {"smxx_mega_moe_gather", {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kGather); }}},
         {"smxx_mega_moe_swiglu",
-         {{{"fp8_out", "1: FP8 output with 1x128 scales, 0: BF16 (default 1)"},
+         {{{"out", "0: BF16 (from BF16), 1: FP8 with FP32 1x128 scales (from FP32), 2: FP8 quantized per 1x32 with UE8M0 "
+                   "scales and folded to 1x128 (from BF16) (default 1)"},
            {"fast_math", "1: approximate exp and division in SiLU (default 1)"}},
           [](const KernelParams& p) {
-              return render_mega_moe_kernel(MegaMoeKernel::kSwiglu, param_or(p, "fp8_out", 1) != 0,
+              const int64_t out = param_or(p, "out", 1);
+              DG_CHECK_INPUT(out >= 0 && out <= 2, "smxx_mega_moe_swiglu: out must be 0, 1 or 2, got {}", out);
+              return render_mega_moe_kernel(MegaMoeKernel::kSwiglu, static_cast<deep_gemm::MegaSwigluOut>(out),
                                             param_or(p, "fast_math", 1) != 0);
           }}},
         {"smxx_mega_moe_pre_dispatch",
          {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kPreDispatch); }}},
         {"smxx_mega_moe_combine", {{}, [](const KernelParams&) { return render_mega_moe_kernel(MegaMoeKernel::kCombine); }}},
+        {"smxx_fold_scales",
+         {{{"fp4_in", "1: the operand is packed e2m1 (default 0: e4m3)"}},
+          [](const KernelParams& p) { return render_fold_scales_kernel(param_or(p, "fp4_in", 0) != 0); }}},
         {"smxx_zero_padding_rows",
          {{{"psum_layout", "1: the cumulative-ends layout (default 0: per-row ids)"}},
           [](const KernelParams& p) { return render_zero_padding_kernel(param_or(p, "psum_layout", 0) != 0); }}},

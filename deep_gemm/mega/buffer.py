@@ -68,7 +68,10 @@ class SymmBuffer:
     """One rank's Mega MoE buffer, with the views the caller fills before each call.
 
     Views (this rank's; ``M = num_max_tokens_per_rank``): ``x`` ``[M, hidden]`` (FP8 e4m3 for FP8 dispatch, else
-    BF16), ``x_sf`` FP32 ``[M, hidden / 128]`` (1x128 scales; ``[M, 0]`` for BF16), ``topk_idx`` int64
+    BF16), ``x_sf`` ``[M, hidden / 128]``: with ``mma_type='fp8xfp4'`` int32, UE8M0 1x32 scales packed four to a
+    word (what ``per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)`` returns, the
+    reference's format), with ``'fp8xfp8'`` FP32 1x128 scales (the SGLang fork's SM90 format), ``[M, 0]`` for
+    BF16; ``topk_idx`` int64
     ``[M, num_topk]`` (global expert ids, -1 for none), ``topk_weights`` FP32 ``[M, num_topk]``; and the internal
     activations ``l1_acts``, ``l1_acts_sf``, ``l2_acts``, ``l2_acts_sf`` (the grouped GEMMs' inputs; see
     :mod:`deep_gemm.mega.layout`). A call reads the first T rows, T = ``y.shape[0]``.
@@ -81,8 +84,9 @@ class SymmBuffer:
         hidden, intermediate_hidden: the model dim and the experts' intermediate dim, multiples of 128.
         num_ring_tokens: the reference sizes its receive ring with it; deep_gemm's stage-1 buffer holds every row a
             rank can receive (no ring), so it is checked (an int >= 0) and recorded, not used.
-        mma_type: ``'fp8xfp4'``, ``'fp8xfp8'`` (FP8 dispatch, FP32 1x128 scales: the SM90 layout, which every FP8
-            type gets on SM90) or ``'bf16xbf16'``.
+        mma_type: ``'fp8xfp4'`` (FP8 dispatch, packed UE8M0 1x32 scales), ``'fp8xfp8'`` (FP8 dispatch, FP32 1x128
+            scales) or ``'bf16xbf16'``. Both FP8 buffers serve ``fp8_mega_moe`` and ``fp8_fp4_mega_moe``: the
+            dispatch folds 1x32 scales into 1x128 ones (exact to 2^-10 of a block's scale, docs/design.md).
         activation: ``'swiglu'``.
 
     Raises:
@@ -143,6 +147,7 @@ class SymmBuffer:
             intermediate_hidden,
             use_fp8_dispatch,
             alignment,
+            packed_x_sf=use_fp8_dispatch and mma_type == "fp8xfp4",
         )
         self.group = group
         self.rank = rank
@@ -234,8 +239,10 @@ def get_symm_buffer_for_mega_moe(
     """Allocate the Mega MoE buffer for these dims (a collective over ``group``: every rank calls it alike).
 
     ``use_fp8_dispatch`` (None: FP8 for the ``fp8*`` mma types, BF16 for ``'bf16xbf16'``) picks the dtype of the
-    dispatched tokens ``x``; FP8 with BF16 experts is rejected. On SM90 every ``fp8*`` mma type gets the FP8 x FP8
-    layout (FP32 1x128 scales) that :func:`deep_gemm.mega.fp8_mega_moe` reads, as the SGLang fork routes it. See
+    dispatched tokens ``x``; FP8 with BF16 experts is rejected. ``'fp8xfp4'`` (the default) lays ``x_sf`` out as
+    the reference does (packed UE8M0 1x32 scales), ``'fp8xfp8'`` as the SGLang fork's SM90 buffer (FP32 1x128);
+    either FP8 buffer serves :func:`deep_gemm.mega.fp8_mega_moe` and :func:`deep_gemm.mega.fp8_fp4_mega_moe`, and
+    :func:`deep_gemm.mega.mega_moe_pre_dispatch_sm90` writes the format of the buffer it is given. See
     :class:`SymmBuffer` for the other arguments, the views and what it raises.
     """
     fn = "get_symm_buffer_for_mega_moe"

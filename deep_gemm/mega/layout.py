@@ -7,13 +7,15 @@ name                      dtype and shape                            role
 ========================  =========================================  ==============================================
 ``num_tokens``            int32 ``[4]`` (entry 0 used)               this rank's T for the current call (peers read)
 ``x``                     FP8 e4m3 or BF16 ``[max_tokens, hidden]``  the caller's tokens (peers read)
-``x_sf``                  FP32 ``[max_tokens, hidden / 128]``        their 1x128 scales (FP8 dispatch; peers read)
+``x_sf``                  ``[max_tokens, hidden / 128]``             their scales (FP8 dispatch; peers read): FP32 per
+                                                                     1x128, or int32 words of four UE8M0 1x32 scales
 ``topk_idx``              int64 ``[max_tokens, num_topk]``           global expert ids, -1 for none (peers read)
 ``topk_weights``          FP32 ``[max_tokens, num_topk]``            routing weights (peers read)
 ``combine_row``           int32 ``[max_tokens, num_topk]``           written by each expert's owner: the output row
 ``l1_acts``               x's dtype ``[max_rows, hidden]``           the received rows, grouped by local expert
 ``l1_acts_sf``            FP32, MN-major ``[hidden / 128, rows']``   their scales (FP8), the GEMM's layout
-``l1_out``                FP32 (FP8) or BF16 ``[max_rows, 2 * I]``   linear 1's output (gate/up interleaved by 8)
+``l1_out``                FP32 (FP8) or BF16 ``[max_rows, 2 * I]``   linear 1's output (gate/up interleaved by 8;
+                                                                     FP8 x FP4 writes BF16 into its first half)
 ``l2_acts``               x's dtype ``[max_rows, I]``                SwiGLU x weight (quantized for FP8)
 ``l2_acts_sf``            FP32, MN-major ``[I / 128, rows']``        its scales (FP8)
 ``l2_out``                BF16 ``[max_rows, hidden]``                linear 2's output (the tokens' owners read)
@@ -85,6 +87,7 @@ class MegaMoeBufferLayout:
     max_rows: int
     regions: dict[str, Region]
     num_bytes: int
+    packed_x_sf: bool = False  # x_sf holds UE8M0 1x32 scales packed four to an int32 (the 'fp8xfp4' buffer)
 
     def kernel_layout(self, rank: int) -> list[int]:
         """The 15 integers the extension's Mega MoE steps take (the kernels' MegaMoeLayout, in its order)."""
@@ -99,7 +102,8 @@ class MegaMoeBufferLayout:
             self.num_local_experts,
             rank,
             self.num_ranks,
-            int(self.use_fp8),
+            # (the kernels' MegaMoeXFormat: BF16, FP8 with FP32 1x128 scales, FP8 with packed UE8M0 1x32 scales)
+            2 if self.packed_x_sf else int(self.use_fp8),
         ]
 
 
@@ -133,6 +137,7 @@ def mega_moe_buffer_layout(
     intermediate_hidden: int,
     use_fp8: bool,
     alignment: int,
+    packed_x_sf: bool = False,
 ) -> MegaMoeBufferLayout:
     """Size and lay out one rank's Mega MoE buffer (see the module docstring for the regions).
 
@@ -143,9 +148,11 @@ def mega_moe_buffer_layout(
         num_topk: experts per token.
         hidden: model dim, a multiple of 128.
         intermediate_hidden: the experts' intermediate dim I, a multiple of 128.
-        use_fp8: FP8 e4m3 activations with FP32 1x128 scales (else BF16, no scales).
+        use_fp8: FP8 e4m3 activations with scales (else BF16, no scales).
         alignment: the contiguous grouped layout's segment alignment
             (``get_mk_alignment_for_contiguous_layout()``), positive.
+        packed_x_sf: FP8 only: ``x_sf`` holds UE8M0 1x32 scales packed four to an int32 (the reference's
+            ``'fp8xfp4'`` input format) instead of FP32 1x128 scales. The internal activations keep FP32 1x128.
 
     Raises:
         TypeError / ValueError: naming the argument that is not a positive int, not a multiple of 128, or
@@ -164,6 +171,10 @@ def mega_moe_buffer_layout(
         _check_positive_int(fn, name, value)
     if not isinstance(use_fp8, bool):
         raise TypeError(f"{fn}: use_fp8 must be a bool, got {type(use_fp8).__name__}")
+    if not isinstance(packed_x_sf, bool):
+        raise TypeError(f"{fn}: packed_x_sf must be a bool, got {type(packed_x_sf).__name__}")
+    if packed_x_sf and not use_fp8:
+        raise ValueError(f"{fn}: packed_x_sf needs FP8 activations (use_fp8=True)")
     if num_experts % num_ranks != 0:
         raise ValueError(f"{fn}: num_experts ({num_experts}) must be a multiple of the group size ({num_ranks})")
     for name, value in (("hidden", hidden), ("intermediate_hidden", intermediate_hidden)):
@@ -182,7 +193,7 @@ def mega_moe_buffer_layout(
     plan: list[tuple[str, tuple[int, ...], str, bool]] = [
         ("num_tokens", (4,), "int32", False),
         ("x", (max_tokens, hidden), act, False),
-        ("x_sf", (max_tokens, hidden // 128 if use_fp8 else 0), "float32", False),
+        ("x_sf", (max_tokens, hidden // 128 if use_fp8 else 0), "int32" if packed_x_sf else "float32", False),
         ("topk_idx", (max_tokens, num_topk), "int64", False),
         ("topk_weights", (max_tokens, num_topk), "float32", False),
         ("combine_row", (max_tokens, num_topk), "int32", False),
@@ -215,4 +226,5 @@ def mega_moe_buffer_layout(
         max_rows=max_rows,
         regions=regions,
         num_bytes=max(offset, REGION_ALIGNMENT),
+        packed_x_sf=packed_x_sf,
     )

@@ -1,10 +1,11 @@
-"""The Mega MoE calls: ``fp8_mega_moe`` (SM90, FP8 x FP8), ``bf16_mega_moe``, ``fp8_fp4_mega_moe`` (FP4 weights: not
-yet on SM90) and the SGLang fork's ``mega_moe_pre_dispatch_sm90``.
+"""The Mega MoE calls: ``fp8_mega_moe`` (SM90, FP8 x FP8), ``fp8_fp4_mega_moe`` (FP8 activations x FP4 weights),
+``bf16_mega_moe`` and the SGLang fork's ``mega_moe_pre_dispatch_sm90``.
 
-Stage 1 (this module): route + gather (one extension step, impls/smxx_mega_moe.cuh), linear 1 through the m-grouped
-contiguous GEMM (psum layout, the expert segments' ends computed on the device; FP8: one pass with per-row weight
-scales and FP32 output), SwiGLU + routing weight (+ FP8
-1x128 quantization) in a small kernel, linear 2 through the grouped GEMM again, and a combine kernel; group barriers
+Stage 1 (this module): route + gather (one extension step, impls/smxx_mega_moe.cuh; 1x32 activation scales folded to
+1x128), linear 1 through the m-grouped contiguous GEMM (psum layout, the expert segments' ends computed on the device;
+FP8 x FP8: one pass with per-row weight scales and FP32 output; FP8 x FP4: the FP4 mode, BF16 output), SwiGLU +
+routing weight (+ FP8 quantization: FP32 1x128 scales, or UE8M0 1x32 folded to 1x128 for FP4 weights) in a small
+kernel, linear 2 through the grouped GEMM again, and a combine kernel; group barriers
 (PyTorch symmetric memory) between the steps that read what peers wrote. No host synchronization (the expert-id
 check runs only with ``DG_DEBUG_CHECKS=1``), so a call can be captured in a CUDA graph. docs/design.md ("Mega MoE") gives the plan
 of stage 2, the fused kernel.
@@ -168,10 +169,11 @@ def _l1_row_scales(block_scales: torch.Tensor) -> torch.Tensor:
 
 
 def _swiglu_and_quantize(
-    sym_buffer: SymmBuffer, rows: int, l1_out: torch.Tensor, activation_clamp, fast_math: bool
+    sym_buffer: SymmBuffer, rows: int, l1_out: torch.Tensor, activation_clamp, fast_math: bool, ue8m0_x32: bool
 ) -> None:
-    """SwiGLU(gate, up) x routing weight of every received row of l1_out (FP32 on the FP8 path, BF16 otherwise; gate
-    and up interleaved by 8) into l2_acts (FP8 + 1x128 scales, or BF16).
+    """SwiGLU(gate, up) x routing weight of every received row of l1_out (FP32 on the FP8 x FP8 path, BF16 otherwise;
+    gate and up interleaved by 8) into l2_acts (FP8 + FP32 1x128 scales, FP8 quantized per 1x32 with UE8M0 scales
+    and folded to 1x128 with ``ue8m0_x32``, or BF16).
 
     The one place stage 1 computes the activation: a fused silu_and_mul + quantize kernel can replace this body."""
     layout = sym_buffer.layout
@@ -188,14 +190,25 @@ def _swiglu_and_quantize(
         l2_sf,
         None if activation_clamp is None else float(activation_clamp),
         fast_math,
+        ue8m0_x32,
     )
 
 
 def _run_mega_moe(
-    fn: str, y, l1_gemm, l2_gemm, sym_buffer: SymmBuffer, stats, activation_clamp, fast_math, num_tokens_bound
+    fn: str,
+    y,
+    l1_gemm,
+    l2_gemm,
+    sym_buffer: SymmBuffer,
+    stats,
+    activation_clamp,
+    fast_math,
+    num_tokens_bound,
+    fp4_weights: bool = False,
 ) -> None:
     """The stage-1 pipeline of one call (see the module docstring); l1_gemm(a, a_sf, d, ends) and
-    l2_gemm(a, a_sf, d, ends) run the grouped GEMMs on the received rows."""
+    l2_gemm(a, a_sf, d, ends) run the grouped GEMMs on the received rows. ``fp4_weights``: linear 1 writes BF16 into
+    the (FP32-sized) l1_out region, and the SwiGLU quantizes per 1x32 with UE8M0 scales."""
     num_tokens = y.shape[0]
     rows = _rows_for_call(fn, sym_buffer, num_tokens, num_tokens_bound)
     _check_expert_ids(fn, sym_buffer, num_tokens)
@@ -221,9 +234,14 @@ def _run_mega_moe(
         l1_sf,
     )
 
-    l1_out = sym_buffer.view("l1_out")[:rows]
+    l1_out = sym_buffer.view("l1_out")
+    if fp4_weights:
+        # (the FP8 x FP4 GEMM writes BF16: the first rows * 2I BF16 values of the region, row-major)
+        l1_out = l1_out.view(-1).view(torch.bfloat16)[: rows * l1_out.shape[1]].view(rows, l1_out.shape[1])
+    else:
+        l1_out = l1_out[:rows]
     l1_gemm(l1_acts, l1_sf, l1_out, psum_ends)
-    _swiglu_and_quantize(sym_buffer, rows, l1_out, activation_clamp, fast_math)
+    _swiglu_and_quantize(sym_buffer, rows, l1_out, activation_clamp, fast_math, fp4_weights)
 
     l2_acts = sym_buffer.view("l2_acts")[:rows]
     l2_sf = sym_buffer.view("l2_acts_sf", rows) if layout.use_fp8 else None
@@ -388,6 +406,26 @@ def bf16_mega_moe(
     )
 
 
+def _check_fp4_weight(fn: str, name: str, pair, rows: int, k: int, e_local: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An FP4 weight ``(int8/uint8 [E_local, rows, k / 2], scales)``, the scales per row and 1x32 of K: FP32
+    ``[E_local, rows, k / 32]`` or UE8M0 packed four to an int32 ``[E_local, rows, k / 128]`` (any strides)."""
+    w, sf = _check_pair(fn, name, pair)
+    if not isinstance(w, torch.Tensor) or w.dtype not in (torch.int8, torch.uint8):
+        raise ValueError(
+            f"{fn}: {name}[0] must be packed FP4 (int8 or uint8, two e2m1 values a byte), got "
+            f"{getattr(w, 'dtype', type(w).__name__)}"
+        )
+    _check_tensor(fn, f"{name}[0]", w, w.dtype, (e_local, rows, k // 2))
+    if not isinstance(sf, torch.Tensor) or sf.dtype not in (torch.float32, torch.int32):
+        raise ValueError(
+            f"{fn}: {name}[1] must be FP32 1x32 scales or packed UE8M0 int32 words, got "
+            f"{getattr(sf, 'dtype', type(sf).__name__)}"
+        )
+    cols = k // 32 if sf.dtype == torch.float32 else k // 128
+    _check_tensor(fn, f"{name}[1]", sf, sf.dtype, (e_local, rows, cols))
+    return w, sf
+
+
 def fp8_fp4_mega_moe(
     y,
     l1_weights,
@@ -399,21 +437,77 @@ def fp8_fp4_mega_moe(
     activation_clamp=None,
     fast_math=True,
 ):
-    """The reference's FP8 activations x FP4 weights Mega MoE. **Not yet available on SM90**: it needs the FP4
-    grouped GEMM (FP4 weights converted to e4m3 on their way to the tensor cores), which is not in deep_gemm yet.
-    Use :func:`fp8_mega_moe` (FP8 weights) or :func:`bf16_mega_moe` meanwhile.
+    """One MoE layer with FP8 activations and FP4 expert weights: ``y[t] = sum_j L2_e(w[t, j] * SwiGLU(L1_e(x_t)))``.
+
+    Before the call each rank fills its buffer's first T rows (T = ``y.shape[0]``): ``x`` (FP8 e4m3) and ``x_sf``
+    (with ``mma_type='fp8xfp4'``: UE8M0 1x32 scales packed four to an int32, from ``per_token_cast_to_fp8(x,
+    use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)``; an ``'fp8xfp8'`` buffer takes FP32 1x128 scales),
+    ``topk_idx`` and ``topk_weights``, as for :func:`fp8_mega_moe`. On SM90 the FP4 weights stay FP4 in memory and
+    become e4m3 in shared memory on their way to the tensor cores (the FP8 x FP4 grouped GEMM); the activations'
+    1x32 scales are folded into 1x128 ones (exact except for values below 2^-6 of their 128-block's scale, which
+    round to e4m3's subnormal grid: docs/design.md). The SwiGLU output times the routing weight is quantized per
+    1x32 with UE8M0 scales (amax floored at 1e-4, scale ``2^ceil(log2(amax / 448))``) and folded the same way before
+    linear 2. Linear 1's output is rounded to BF16 before the SwiGLU.
+
+    Args:
+        y: BF16 ``[T, hidden]``, row-major, written (tokens routed nowhere get zeros).
+        l1_weights: from :func:`transform_weights_for_mega_moe`: ``(FP4 int8/uint8 [E_local, 2 I, hidden / 2] with
+            gate/up rows interleaved by 8, scales per row and 1x32: FP32 [E_local, 2 I, hidden / 32] or packed UE8M0
+            int32 [E_local, 2 I, hidden / 128])``. FP32 scales must be powers of two (UE8M0).
+        l2_weights: ``(FP4 [E_local, hidden, I / 2], scales [E_local, hidden, I / 32] FP32 or [.., I / 128] int32)``.
+        sym_buffer: an FP8-dispatch buffer (:func:`get_symm_buffer_for_mega_moe`).
+        cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math: as :func:`fp8_mega_moe`.
+        recipe: ``(1, 1, 32)``: per-row 1x32 scales of activations and weights.
 
     Raises:
-        NotImplementedError: always, for now (after the common argument checks).
-        TypeError / ValueError: as :func:`fp8_mega_moe`, for ``y``, ``sym_buffer`` and the scalar arguments.
+        TypeError / ValueError: as :func:`fp8_mega_moe`, naming the argument.
+        NotImplementedError: off SM90 (from the kernels).
     """
     fn = "fp8_fp4_mega_moe"
     _check_common(
         fn, y, sym_buffer, cumulative_local_expert_recv_stats, activation, activation_clamp, fast_math, use_fp8=True
     )
-    raise _C.NotImplementedError(
-        f"{fn}: FP4 weights are not supported on SM90 yet (Mega MoE's FP8 x FP4 expert path is not built); use "
-        "fp8_mega_moe with FP8 weights (transform_weights_for_mega_moe_sm90) or bf16_mega_moe"
+    if not isinstance(recipe, (tuple, list)) or tuple(recipe) != (1, 1, 32):
+        raise ValueError(f"{fn}: recipe must be (1, 1, 32) (1x32 scales of activations and weights), got {recipe!r}")
+    layout = sym_buffer.layout
+    e_local, hidden, inter = layout.num_local_experts, layout.hidden, layout.intermediate_hidden
+    w1, s1 = _check_fp4_weight(fn, "l1_weights", l1_weights, 2 * inter, hidden, e_local)
+    w2, s2 = _check_fp4_weight(fn, "l2_weights", l2_weights, hidden, inter, e_local)
+    _check_devices(
+        fn,
+        sym_buffer,
+        {
+            "y": y,
+            "l1_weights[0]": w1,
+            "l1_weights[1]": s1,
+            "l2_weights[0]": w2,
+            "l2_weights[1]": s2,
+            "cumulative_local_expert_recv_stats": cumulative_local_expert_recv_stats,
+        },
+    )
+
+    # (the activations arrive with FP32 1x128 scales: the dispatch and the SwiGLU fold 1x32 ones)
+    def l1_gemm(a, a_sf, d, ends):
+        _C.m_grouped_fp8_fp4_gemm_nt_contiguous(
+            (a, a_sf), (w1, s1), d, ends, use_psum_layout=True, ensure_zero_padding=False
+        )
+
+    def l2_gemm(a, a_sf, d, ends):
+        _C.m_grouped_fp8_fp4_gemm_nt_contiguous(
+            (a, a_sf), (w2, s2), d, ends, use_psum_layout=True, ensure_zero_padding=False
+        )
+
+    _run_mega_moe(
+        fn,
+        y,
+        l1_gemm,
+        l2_gemm,
+        sym_buffer,
+        cumulative_local_expert_recv_stats,
+        activation_clamp,
+        fast_math,
+        None,
+        fp4_weights=True,
     )
 
 
@@ -429,11 +523,14 @@ def mega_moe_pre_dispatch_sm90(
     group_size=128,
     routed_scaling_factor=1.0,
 ):
-    """Quantize ``x[:num_tokens]`` to FP8 with FP32 1 x ``group_size`` scales into ``buf_x`` / ``buf_x_sf``, and copy
-    the routing into ``buf_topk_idx`` / ``buf_topk_weights`` (the weights times ``routed_scaling_factor``).
+    """Quantize ``x[:num_tokens]`` to FP8 into ``buf_x`` / ``buf_x_sf`` in the buffer's format, and copy the routing
+    into ``buf_topk_idx`` / ``buf_topk_weights`` (the weights times ``routed_scaling_factor``).
 
-    On CUDA tensors one kernel (impls/smxx_mega_moe.cuh, step 0) does it all, with the bytes of
-    :func:`deep_gemm.utils.per_token_cast_to_fp8` and of ``topk_weights.float() * routed_scaling_factor`` (an FP32
+    The format is ``buf_x_sf``'s: FP32 (an ``'fp8xfp8'`` buffer) takes FP32 1 x ``group_size`` scales; int32 (an
+    ``'fp8xfp4'`` buffer) takes UE8M0 1x32 scales packed four to a word, whatever ``group_size`` (32 or the default
+    128) says, since that buffer has one format. On CUDA tensors one kernel (impls/smxx_mega_moe.cuh, step 0) does it
+    all, with the bytes of :func:`deep_gemm.utils.per_token_cast_to_fp8` (``use_ue8m0=True, gran_k=32,
+    use_packed_ue8m0=True`` for the packed format) and of ``topk_weights.float() * routed_scaling_factor`` (an FP32
     product); CPU tensors (the buffer emulated in tests) take those PyTorch ops.
 
     Args:
@@ -441,7 +538,7 @@ def mega_moe_pre_dispatch_sm90(
             topk_weights: FP32, BF16 or FP16 ``[>= num_tokens, k]``.
         buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights: the buffer's views (``SymmBuffer.x`` and so on).
         num_tokens: T, an int in ``[0, buf_x.shape[0]]``.
-        group_size: 128 (the SM90 activation recipe).
+        group_size: 128 (the SM90 activation recipe); with an int32 ``buf_x_sf`` also 32.
         routed_scaling_factor: multiplies the routing weights (in FP32).
 
     Raises:
@@ -451,8 +548,12 @@ def mega_moe_pre_dispatch_sm90(
     fn = "mega_moe_pre_dispatch_sm90"
     if isinstance(num_tokens, bool) or not isinstance(num_tokens, int):
         raise TypeError(f"{fn}: num_tokens must be an int, got {type(num_tokens).__name__}")
-    if group_size != 128:
-        raise ValueError(f"{fn}: group_size must be 128 on SM90, got {group_size!r}")
+    packed = isinstance(buf_x_sf, torch.Tensor) and buf_x_sf.dtype == torch.int32
+    if group_size != 128 and not (packed and group_size == 32):
+        raise ValueError(
+            f"{fn}: group_size must be 128 on SM90 (or 32 with an int32 buf_x_sf, packed UE8M0 1x32), got "
+            f"{group_size!r}"
+        )
     for name, t in (
         ("x", x),
         ("topk_idx", topk_idx),
@@ -492,8 +593,15 @@ def mega_moe_pre_dispatch_sm90(
     devices = {t.device for t in (x, topk_idx, topk_weights, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights)}
     if len(devices) != 1:
         raise ValueError(f"{fn}: every tensor must be on one device (the buffer's), got {sorted(map(str, devices))}")
-    if buf_x.dtype != torch.float8_e4m3fn or buf_x_sf.dtype != torch.float32 or buf_x_sf.shape[1] != hidden // 128:
-        raise ValueError(f"{fn}: buf_x must be FP8 and buf_x_sf FP32 [*, hidden / 128] (an FP8 SymmBuffer's views)")
+    if (
+        buf_x.dtype != torch.float8_e4m3fn
+        or buf_x_sf.dtype not in (torch.float32, torch.int32)
+        or buf_x_sf.shape[1] != hidden // 128
+    ):
+        raise ValueError(
+            f"{fn}: buf_x must be FP8 and buf_x_sf FP32 or int32 [*, hidden / 128] (an FP8 SymmBuffer's views), got "
+            f"{buf_x.dtype} and {buf_x_sf.dtype} {list(buf_x_sf.shape)}"
+        )
     if buf_x.is_cuda:
         _C._mega_moe_pre_dispatch(
             x,
@@ -537,7 +645,10 @@ def pre_dispatch_reference(
     kernel is tested against bit for bit."""
     if num_tokens == 0:
         return
-    x_fp8, x_sf = per_token_cast_to_fp8(x[:num_tokens], use_ue8m0=False, gran_k=group_size)
+    if buf_x_sf.dtype == torch.int32:
+        x_fp8, x_sf = per_token_cast_to_fp8(x[:num_tokens], use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)
+    else:
+        x_fp8, x_sf = per_token_cast_to_fp8(x[:num_tokens], use_ue8m0=False, gran_k=group_size)
     buf_x[:num_tokens].copy_(x_fp8)
     buf_x_sf[:num_tokens].copy_(x_sf)
     buf_topk_idx[:num_tokens].copy_(topk_idx[:num_tokens])

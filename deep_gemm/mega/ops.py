@@ -146,18 +146,13 @@ def _fp8_fp4_impl(y, w1, s1, w2, s2, buffer, buffer_handle, stats, recipe, activ
                          tuple(recipe), activation, activation_clamp, fast_math)  # fmt: skip
 
 
-def _fp8_fp4_fake(*args) -> None:
-    # (as the real call: no SM90 kernel yet, so tracing fails where running would)
-    raise NotImplementedError("fp8_fp4_mega_moe: FP4 weights are not supported on SM90 yet; use fp8_mega_moe")
-
-
 _ops._define(
     "fp8_fp4_mega_moe",
     "(Tensor(y!) y, Tensor l1_weights, Tensor l1_scales, Tensor l2_weights, Tensor l2_scales, Tensor(b!) buffer, "
     "int buffer_handle, Tensor(s!)? cumulative_local_expert_recv_stats=None, int[] recipe=[1, 1, 32], "
     'str activation="swiglu", float? activation_clamp=None, bool fast_math=True) -> ()',
     _fp8_fp4_impl,
-    _fp8_fp4_fake,
+    _ops._no_output,
 )
 
 

@@ -30,14 +30,30 @@ inline const char* mega_moe_kernel_name(MegaMoeKernel kernel) {
     }
 }
 
-// fp8_out, fast_math: the SwiGLU kernel's variant (ignored by the others).
-inline jit::KernelSource render_mega_moe_kernel(MegaMoeKernel kernel, bool fp8_out = true, bool fast_math = true) {
+// The SwiGLU kernel's input: FP32 for the FP8 x FP8 path (its L1 writes FP32), BF16 otherwise.
+inline bool mega_swiglu_fp32_in(deep_gemm::MegaSwigluOut out) {
+    return out == deep_gemm::MegaSwigluOut::kFp8;
+}
+
+inline const char* mega_swiglu_out_name(deep_gemm::MegaSwigluOut out) {
+    switch (out) {
+        case deep_gemm::MegaSwigluOut::kBf16: return "MegaSwigluOut::kBf16";
+        case deep_gemm::MegaSwigluOut::kFp8: return "MegaSwigluOut::kFp8";
+        default: return "MegaSwigluOut::kFp8Ue8m0x32";
+    }
+}
+
+// swiglu_out, fast_math: the SwiGLU kernel's variant (ignored by the others).
+inline jit::KernelSource render_mega_moe_kernel(MegaMoeKernel kernel,
+                                                deep_gemm::MegaSwigluOut swiglu_out = deep_gemm::MegaSwigluOut::kFp8,
+                                                bool fast_math = true) {
     std::string instance;
     switch (kernel) {
         case MegaMoeKernel::kRoute: instance = fmt::format("mega_moe_route_kernel<{}>", kMegaMoeRouteThreads); break;
         case MegaMoeKernel::kGather: instance = fmt::format("mega_moe_gather_kernel<{}>", kMegaMoeWarps); break;
         case MegaMoeKernel::kSwiglu:
-            instance = fmt::format("mega_moe_swiglu_kernel<{}, {}, {}>", kMegaMoeWarps, fp8_out ? "true" : "false",
+            instance = fmt::format("mega_moe_swiglu_kernel<{}, {}, {}, {}>", kMegaMoeWarps,
+                                   mega_swiglu_fp32_in(swiglu_out) ? "true" : "false", mega_swiglu_out_name(swiglu_out),
                                    fast_math ? "true" : "false");
             break;
         case MegaMoeKernel::kPreDispatch:
@@ -54,12 +70,14 @@ inline jit::KernelSource render_mega_moe_kernel(MegaMoeKernel kernel, bool fp8_o
                         instance)};
 }
 
-inline const jit::Kernel& mega_moe_kernel(int device_index, MegaMoeKernel kernel, bool fp8_out = true,
+inline const jit::Kernel& mega_moe_kernel(int device_index, MegaMoeKernel kernel,
+                                          deep_gemm::MegaSwigluOut swiglu_out = deep_gemm::MegaSwigluOut::kFp8,
                                           bool fast_math = true) {
-    static jit::KernelCache<std::tuple<int, int, bool, bool>> kernels;
-    return kernels.get({device_index, static_cast<int>(kernel), fp8_out, fast_math}, [&]() -> const jit::Kernel& {
+    static jit::KernelCache<std::tuple<int, int, int, bool>> kernels;
+    return kernels.get({device_index, static_cast<int>(kernel), static_cast<int>(swiglu_out), fast_math},
+                       [&]() -> const jit::Kernel& {
         const auto arch = jit::DeviceRuntime::instance().properties(device_index).arch();
-        return jit::get_kernel(render_mega_moe_kernel(kernel, fp8_out, fast_math), arch, device_index,
+        return jit::get_kernel(render_mega_moe_kernel(kernel, swiglu_out, fast_math), arch, device_index,
                                jit::current_stream(device_index));
     });
 }
@@ -91,20 +109,19 @@ inline void launch_mega_moe_dispatch(int device_index, const uint64_t* peers, co
         .launch(device_index, gather, peers, layout, num_rows, src_of_row, acts, l1_acts_sf, sf_stride);
 }
 
-// Step 4: l1_out [num_rows, 2I] (interleaved by 8; FP32 with l2_acts_sf, else BF16), l2_acts [num_rows, I] (FP8 with
-// l2_acts_sf, or BF16 when l2_acts_sf is null).
+// Step 4: l1_out [num_rows, 2I] (interleaved by 8; FP32 for MegaSwigluOut::kFp8, else BF16), l2_acts [num_rows, I]
+// (FP8 with l2_acts_sf, or BF16 with l2_acts_sf null) as `out` says.
 inline void launch_mega_moe_swiglu(int device_index, const uint64_t* peers, const deep_gemm::MegaMoeLayout& layout,
                                    uint32_t num_rows, uint32_t intermediate, const int32_t* src_of_row,
-                                   const void* l1_out, void* l2_acts, float* l2_acts_sf,
-                                   uint32_t sf_stride, bool has_clamp, float clamp_value, bool fast_math) {
+                                   const void* l1_out, void* l2_acts, float* l2_acts_sf, uint32_t sf_stride,
+                                   bool has_clamp, float clamp_value, deep_gemm::MegaSwigluOut out, bool fast_math) {
     if (num_rows == 0)
         return;
-    const bool fp8_out = l2_acts_sf != nullptr;
     jit::LaunchConfig config;
     config.grid = {mega_moe_grid(static_cast<uint64_t>(num_rows) * (intermediate / 128), kMegaMoeWarps), 1, 1};
     config.num_threads = kMegaMoeWarps * 32;
     config.stream = jit::current_stream(device_index);
-    mega_moe_kernel(device_index, MegaMoeKernel::kSwiglu, fp8_out, fast_math)
+    mega_moe_kernel(device_index, MegaMoeKernel::kSwiglu, out, fast_math)
         .launch(device_index, config, peers, layout, num_rows, intermediate, src_of_row, l1_out, l2_acts,
                 l2_acts_sf, sf_stride, has_clamp, clamp_value);
 }
@@ -132,7 +149,7 @@ struct MegaMoePreDispatchArgs {
     uint64_t w_row_stride, w_col_stride;
     void* buf_x;  // FP8 [>= num_tokens, hidden], unit column stride
     uint64_t buf_x_stride;
-    float* buf_x_sf;  // FP32 [>= num_tokens, hidden / 128]
+    void* buf_x_sf;  // [>= num_tokens, hidden / 128]: FP32 1x128 scales, or packed UE8M0 1x32 words (sf_packed_ue8m0)
     uint64_t sf_row_stride, sf_col_stride;
     int64_t* buf_topk_idx;
     uint64_t buf_idx_row_stride, buf_idx_col_stride;
@@ -140,6 +157,7 @@ struct MegaMoePreDispatchArgs {
     uint64_t buf_w_row_stride, buf_w_col_stride;
     uint32_t num_tokens, hidden, num_topk, idx_is_64, weights_dtype;
     float routed_scaling_factor;
+    uint32_t sf_packed_ue8m0;
 };
 
 // A warp per (token, 128 columns); the first block's warp of each token also copies its routing.
@@ -156,7 +174,7 @@ inline void launch_mega_moe_pre_dispatch(int device_index, const MegaMoePreDispa
                 args.buf_x_sf, args.sf_row_stride, args.sf_col_stride, args.buf_topk_idx, args.buf_idx_row_stride,
                 args.buf_idx_col_stride, args.buf_topk_weights, args.buf_w_row_stride, args.buf_w_col_stride,
                 args.num_tokens, args.hidden, args.num_topk, args.idx_is_64, args.weights_dtype,
-                args.routed_scaling_factor);
+                args.routed_scaling_factor, args.sf_packed_ue8m0);
 }
 
 }  // namespace dg::kernels

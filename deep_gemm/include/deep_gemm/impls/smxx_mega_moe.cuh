@@ -11,20 +11,27 @@
 //              (src_of_row, -1 on padding rows), psum_ends[e] = start_e + count_e (the grouped GEMM's psum layout),
 //              recv_stats[e] += count_e, and into the source rank's buffer combine_row[t, j] = the row.
 //   2. gather  (a warp per row): copies the routed token's x row (16-byte loads from the peer) into l1_acts; FP8:
-//              its 1x128 scales into l1_acts_sf, MN-major with row stride sf_stride (the GEMM's layout).
+//              its 1x128 scales into l1_acts_sf, MN-major with row stride sf_stride (the GEMM's layout). x with
+//              packed UE8M0 1x32 scales (the 'fp8xfp4' buffer) is folded to 1x128 on the way (common/scale_fold.cuh:
+//              each 32-group shifted by its exponent's distance to the block's largest, that largest as the FP32
+//              scale), so both FP8 paths run their GEMMs on 1x128 activations.
 //   3. L1      (the m-grouped contiguous GEMM, psum layout, not in this file): l1_out [rows, 2I], gate and up
-//              columns interleaved in groups of 8; FP8: FP32 (recipe (1, 1, 128): each interleaved weight row
-//              scaled by its original 128 x 128 block's scale), BF16: BF16.
+//              columns interleaved in groups of 8; FP8 x FP8: FP32 (recipe (1, 1, 128): each interleaved weight row
+//              scaled by its original 128 x 128 block's scale); FP8 x FP4 and BF16: BF16.
 //   4. swiglu  (a warp per (row, 128 columns)): a = silu(min(g, c)) * clamp(u, -c, c) * w[t, j] in FP32 (w read from
-//              the source rank); FP8: amax over the 128 (floored at 1e-4), sf = amax / 448, q = e4m3(a / sf)
-//              with satfinite rounding into l2_acts and sf into l2_acts_sf (MN-major); BF16: l2_acts = bf16(a).
+//              the source rank), then by MegaSwigluOut: kFp8: amax over the 128 (floored at 1e-4), sf = amax / 448,
+//              q = e4m3(a / sf) with satfinite rounding into l2_acts and sf into l2_acts_sf (MN-major);
+//              kFp8Ue8m0x32 (FP8 x FP4): per 32 (8 lanes) sf_g = 2^ceil(log2(max(amax, 1e-4) / 448)) and
+//              q = e4m3(a / sf_g), as the reference quantizes, then folded to 1x128 as in step 2; kBf16: bf16(a).
 //   5. L2      (the m-grouped GEMM again): l2_out [rows, hidden] BF16, in the symmetric buffer.
 //   6. combine (a CTA per own token, 256 threads, 8 columns each per step): y[t] = bf16(sum_j l2_out_s[row_tj]),
 //              s the owner of expert e = topk_idx[t, j] (ids outside [0, E) are skipped: masked slots), rows read
 //              from the peer s at the row it wrote in step 1; slots summed in j order (deterministic).
 //   0. pre-dispatch (mega_moe_pre_dispatch_sm90, before a call; a warp per (token, 128 columns)): x's 1x128
 //              block to FP8 as deep_gemm.utils.per_token_cast_to_fp8 does (amax floored at 1e-4, sf = amax / 448,
-//              q = e4m3(x / sf), true divisions: the same bytes) into the buffer's x / x_sf; the warp of a token's
+//              q = e4m3(x / sf), true divisions: the same bytes) into the buffer's x / x_sf, or, into an int32
+//              x_sf, per 1x32 with UE8M0 scales packed four to a word (per_token_cast_to_fp8(x, use_ue8m0=True,
+//              gran_k=32, use_packed_ue8m0=True): the 'fp8xfp4' buffer's format); the warp of a token's
 //              first block also copies its top-k ids (int32 or int64 in, int64 out) and weights (FP32, BF16 or
 //              FP16 in, FP32 out, times routed_scaling_factor in FP32).
 // Limits: hidden and I multiples of 128, at most kMaxLocalExperts local experts, num_max_tokens_per_rank * num_topk *
@@ -35,8 +42,10 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <deep_gemm/common/types.cuh>
+#include <deep_gemm/common/fp8_cast.cuh>
 #include <deep_gemm/common/mega_moe_types.hpp>
+#include <deep_gemm/common/scale_fold.cuh>
+#include <deep_gemm/common/types.cuh>
 
 namespace deep_gemm {
 
@@ -80,17 +89,44 @@ __device__ __forceinline__ uint32_t mega_quantize_128(const float (&a)[4], float
     return packed;
 }
 
+// The reference's 1x32 UE8M0 quantization of 4 values per lane over a warp's 128 columns (8 lanes a group): this
+// lane's 4 bytes at its group's scale; `exponent` gets the group's UE8M0 byte.
+__device__ __forceinline__ uint32_t mega_quantize_ue8m0_32(const float (&a)[4], uint32_t& exponent) {
+    float amax = 0.0f;
+    #pragma unroll
+    for (uint32_t k = 0; k < 4; ++k)
+        amax = fp8_cast::max_nan(amax, fabsf(a[k]));
+    #pragma unroll
+    for (uint32_t mask = 4; mask > 0; mask /= 2)
+        amax = fp8_cast::max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, mask));
+    const float sf = fp8_cast::scale_from_amax<true>(amax);
+    const fp8_cast::Divisor divisor = fp8_cast::divisor_of(sf);
+    exponent = fp8_cast::ue8m0_byte(sf);
+    return fp8_cast::to_e4m3x2(fp8_cast::scaled<true>(a[0], divisor), fp8_cast::scaled<true>(a[1], divisor)) |
+           (fp8_cast::to_e4m3x2(fp8_cast::scaled<true>(a[2], divisor), fp8_cast::scaled<true>(a[3], divisor)) << 16);
+}
+
+// The four groups' exponents of a warp's 128 columns as one packed word (group g, lanes 8g .. 8g + 7, in byte g), in
+// every lane.
+__device__ __forceinline__ uint32_t mega_exponent_word(uint32_t exponent) {
+    uint32_t word = 0;
+    #pragma unroll
+    for (uint32_t g = 0; g < 4; ++g)
+        word |= __shfl_sync(0xffffffffu, exponent, 8 * g) << (8 * g);
+    return word;
+}
+
 template <uint32_t kNumWarps>
 __global__ void __launch_bounds__(kNumWarps * 32, 1)
 mega_moe_pre_dispatch_kernel(const __nv_bfloat16* __restrict__ x, uint64_t x_stride, const void* __restrict__ topk_idx,
                              uint64_t idx_row_stride, uint64_t idx_col_stride, const void* __restrict__ topk_weights,
                              uint64_t w_row_stride, uint64_t w_col_stride, uint8_t* __restrict__ buf_x,
-                             uint64_t buf_x_stride, float* __restrict__ buf_x_sf, uint64_t sf_row_stride,
+                             uint64_t buf_x_stride, void* __restrict__ buf_x_sf, uint64_t sf_row_stride,
                              uint64_t sf_col_stride, int64_t* __restrict__ buf_topk_idx, uint64_t buf_idx_row_stride,
                              uint64_t buf_idx_col_stride, float* __restrict__ buf_topk_weights,
                              uint64_t buf_w_row_stride, uint64_t buf_w_col_stride, uint32_t num_tokens,
                              uint32_t hidden, uint32_t num_topk, uint32_t idx_is_64, uint32_t weights_dtype,
-                             float routed_scaling_factor) {
+                             float routed_scaling_factor, uint32_t sf_packed_ue8m0) {
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, blocks_per_row = hidden / 128;
     const uint64_t units = static_cast<uint64_t>(num_tokens) * blocks_per_row;
     for (uint64_t unit = static_cast<uint64_t>(blockIdx.x) * kNumWarps + warp; unit < units;
@@ -104,11 +140,21 @@ mega_moe_pre_dispatch_kernel(const __nv_bfloat16* __restrict__ x, uint64_t x_str
         #pragma unroll
         for (uint32_t k = 0; k < 4; ++k)
             a[k] = __bfloat162float(v[k]);
-        float sf;
-        const uint32_t packed = mega_quantize_128(a, sf);
+        const uint64_t sf_index = token * sf_row_stride + block * sf_col_stride;
+        uint32_t packed;
+        if (sf_packed_ue8m0) {
+            uint32_t exponent;
+            packed = mega_quantize_ue8m0_32(a, exponent);
+            const uint32_t word = mega_exponent_word(exponent);
+            if (lane == 0)
+                static_cast<uint32_t*>(buf_x_sf)[sf_index] = word;
+        } else {
+            float sf;
+            packed = mega_quantize_128(a, sf);
+            if (lane == 0)
+                static_cast<float*>(buf_x_sf)[sf_index] = sf;
+        }
         *reinterpret_cast<uint32_t*>(buf_x + token * buf_x_stride + col) = packed;
-        if (lane == 0)
-            buf_x_sf[token * sf_row_stride + block * sf_col_stride] = sf;
         if (block != 0)
             continue;
         for (uint32_t j = lane; j < num_topk; j += 32) {
@@ -208,7 +254,8 @@ mega_moe_gather_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout l
                        const int32_t* __restrict__ src_of_row, uint8_t* __restrict__ l1_acts,
                        float* __restrict__ l1_acts_sf, uint32_t sf_stride) {
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint32_t row_bytes = layout.hidden * (layout.x_is_fp8 ? 1u : 2u), sf_cols = layout.hidden / 128;
+    const bool fp8 = layout.x_format != kMegaMoeXBf16, packed_sf = layout.x_format == kMegaMoeXFp8Ue8m0x32;
+    const uint32_t row_bytes = layout.hidden * (fp8 ? 1u : 2u), sf_cols = layout.hidden / 128;
     const uint32_t entries_per_rank = layout.max_tokens * layout.num_topk;
     for (uint32_t row = blockIdx.x * kNumWarps + warp; row < num_rows; row += gridDim.x * kNumWarps) {
         const int32_t src = src_of_row[row];
@@ -220,9 +267,25 @@ mega_moe_gather_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout l
         const uint4* from = reinterpret_cast<const uint4*>(
             mega_region<const uint8_t>(peers, s, layout.x_offset) + static_cast<uint64_t>(token) * row_bytes);
         uint4* to = reinterpret_cast<uint4*>(l1_acts + static_cast<uint64_t>(row) * row_bytes);
+        if (packed_sf) {
+            // Per 128-column block (a word of four exponents): lane l's 4 bytes shifted by its group's distance to
+            // the block's largest exponent, which becomes the block's FP32 scale
+            const uint32_t* words = mega_region<const uint32_t>(peers, s, layout.x_sf_offset) +
+                                    static_cast<uint64_t>(token) * sf_cols;
+            for (uint32_t c = 0; c < sf_cols; ++c) {
+                const uint32_t word = words[c], e_max = scale_fold::max_exponent(word);
+                const uint32_t shift = e_max - ((word >> (8 * (lane / 8))) & 0xFF);
+                const uint32_t i = c * 32 + lane;  // (4-byte units)
+                reinterpret_cast<uint32_t*>(to)[i] = scale_fold::shift_e4m3x4(reinterpret_cast<const uint32_t*>(from)[i], shift);
+                if (lane == 0)
+                    l1_acts_sf[static_cast<uint64_t>(c) * sf_stride + row] =
+                        __uint_as_float(scale_fold::ue8m0_to_fp32_bits(e_max));
+            }
+            continue;
+        }
         for (uint32_t v = lane; v < row_bytes / 16; v += 32)
             to[v] = from[v];
-        if (layout.x_is_fp8) {
+        if (fp8) {
             const float* sf = mega_region<const float>(peers, s, layout.x_sf_offset) + static_cast<uint64_t>(token) * sf_cols;
             for (uint32_t c = lane; c < sf_cols; c += 32)
                 l1_acts_sf[static_cast<uint64_t>(c) * sf_stride + row] = sf[c];
@@ -235,8 +298,9 @@ __device__ __forceinline__ float mega_silu(float g, bool fast_math) {
     return fast_math ? __fdividef(g, 1.0f + __expf(-g)) : g / (1.0f + expf(-g));
 }
 
-// l1_out [rows, 2I]: FP32 with kFp8Out (the FP8 path's L1 writes FP32), else BF16; l2_acts [rows, I] FP8 or BF16.
-template <uint32_t kNumWarps, bool kFp8Out, bool kFastMath>
+// l1_out [rows, 2I]: FP32 with kFp32In (the FP8 x FP8 path's L1 writes FP32), else BF16; l2_acts [rows, I] as kOut
+// (header comment, step 4).
+template <uint32_t kNumWarps, bool kFp32In, MegaSwigluOut kOut, bool kFastMath>
 __global__ void __launch_bounds__(kNumWarps * 32, 1)
 mega_moe_swiglu_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout layout, uint32_t num_rows,
                        uint32_t intermediate, const int32_t* __restrict__ src_of_row, const void* __restrict__ l1_out,
@@ -259,7 +323,7 @@ mega_moe_swiglu_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout l
         const uint64_t col = static_cast<uint64_t>(row) * (2 * intermediate) + (i0 / 8) * 16 + i0 % 8;
         // (4 values each: one 16-byte load of FP32, one 8-byte load of BF16; col is a multiple of 4)
         float g[4], u[4];
-        if constexpr (kFp8Out) {
+        if constexpr (kFp32In) {
             const float* src = static_cast<const float*>(l1_out) + col;
             *reinterpret_cast<float4*>(g) = *reinterpret_cast<const float4*>(src);
             *reinterpret_cast<float4*>(u) = *reinterpret_cast<const float4*>(src + 8);
@@ -284,12 +348,21 @@ mega_moe_swiglu_kernel(const uint64_t* __restrict__ peers, const MegaMoeLayout l
             a[k] = mega_silu(gk, kFastMath) * uk * weight;
         }
         const uint64_t out = static_cast<uint64_t>(row) * intermediate + i0;
-        if constexpr (kFp8Out) {
+        if constexpr (kOut == MegaSwigluOut::kFp8) {
             float sf;
             const uint32_t packed = mega_quantize_128(a, sf);
             *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(l2_acts) + out) = packed;
             if (lane == 0)
                 l2_acts_sf[static_cast<uint64_t>(block) * sf_stride + row] = sf;
+        } else if constexpr (kOut == MegaSwigluOut::kFp8Ue8m0x32) {
+            uint32_t exponent;
+            const uint32_t packed = mega_quantize_ue8m0_32(a, exponent);
+            const uint32_t e_max = scale_fold::max_exponent(mega_exponent_word(exponent));
+            *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(l2_acts) + out) =
+                scale_fold::shift_e4m3x4(packed, e_max - exponent);
+            if (lane == 0)
+                l2_acts_sf[static_cast<uint64_t>(block) * sf_stride + row] =
+                    __uint_as_float(scale_fold::ue8m0_to_fp32_bits(e_max));
         } else {
             __nv_bfloat16 b[4];
             #pragma unroll
