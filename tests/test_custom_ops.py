@@ -390,8 +390,14 @@ def test_mega_op_rejects_a_handle_of_another_buffer() -> None:
     y = torch.zeros(1, 256, dtype=torch.bfloat16)
     l1 = (torch.zeros(4, 256, 256, dtype=FP8), torch.ones(4, 2, 2))
     l2 = (torch.zeros(4, 256, 128, dtype=FP8), torch.ones(4, 2, 1))
-    with pytest.raises(ValueError, match="names no live SymmBuffer whose storage is the buffer passed"):
+    # Another buffer's storage, or a tensor that cannot be a copy of this one's (AOT autograd's functionalization
+    # passes copies: mega/ops.py, _buffer), or a handle of no buffer
+    with pytest.raises(ValueError, match=r"names a SymmBuffer whose storage is not the buffer passed \(nor a copy"):
         torch.ops.deep_gemm.fp8_mega_moe(y, *l1, *l2, a.storage, b.op_handle)
+    with pytest.raises(ValueError, match=r"nor a copy of it: uint8 \[\d+\] on cpu\), got torch.uint8 \[16\]"):
+        torch.ops.deep_gemm.fp8_mega_moe(y, *l1, *l2, torch.zeros(16, dtype=torch.uint8), b.op_handle)
+    with pytest.raises(ValueError, match=r"buffer_handle -3 names no live SymmBuffer"):
+        torch.ops.deep_gemm.fp8_mega_moe(y, *l1, *l2, a.storage, -3)
 
 
 # ------------------------------------------------------------------------------------------- opcheck on meta

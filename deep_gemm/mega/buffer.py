@@ -17,7 +17,13 @@ import torch.distributed as dist
 from deep_gemm._C import get_mk_alignment_for_contiguous_layout
 from deep_gemm.mega.layout import MegaMoeBufferLayout, Region, mega_moe_buffer_layout
 
-__all__ = ["SymmBuffer", "buffer_by_handle", "get_symm_buffer_for_mega_moe", "get_symm_buffer_for_sm90_mega_moe"]
+__all__ = [
+    "SymmBuffer",
+    "buffer_by_handle",
+    "buffer_owning",
+    "get_symm_buffer_for_mega_moe",
+    "get_symm_buffer_for_sm90_mega_moe",
+]
 
 # Every SymmBuffer by its op handle (an int a torch.library op can take; deep_gemm.mega.ops), weakly.
 _BUFFERS: weakref.WeakValueDictionary[int, SymmBuffer] = weakref.WeakValueDictionary()
@@ -27,6 +33,14 @@ _NEXT_HANDLE = itertools.count(1)
 def buffer_by_handle(handle: int) -> SymmBuffer | None:
     """The live SymmBuffer with this ``op_handle``, or None."""
     return _BUFFERS.get(handle)
+
+
+def buffer_owning(storage: torch.Tensor) -> SymmBuffer | None:
+    """The live SymmBuffer whose storage ``storage`` is, or None."""
+    for buffer in list(_BUFFERS.values()):
+        if buffer.storage is not None and buffer.storage.is_set_to(storage):
+            return buffer
+    return None
 
 
 MMA_TYPES = ("fp8xfp4", "fp8xfp8", "bf16xbf16")

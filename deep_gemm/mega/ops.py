@@ -18,14 +18,15 @@ barriers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
 from deep_gemm import ops as _ops
 from deep_gemm.mega import moe
-from deep_gemm.mega.buffer import VIEW_REGION_ATTR, SymmBuffer, buffer_by_handle
+from deep_gemm.mega.buffer import VIEW_REGION_ATTR, SymmBuffer, buffer_by_handle, buffer_owning
 
 __all__ = [
     "bf16_mega_moe",
@@ -58,12 +59,35 @@ def _public(eager: Callable, traced: Callable) -> Callable:
     return public
 
 
-def _buffer(fn: str, buffer: torch.Tensor, handle: int) -> SymmBuffer:
-    """The SymmBuffer an op call names, checked to own ``buffer``."""
+@contextlib.contextmanager
+def _buffer(fn: str, buffer: torch.Tensor, handle: int) -> Iterator[SymmBuffer]:
+    """The SymmBuffer an op call names, for the length of the call.
+
+    ``buffer`` is its storage (eager calls, and compiled ones where Inductor reinplaced the op), or, under AOT
+    autograd's functionalization, a copy of it holding the storage's current value: the writes the graph made into
+    the buffer's views so far (the reference's callers fill ``x`` etc. with ``copy_``), which functionalization
+    defers to the end of the graph. The kernels read and write the real storage (the peers reach it by address), so
+    a copy is written into the storage before the call and the storage back into the copy after it: the graph then
+    sees the call's writes, and the call sees the graph's. Raises naming ``buffer_handle`` when it names no live
+    SymmBuffer, or when ``buffer`` is another SymmBuffer's storage or no copy of this one's (size, dtype, device)."""
     sym_buffer = buffer_by_handle(handle)
-    if sym_buffer is None or sym_buffer.storage is None or not sym_buffer.storage.is_set_to(buffer):
-        raise ValueError(f"{fn}: buffer_handle {handle} names no live SymmBuffer whose storage is the buffer passed")
-    return sym_buffer
+    if sym_buffer is None or sym_buffer.storage is None:
+        raise ValueError(f"{fn}: buffer_handle {handle} names no live SymmBuffer")
+    storage = sym_buffer.storage
+    if storage.is_set_to(buffer):
+        yield sym_buffer
+        return
+    if buffer_owning(buffer) is not None or buffer.shape != storage.shape or buffer.dtype != storage.dtype or (
+        buffer.device != storage.device
+    ):
+        raise ValueError(
+            f"{fn}: buffer_handle {handle} names a SymmBuffer whose storage is not the buffer passed (nor a copy of "
+            f"it: uint8 [{storage.numel()}] on {storage.device}), got {buffer.dtype} {list(buffer.shape)} on "
+            f"{buffer.device}"
+        )
+    storage.copy_(buffer)
+    yield sym_buffer
+    buffer.copy_(storage)
 
 
 def _flat_buffer(fn: str, sym_buffer: object) -> tuple[torch.Tensor, int]:
@@ -87,8 +111,9 @@ def _clamp(value):
 # ------------------------------------------------------------------------------------------------ fp8_mega_moe
 def _fp8_impl(y, w1, s1, w2, s2, buffer, buffer_handle, stats, recipe, activation, activation_clamp, fast_math,
               num_tokens_bound):  # fmt: skip
-    moe.fp8_mega_moe(y, (w1, s1), (w2, s2), _buffer("fp8_mega_moe", buffer, buffer_handle), stats, tuple(recipe),
-                     activation, activation_clamp, fast_math, num_tokens_bound)  # fmt: skip
+    with _buffer("fp8_mega_moe", buffer, buffer_handle) as sym_buffer:
+        moe.fp8_mega_moe(y, (w1, s1), (w2, s2), sym_buffer, stats, tuple(recipe), activation, activation_clamp,
+                         fast_math, num_tokens_bound)  # fmt: skip
 
 
 _ops._define(
@@ -116,8 +141,8 @@ fp8_mega_moe = _public(moe.fp8_mega_moe, _fp8_mega_moe)
 
 # ------------------------------------------------------------------------------------------------ bf16_mega_moe
 def _bf16_impl(y, w1, w2, buffer, buffer_handle, stats, activation, activation_clamp, fast_math):
-    moe.bf16_mega_moe(y, w1, w2, _buffer("bf16_mega_moe", buffer, buffer_handle), stats, activation,
-                      activation_clamp, fast_math)  # fmt: skip
+    with _buffer("bf16_mega_moe", buffer, buffer_handle) as sym_buffer:
+        moe.bf16_mega_moe(y, w1, w2, sym_buffer, stats, activation, activation_clamp, fast_math)
 
 
 _ops._define(
@@ -142,8 +167,9 @@ bf16_mega_moe = _public(moe.bf16_mega_moe, _bf16_mega_moe)
 
 # ------------------------------------------------------------------------------------------------ fp8_fp4_mega_moe
 def _fp8_fp4_impl(y, w1, s1, w2, s2, buffer, buffer_handle, stats, recipe, activation, activation_clamp, fast_math):
-    moe.fp8_fp4_mega_moe(y, (w1, s1), (w2, s2), _buffer("fp8_fp4_mega_moe", buffer, buffer_handle), stats,
-                         tuple(recipe), activation, activation_clamp, fast_math)  # fmt: skip
+    with _buffer("fp8_fp4_mega_moe", buffer, buffer_handle) as sym_buffer:
+        moe.fp8_fp4_mega_moe(y, (w1, s1), (w2, s2), sym_buffer, stats, tuple(recipe), activation, activation_clamp,
+                             fast_math)  # fmt: skip
 
 
 _ops._define(
@@ -187,6 +213,13 @@ _ops._define(
 
 # The four views' dtypes, fixed by the function (the op on the storage rebuilds the views with them)
 _PRE_DISPATCH_VIEW_DTYPES = (torch.float8_e4m3fn, torch.float32, torch.int64, torch.float32)
+
+
+def _view_dtypes(packed_x_sf: bool) -> tuple:
+    """The four views' dtypes: x_sf int32 in an 'fp8xfp4' buffer (packed UE8M0 1x32 scales), else FP32."""
+    if not packed_x_sf:
+        return _PRE_DISPATCH_VIEW_DTYPES
+    return (_PRE_DISPATCH_VIEW_DTYPES[0], torch.int32, *_PRE_DISPATCH_VIEW_DTYPES[2:])
 _PRE_DISPATCH_VIEW_NAMES = ("buf_x", "buf_x_sf", "buf_topk_idx", "buf_topk_weights")
 # Each view's ints in the storage op's `views` list: byte offset, rows, cols, row stride, column stride (elements)
 _VIEW_INTS = 5
@@ -210,7 +243,7 @@ def _rebuild_view(buffer: torch.Tensor, name: str, dtype: torch.dtype, ints: lis
 
 
 def _pre_dispatch_buffer_impl(x, topk_idx, topk_weights, buffer, views, num_tokens, group_size,
-                              routed_scaling_factor):  # fmt: skip
+                              routed_scaling_factor, packed_x_sf):  # fmt: skip
     fn = "mega_moe_pre_dispatch_sm90_buffer"
     if (
         not isinstance(buffer, torch.Tensor)
@@ -224,7 +257,7 @@ def _pre_dispatch_buffer_impl(x, topk_idx, topk_weights, buffer, views, num_toke
         raise ValueError(f"{fn}: views must hold {_VIEW_INTS * 4} ints ({_VIEW_INTS} per view), got {len(views)}")
     rebuilt = [
         _rebuild_view(buffer, name, dtype, list(views[i * _VIEW_INTS : (i + 1) * _VIEW_INTS]))
-        for i, (name, dtype) in enumerate(zip(_PRE_DISPATCH_VIEW_NAMES, _PRE_DISPATCH_VIEW_DTYPES, strict=True))
+        for i, (name, dtype) in enumerate(zip(_PRE_DISPATCH_VIEW_NAMES, _view_dtypes(packed_x_sf), strict=True))
     ]
     moe.mega_moe_pre_dispatch_sm90(x, topk_idx, topk_weights, *rebuilt, num_tokens, group_size,
                                    routed_scaling_factor)  # fmt: skip
@@ -236,17 +269,19 @@ def _pre_dispatch_buffer_impl(x, topk_idx, topk_weights, buffer, views, num_toke
 _ops._define(
     "mega_moe_pre_dispatch_sm90_buffer",
     "(Tensor x, Tensor topk_idx, Tensor topk_weights, Tensor(a!) buffer, SymInt[] views, int num_tokens, "
-    "int group_size=128, float routed_scaling_factor=1.0) -> ()",
+    "int group_size=128, float routed_scaling_factor=1.0, bool packed_x_sf=False) -> ()",
     _pre_dispatch_buffer_impl,
     _ops._no_output,
 )
 
 
-def _buffer_views(views: tuple) -> tuple[torch.Tensor, list] | None:
-    """(storage, the views' ints) when all four views are one SymmBuffer's (SymmBuffer.view marks them) with the
-    function's dtypes; else None (then the op on the views themselves runs, and raises what the eager call does)."""
+def _buffer_views(views: tuple) -> tuple[torch.Tensor, list, bool] | None:
+    """(storage, the views' ints, whether x_sf is int32) when all four views are one SymmBuffer's (SymmBuffer.view
+    marks them) with the function's dtypes; else None (then the op on the views themselves runs, and raises what the
+    eager call does)."""
     storage, ints = None, []
-    for view, dtype in zip(views, _PRE_DISPATCH_VIEW_DTYPES, strict=True):
+    packed_x_sf = isinstance(views[1], torch.Tensor) and views[1].dtype == torch.int32
+    for view, dtype in zip(views, _view_dtypes(packed_x_sf), strict=True):
         region = getattr(view, VIEW_REGION_ATTR, None)
         if region is None or not isinstance(view, torch.Tensor) or view.dim() != 2 or view.dtype != dtype:
             return None
@@ -255,7 +290,7 @@ def _buffer_views(views: tuple) -> tuple[torch.Tensor, list] | None:
         elif region[0] is not storage:
             return None
         ints += [region[1], view.shape[0], view.shape[1], view.stride(0), view.stride(1)]
-    return storage, ints
+    return storage, ints, packed_x_sf
 
 
 def _mega_moe_pre_dispatch_sm90(x, topk_idx, topk_weights, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights,
@@ -263,8 +298,9 @@ def _mega_moe_pre_dispatch_sm90(x, topk_idx, topk_weights, buf_x, buf_x_sf, buf_
     views = (buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights)
     on_buffer = _buffer_views(views)
     if on_buffer is not None:
-        torch.ops.deep_gemm.mega_moe_pre_dispatch_sm90_buffer(x, topk_idx, topk_weights, on_buffer[0], on_buffer[1],
-                                                              num_tokens, group_size, float(routed_scaling_factor))  # fmt: skip
+        storage, ints, packed_x_sf = on_buffer
+        torch.ops.deep_gemm.mega_moe_pre_dispatch_sm90_buffer(x, topk_idx, topk_weights, storage, ints, num_tokens,
+                                                              group_size, float(routed_scaling_factor), packed_x_sf)  # fmt: skip
         return
     torch.ops.deep_gemm.mega_moe_pre_dispatch_sm90(x, topk_idx, topk_weights, *views, num_tokens, group_size,
                                                    float(routed_scaling_factor))  # fmt: skip
