@@ -86,7 +86,7 @@ def test_decode_pick_compiles_without_spills(tmp_path, monkeypatch) -> None:
 
 # ----------------------------------------------------------------------------- the conversion's arithmetic (CPU)
 def e4m3_magnitude_pool(shift: int) -> list[int]:
-    """The kernel's table (Fp4ToE4m3::magnitude_pool): e4m3 bytes of e2m1 magnitudes 0..7 times 2^-shift."""
+    """The kernel's table (e2m1_magnitude_pool): e4m3 bytes of e2m1 magnitudes 0..7 times 2^-shift."""
     if shift <= 5:
         lo = 0x3C383000 - shift * 0x08080800
         hi = 0x4C484440 - shift * 0x08080808
@@ -118,7 +118,7 @@ def prmt(a: int, b: int, selectors: int) -> int:
 
 
 def convert_word(x: int, pool: list[int]) -> tuple[int, int]:
-    """Fp4ToE4m3::convert_word step by step: eight e2m1 nibbles -> eight e4m3 bytes (values 0..3, 4..7)."""
+    """e2m1x8_to_e4m3x8 (common/fp4_conversion.cuh) step by step: eight e2m1 nibbles -> eight e4m3 bytes (values 0..3, 4..7)."""
     lo_pool = sum(byte << (8 * i) for i, byte in enumerate(pool[:4]))
     hi_pool = sum(byte << (8 * i) for i, byte in enumerate(pool[4:]))
     magnitudes, shifted = x & 0x77777777, (x << 4) & 0xFFFFFFFF

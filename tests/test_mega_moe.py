@@ -255,6 +255,22 @@ def test_transform_weights_forms() -> None:
     assert s is blocks and torch.equal(d, interleave_gate_up(w1))
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["fp32-sf", "packed-sf"])
+def test_transform_fp4_weights_lays_scales_out_for_the_gemm(packed: bool) -> None:
+    # FP4 weights: both pairs' scales come back as UE8M0 words, MN-major with the row stride aligned to 4 (the
+    # FP8 x FP4 GEMM's layout: no layout kernel per call), same values as the interleaved rows' packed scales
+    e, inter, hidden = 2, 72, 256  # (2I = 144 and hidden = 256 rows: one stride needs padding)
+    (w1, s1), (w2, s2) = fp4_weight(torch.randn(e, 2 * inter, hidden)), fp4_weight(torch.randn(e, hidden, 128))
+    given = (pack_scales_along_k(s1), pack_scales_along_k(s2)) if packed else (s1, s2)
+    (d1, t1), (d2, t2) = mega.transform_weights_for_mega_moe((w1, given[0]), (w2, given[1]))
+    assert torch.equal(d1, interleave_gate_up(w1)) and d2 is w2
+    for got, rows, want in ((t1, 2 * inter, interleave_gate_up(pack_scales_along_k(s1))), (t2, hidden,
+                                                                                       pack_scales_along_k(s2))):
+        assert got.dtype == torch.int32 and torch.equal(got, want)
+        aligned = -(-rows // 4) * 4
+        assert got.stride() == (got.shape[2] * aligned, 1, aligned)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "pattern"),
     [

@@ -109,6 +109,36 @@ def test_contiguous_and_k_grouped_and_bf16_plans() -> None:
     assert kernel["source"] == registry_source(cfg, shape_n=1024, shape_k=4096, mn_major_b=1, fp32_out=1, has_c=1)
 
 
+def test_fp4_plans_and_their_helpers() -> None:
+    # FP8 x FP4 (fp4_b): the FP4 mode the launch plans, dense and m-grouped; the scale packing and, for A with 1x32
+    # scales or in FP4, the fold pre-pass among the helpers
+    m, n, k = 64, 2112, 7168
+    (kernel,) = _C.render_gemm_kernels([m], n, k, fp4_b=True)
+    cfg = _C.get_gemm_config(m, n, k, fp4_b=True)
+    assert kernel["source"] == registry_source(cfg, shape_n=n, shape_k=k, fp4_b=1)
+    (kernel,) = _C.render_gemm_kernels([4096], 4096, 7168, gemm_type=2, num_groups=32, fp4_b=True)
+    cfg = _C.get_gemm_config(4096, 4096, 7168, gemm_type=2, fp4_b=True)
+    assert kernel["source"] == registry_source(cfg, shape_n=4096, shape_k=7168, fp4_b=1)
+    shapes = [GemmShape("fp8_fp4_gemm_nt", n, k, fp4_b=True, m_values=(m,)),
+              GemmShape("m_grouped_fp8_fp4_gemm_nt_contiguous", 4096, 7168, num_groups=32, use_psum_layout=True,
+                        fp4_b=True, fp4_a=True, m_values=(4096,)),
+              GemmShape("fp8_gemm_nt", n, k, fp4_b=True, a_1x32=True, m_values=(m,))]  # fmt: skip
+    planned = plan_kernels(shapes, 64, 132, [])
+    families = [p.family for p in planned]
+    assert families.count("sm90_gemm") == 2 and "smxx_pack_ue8m0" in families
+    folds = {p.source for p in planned if p.family == "smxx_fold_scales"}
+    assert folds == {_C.render_kernel("smxx_fold_scales", {"fp4_in": v}) for v in (0, 1)}
+    for bad, pattern in (
+        (GemmShape("bf16_gemm_nt", n, k, fp4_b=True), "fp4_b .* needs an FP8 dense or m-grouped API"),
+        (GemmShape("fp8_gemm_nt", n, 7184, fp4_b=True), "k a multiple of 32"),
+        (GemmShape("fp8_gemm_nt", n, k, a_1x32=True), "set fp4_b too"),
+    ):
+        with pytest.raises(ValueError, match=pattern):
+            plan_kernels([bad], 64, 132, [])
+    with pytest.raises(ValueError, match="fp4_b .* is an FP8 GEMM with BF16 D"):
+        _C.render_gemm_kernels([m], n, k, per_row_sfb=True, fp4_b=True)
+
+
 def test_compiled_dims_and_settings_are_read_as_at_launch() -> None:
     cfg = _C.get_gemm_config(5, 2048, 1024)
     (kernel,) = _C.render_gemm_kernels([5], 2048, 1024, compiled_dims="mnk")

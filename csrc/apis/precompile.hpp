@@ -73,7 +73,7 @@ inline pybind11::list render_gemm_kernels(const std::vector<int64_t>& m_values, 
                                           const std::vector<uint32_t>& cluster_ctas, bool per_row_sfb, bool bf16,
                                           bool mn_major_a, bool mn_major_b, bool fp32_out, bool has_c,
                                           uint32_t gemm_type, int64_t num_groups, int64_t max_m,
-                                          const std::string& compiled_dims) {
+                                          const std::string& compiled_dims, bool fp4_b) {
     using namespace kernels;
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive, got {}", num_sms);
     DG_CHECK_INPUT(cluster_ctas.empty() || cluster_ctas.size() == kMaxSplits,
@@ -93,8 +93,11 @@ inline pybind11::list render_gemm_kernels(const std::vector<int64_t>& m_values, 
     DG_CHECK_INPUT(!(bf16 && per_row_sfb), "per_row_sfb (FP8 recipe (1, 1, 128)) and bf16 exclude each other");
     DG_CHECK_INPUT(bf16 || (!mn_major_a && !mn_major_b && !fp32_out),
                    "mn_major_a, mn_major_b and fp32_out describe BF16 GEMMs (bf16=True)");
-    GemmOperands operands = bf16 ? GemmOperands{OperandKind::kBf16, mn_major_a, mn_major_b, fp32_out, has_c}
-                                 : fp8_operands(per_row_sfb, has_c);
+    DG_CHECK_INPUT(!fp4_b || (!bf16 && !per_row_sfb && !has_c && !k_grouped && k % 32 == 0),
+                   "fp4_b (a packed FP4 B) is an FP8 GEMM with BF16 D, no C, not k-grouped, K a multiple of 32");
+    GemmOperands operands = bf16    ? GemmOperands{OperandKind::kBf16, mn_major_a, mn_major_b, fp32_out, has_c}
+                            : fp4_b ? fp8_fp4_operands()
+                                    : fp8_operands(per_row_sfb, has_c);
     const auto dims = parse_compiled_dims(compiled_dims);
     const uint32_t alignment = contiguous ? static_cast<uint32_t>(jit::DeviceRuntime::instance().mk_alignment())
                                : masked   ? masked_block_alignment(max_m)
@@ -209,12 +212,12 @@ inline void bind_precompile(pybind11::module_& m) {
     m.def("render_gemm_kernels", &render_gemm_kernels, "m_values"_a, "n"_a, "k"_a, "num_sms"_a = 132,
           "cluster_ctas"_a = std::vector<uint32_t>{}, "per_row_sfb"_a = false, "bf16"_a = false,
           "mn_major_a"_a = false, "mn_major_b"_a = false, "fp32_out"_a = false, "has_c"_a = false, "gemm_type"_a = 0,
-          "num_groups"_a = 1, "max_m"_a = 0, "compiled_dims"_a = "nk",
+          "num_groups"_a = 1, "max_m"_a = 0, "compiled_dims"_a = "nk", "fp4_b"_a = false,
           "The SM90 GEMM kernels that calls with these problems render and look up (no GPU needed), planned by the\n"
           "launcher's own function: one call per value of m_values (dense and contiguous: M, A's rows; masked:\n"
           "expected_m, with max_m the rows per group; k-grouped: each group's M), D contiguous. Operands as for\n"
           "get_gemm_config (per_row_sfb: FP8 recipe (1, 1, 128), FP32 D; bf16 with mn_major_a / mn_major_b /\n"
-          "fp32_out; has_c). gemm_type: 0 normal, 1 m-grouped contiguous, 2 its psum layout, 3 masked, 4 k-grouped.\n"
+          "fp32_out; has_c; fp4_b: FP8 x FP4, a packed FP4 B). gemm_type: 0 normal, 1 m-grouped contiguous, 2 its psum layout, 3 masked, 4 k-grouped.\n"
           "num_sms: the SMs the GEMMs get; cluster_ctas: the CTAs whole clusters of 1 .. 8 CTAs fill on the device\n"
           "(8 values, as DG_PRINT_CONFIGS=1 prints them; empty: not known). The first GEMM a process plans is chosen\n"
           "before that capacity is measured, with whole clusters of num_sms: that kernel is listed too\n"

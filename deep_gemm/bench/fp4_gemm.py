@@ -4,6 +4,8 @@ Per shape ``(M, N, K)``: fresh ``torch.randn`` inputs; A quantized per token (1x
 FP4 (e2m1, UE8M0 per 1x32, the scales packed four to an int32 so that no scale pass runs on the host) and, for the
 baseline, to FP8 per 128x128 block (``deep_gemm.fp8_gemm_nt``). Both timed with the L2 flushed before every call;
 ``speedup`` is ``t_fp8 / t_fp4`` (above 1: FP4 faster). GB/s and ``%copy`` count the bytes the FP4 call moves.
+``a1x32`` and ``fp4xfp4``: the same call with A given with packed UE8M0 1x32 scales, and A in FP4 (1x32), each
+including the pre-pass that folds A's scales to 1x128 (accuracy is the GPU tests' job: tests/test_fp4_gemm.py).
 Accuracy of the FP4 result against the float64 product of its quantized operands (``calc_diff``); timings are never
 asserted. Issue targets: M <= 64 at least 1.6x FP8 and 80 % of the copy bandwidth; M = 4096 at least 0.9x FP8.
 """
@@ -48,6 +50,8 @@ _TABLE = Table(
         Column("fp8 us", 9),
         Column("speedup", 7),
         Column("diff", 8),
+        Column("a1x32 us", 9),
+        Column("fp4xfp4 us", 10),
     ]
 )
 
@@ -86,6 +90,20 @@ def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> dict[str, Any
 
     out, row["fp8_error"] = _try_first_call(fp8)
     row["fp8"] = _time(fp8, options) if out is not None else None
+
+    # A with 1x32 scales (packed UE8M0), and A in FP4: the same GEMM after the fold pre-pass (timed with it)
+    x = torch.randn((m, k), dtype=torch.bfloat16, device="cuda")
+    a_1x32 = per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)
+    a4, sfa4 = per_token_cast_to_fp4(x, use_ue8m0=True, gran_k=32)
+    a_fp4 = (a4, pack_scales_along_k(sfa4))
+    for key, a_pair in (("a1x32", a_1x32), ("fp4xfp4", a_fp4)):
+
+        def call(a_pair=a_pair) -> torch.Tensor:
+            deep_gemm.fp8_fp4_gemm_nt(a_pair, (b4, sfb4_packed), d)
+            return d
+
+        out, row[f"{key}_error"] = _try_first_call(call)
+        row[key] = _time(call, options) if out is not None else None
     return row
 
 
@@ -106,6 +124,8 @@ def _format_row(row: dict[str, Any]) -> str:
             us(row["fp8"]),
             fmt(row["speedup_vs_fp8"], ".2f"),
             diff,
+            us(row["a1x32"]),
+            us(row["fp4xfp4"]),
         ]
     )
 
@@ -136,7 +156,8 @@ def run_fp4(options: BenchOptions) -> SuiteReport:
         rows.append(row)
         print(_format_row(row), flush=True)
     print(f"geomean speedup vs FP8: {fmt(geomean(r['speedup_vs_fp8'] for r in rows), '.3f')}")
-    for note in sorted({f"{key}: {r[f'{key}_error']}" for r in rows for key in ("ours", "fp8") if r[f"{key}_error"]}):
+    keys = ("ours", "fp8", "a1x32", "fp4xfp4")
+    for note in sorted({f"{key}: {r[f'{key}_error']}" for r in rows for key in keys if r[f"{key}_error"]}):
         print(f"note: {note}")
     failed = [r for r in rows if r["ours_error"] or not r["ours_accurate"]]
     if failed:

@@ -71,6 +71,8 @@ class GemmShape:
         1 .. max_rows (contiguous: the multiples of get_mk_alignment_for_contiguous_layout()).
     max_rows: the largest M (contiguous: total rows, masked: expected_m) this site sees; None: the max_tokens given
         to precompile.
+    fp4_b: FP8 APIs only: B packed FP4 (the FP8 x FP4 mode); with it, a_1x32: A's scales per 1x32, fp4_a: A packed
+        FP4 (either folded to 1x128 by a pre-pass kernel before the GEMM).
     """
 
     api: str
@@ -85,10 +87,14 @@ class GemmShape:
     ensure_zero_padding: bool = True
     m_values: Union[tuple[int, ...], None] = None
     max_rows: Union[int, None] = None
+    fp4_b: bool = False
+    a_1x32: bool = False
+    fp4_a: bool = False
 
     def label(self) -> str:
         groups = f" G={self.num_groups}" if self.num_groups != 1 else ""
-        return f"{self.api} n={self.n} k={self.k}{groups}"
+        fp4 = " fp4" if self.fp4_b else ""
+        return f"{self.api} n={self.n} k={self.k}{groups}{fp4}"
 
 
 @dataclass(frozen=True)
@@ -223,13 +229,19 @@ def _gemm_kernels(shape: GemmShape, max_tokens: int, num_sms: int, cluster_ctas:
         raise ValueError(f"{where}: has_c needs out_dtype 'fp32' with FP8 operands (recipe (1, 1, 128))")
     if shape.use_psum_layout and api.gemm_type != 1:
         raise ValueError(f"{where}: use_psum_layout applies to m-grouped contiguous GEMMs only")
+    if shape.fp4_b and (api.bf16 or api.gemm_type == 4 or out_dtype != "bf16" or shape.has_c or shape.k % 32):
+        raise ValueError(f"{where}: fp4_b (a packed FP4 B) needs an FP8 dense or m-grouped API, BF16 D, no C and k a "
+                         f"multiple of 32")
+    if (shape.a_1x32 or shape.fp4_a) and not shape.fp4_b:
+        raise ValueError(f"{where}: a_1x32 and fp4_a describe the A of an FP8 x FP4 GEMM: set fp4_b too")
     fp32 = out_dtype == "fp32"
     m_values = gemm_m_values(shape, api, max_tokens)
     kernels = _C.render_gemm_kernels(
         m_values, shape.n, shape.k, num_sms=num_sms, cluster_ctas=cluster_ctas, per_row_sfb=fp32 and not api.bf16,
         bf16=api.bf16, mn_major_a=api.mn_major_a, mn_major_b=api.mn_major_b, fp32_out=fp32 and api.bf16,
         has_c=shape.has_c, gemm_type=2 if shape.use_psum_layout else api.gemm_type, num_groups=shape.num_groups,
-        max_m=shape.max_m, compiled_dims=api.compiled_dims if shape.compiled_dims is None else shape.compiled_dims)
+        max_m=shape.max_m, compiled_dims=api.compiled_dims if shape.compiled_dims is None else shape.compiled_dims,
+        fp4_b=shape.fp4_b)
     what = "expected_m" if api.gemm_type == 3 else "M"
     out = [dict(k, label=f"{where}, {what} {_values_text(k['values'])}"
                          f"{' (the first GEMM of a process)' if k['first_plan_only'] else ''}") for k in kernels]
@@ -239,6 +251,10 @@ def _gemm_kernels(shape: GemmShape, max_tokens: int, num_sms: int, cluster_ctas:
         helpers.append(("smxx_transpose_sf", {}))  # scales not yet MN-major and TMA-aligned
     if api.gemm_type == 1 and shape.ensure_zero_padding:
         helpers.append(("smxx_zero_padding_rows", {"psum_layout": int(shape.use_psum_layout)}))
+    if shape.fp4_b:
+        helpers.append(("smxx_pack_ue8m0", {}))  # FP32 1x32 scales packed into the kernel's exponent words
+    if shape.a_1x32 or shape.fp4_a:
+        helpers.append(("smxx_fold_scales", {"fp4_in": int(shape.fp4_a)}))
     if api.transposes_operands:
         for mn in sorted({*m_values, shape.n}):
             helpers.append(("smxx_transpose_fp8", {"aligned": int(mn % 16 == 0)}))

@@ -16,9 +16,6 @@
 
 namespace deep_gemm::mqa {
 
-// The GEMM's converter's shape-free primitives (magnitude_pool, convert_word); its tile shape is unused here.
-using E2m1Primitives = Fp4ToE4m3<8, 32>;
-
 // The largest of the low kNumGroups exponent bytes of a row's scale word.
 template <uint32_t kNumGroups>
 __device__ __forceinline__ uint32_t max_exponent(uint32_t exponents) {
@@ -53,12 +50,12 @@ __device__ __forceinline__ void convert_fp4_rows(const uint8_t* packed, uint8_t*
         const uint4 in = *reinterpret_cast<const uint4*>(packed + row * (kHeadDim / 2) + group * 16);
         const uint32_t exponents = exponents_of(row);
         const uint32_t shift = max_exponent<kNumGroups>(exponents) - ((exponents >> (8 * group)) & 0xFF);
-        const uint2 pool = E2m1Primitives::magnitude_pool(shift);
+        const uint2 pool = e2m1_magnitude_pool(shift);
         uint4 first, second;
-        E2m1Primitives::convert_word(in.x, pool, first.x, first.y);
-        E2m1Primitives::convert_word(in.y, pool, first.z, first.w);
-        E2m1Primitives::convert_word(in.z, pool, second.x, second.y);
-        E2m1Primitives::convert_word(in.w, pool, second.z, second.w);
+        e2m1x8_to_e4m3x8(in.x, pool, first.x, first.y);
+        e2m1x8_to_e4m3x8(in.y, pool, first.z, first.w);
+        e2m1x8_to_e4m3x8(in.z, pool, second.x, second.y);
+        e2m1x8_to_e4m3x8(in.w, pool, second.z, second.w);
         const uint32_t logical = row * kHeadDim + group * 32;
         *reinterpret_cast<uint4*>(out + ptx::swizzled_offset<kHeadDim>(logical)) = first;
         *reinterpret_cast<uint4*>(out + ptx::swizzled_offset<kHeadDim>(logical + 16)) = second;
