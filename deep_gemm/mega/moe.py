@@ -194,6 +194,25 @@ def _swiglu_and_quantize(
     )
 
 
+def _fp8_gemm_step(gemm, b_pair, **kwargs):
+    """A stage-1 linear of the FP8 paths: ``gemm((a, a_sf), b_pair, d, ends)`` (an m-grouped contiguous FP8 or FP8 x
+    FP4 GEMM) on the received rows' psum layout, their padding rows left as they are."""
+
+    def step(a, a_sf, d, ends):
+        gemm((a, a_sf), b_pair, d, ends, use_psum_layout=True, ensure_zero_padding=False, **kwargs)
+
+    return step
+
+
+def _bf16_gemm_step(b):
+    """A stage-1 linear of the BF16 path (as :func:`_fp8_gemm_step`; no scales)."""
+
+    def step(a, a_sf, d, ends):
+        _C.m_grouped_bf16_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True, ensure_zero_padding=False)
+
+    return step
+
+
 def _run_mega_moe(
     fn: str,
     y,
@@ -326,27 +345,10 @@ def fp8_mega_moe(
     # scale (computed once per scale tensor, _l1_row_scales), FP32 output (docs/design.md, "Mega MoE").
     s1_rows = _l1_row_scales(s1)
 
-    def l1_gemm(a, a_sf, d, ends):
-        _C.m_grouped_fp8_gemm_nt_contiguous(
-            (a, a_sf), (w1, s1_rows), d, ends, recipe=(1, 1, 128), use_psum_layout=True, ensure_zero_padding=False
-        )
-
-    def l2_gemm(a, a_sf, d, ends):
-        _C.m_grouped_fp8_gemm_nt_contiguous(
-            (a, a_sf), (w2, s2), d, ends, use_psum_layout=True, ensure_zero_padding=False
-        )
-
-    _run_mega_moe(
-        fn,
-        y,
-        l1_gemm,
-        l2_gemm,
-        sym_buffer,
-        cumulative_local_expert_recv_stats,
-        activation_clamp,
-        fast_math,
-        num_tokens_bound,
-    )
+    gemm = _C.m_grouped_fp8_gemm_nt_contiguous
+    l1_gemm, l2_gemm = _fp8_gemm_step(gemm, (w1, s1_rows), recipe=(1, 1, 128)), _fp8_gemm_step(gemm, (w2, s2))
+    _run_mega_moe(fn, y, l1_gemm, l2_gemm, sym_buffer, cumulative_local_expert_recv_stats, activation_clamp, fast_math,
+                  num_tokens_bound)  # fmt: skip
 
 
 def bf16_mega_moe(
@@ -395,15 +397,8 @@ def bf16_mega_moe(
         },
     )
 
-    def l1_gemm(a, a_sf, d, ends):
-        _C.m_grouped_bf16_gemm_nt_contiguous(a, l1_weights, d, ends, use_psum_layout=True, ensure_zero_padding=False)
-
-    def l2_gemm(a, a_sf, d, ends):
-        _C.m_grouped_bf16_gemm_nt_contiguous(a, l2_weights, d, ends, use_psum_layout=True, ensure_zero_padding=False)
-
-    _run_mega_moe(
-        fn, y, l1_gemm, l2_gemm, sym_buffer, cumulative_local_expert_recv_stats, activation_clamp, fast_math, None
-    )
+    _run_mega_moe(fn, y, _bf16_gemm_step(l1_weights), _bf16_gemm_step(l2_weights), sym_buffer,
+                  cumulative_local_expert_recv_stats, activation_clamp, fast_math, None)  # fmt: skip
 
 
 def _check_fp4_weight(fn: str, name: str, pair, rows: int, k: int, e_local: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -487,28 +482,9 @@ def fp8_fp4_mega_moe(
     )
 
     # (the activations arrive with FP32 1x128 scales: the dispatch and the SwiGLU fold 1x32 ones)
-    def l1_gemm(a, a_sf, d, ends):
-        _C.m_grouped_fp8_fp4_gemm_nt_contiguous(
-            (a, a_sf), (w1, s1), d, ends, use_psum_layout=True, ensure_zero_padding=False
-        )
-
-    def l2_gemm(a, a_sf, d, ends):
-        _C.m_grouped_fp8_fp4_gemm_nt_contiguous(
-            (a, a_sf), (w2, s2), d, ends, use_psum_layout=True, ensure_zero_padding=False
-        )
-
-    _run_mega_moe(
-        fn,
-        y,
-        l1_gemm,
-        l2_gemm,
-        sym_buffer,
-        cumulative_local_expert_recv_stats,
-        activation_clamp,
-        fast_math,
-        None,
-        fp4_weights=True,
-    )
+    gemm = _C.m_grouped_fp8_fp4_gemm_nt_contiguous
+    _run_mega_moe(fn, y, _fp8_gemm_step(gemm, (w1, s1)), _fp8_gemm_step(gemm, (w2, s2)), sym_buffer,
+                  cumulative_local_expert_recv_stats, activation_clamp, fast_math, None, fp4_weights=True)  # fmt: skip
 
 
 def mega_moe_pre_dispatch_sm90(
