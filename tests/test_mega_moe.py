@@ -603,6 +603,13 @@ def test_pre_dispatch_on_cpu_writes_the_packed_format() -> None:
         mega.mega_moe_pre_dispatch_sm90(x, idx, w, *fp32_views, 5, group_size=32)
 
 
+def test_buffer_exposes_its_dims_under_the_reference_names() -> None:
+    buffer = cpu_buffer(e=8, max_tokens=16, topk=2, hidden=256, inter=128)
+    assert (buffer.num_experts, buffer.num_max_tokens_per_rank, buffer.num_topk, buffer.hidden,
+            buffer.intermediate_hidden) == (8, 16, 2, 256, 128)  # fmt: skip
+    assert buffer.buffer is buffer.storage
+
+
 def test_buffer_x_sf_format_follows_mma_type() -> None:
     packed = mega_moe_buffer_layout(1, 8, 16, 2, 256, 128, True, 128, packed_x_sf=True)
     plain = mega_moe_buffer_layout(1, 8, 16, 2, 256, 128, True, 128)

@@ -13,6 +13,7 @@
 #   DG_GPU_RUN_TEST_PATHS="test_a.py ..."   test files (default: all); pytest runs `-m gpu` plus the given args
 #   DG_GPU_RUN_TEST_WORKERS=N               N pytest-xdist processes (wheels in .whl/); they share the GPU and
 #                                           compile kernels in parallel (the tests assert no timing)
+#   DG_GPU_RUN_TEST_CASE_TIMEOUT=S          seconds one test may take (default 300; pytest-timeout from .whl/)
 #   DG_GPU_RUN_SUITES="dense mqa ..."       bench suites (default: every suite of python -m deep_gemm.bench --list)
 #   DG_BENCH_ARGS="--num-tests 10 ..."      extra arguments of every bench call
 #   DG_GPU_RUN_SANITIZE="pytest args"       those tests under compute-sanitizer, each tool of
@@ -73,6 +74,12 @@ if [[ -z "${DG_GPU_RUN_SKIP_TESTS:-}" ]]; then
             .whl/pytest_xdist-*.whl >> "$L/install.log" 2>&1
         workers=(-n "$DG_GPU_RUN_TEST_WORKERS")
     fi
+    # A test past DG_GPU_RUN_TEST_CASE_TIMEOUT seconds (a kernel that hangs) ends its process (pytest-timeout's
+    # thread method: a hung CUDA call never returns to Python); with workers, xdist reports it and starts another
+    python3 -c "import pytest_timeout" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
+        .whl/pytest_timeout-*.whl >> "$L/install.log" 2>&1
+    python3 -c "import pytest_timeout" 2>/dev/null && \
+        workers+=(--timeout "${DG_GPU_RUN_TEST_CASE_TIMEOUT:-300}" --timeout-method thread)
     (cd tests && timeout "${DG_GPU_RUN_TEST_TIMEOUT:-1200}" python3 -m pytest -q -m gpu --durations=15 \
         -p no:cacheprovider "${workers[@]}" "$@" ${DG_GPU_RUN_TEST_PATHS:-.}) > "$L/pytest.log" 2>&1
     note "pytest rc=$? $(tail -1 "$L/pytest.log")"

@@ -194,6 +194,37 @@ class SymmBuffer:
         _BUFFERS[self.op_handle] = self
         self.barrier()
 
+    # The dims it was allocated for, under the reference's attribute names (callers size their calls with them)
+    @property
+    def num_experts(self) -> int:
+        """Experts over all ranks."""
+        return self.layout.num_experts
+
+    @property
+    def num_max_tokens_per_rank(self) -> int:
+        """The most tokens a rank passes in one call."""
+        return self.layout.num_max_tokens_per_rank
+
+    @property
+    def num_topk(self) -> int:
+        """Experts per token."""
+        return self.layout.num_topk
+
+    @property
+    def hidden(self) -> int:
+        """The model dim."""
+        return self.layout.hidden
+
+    @property
+    def intermediate_hidden(self) -> int:
+        """The experts' intermediate dim."""
+        return self.layout.intermediate_hidden
+
+    @property
+    def buffer(self) -> torch.Tensor | None:
+        """This rank's whole buffer (uint8; the reference's name for it), None once destroyed."""
+        return self.storage
+
     def view(self, name: str, rows: int | None = None) -> torch.Tensor:
         """The region ``name`` of this rank's buffer as a tensor (``rows``: a prefix of an MN-major scale region,
         with the row stride ``align(rows, 4)`` the GEMMs expect)."""
