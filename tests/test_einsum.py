@@ -233,6 +233,11 @@ COMPILED = [
     ("fp8_bhr_hdr_bhd_prefill", masked(4096, 128, 512), 128, 512, {}),
     ("fp8_bhr_hdr_bhd_decode", masked(64, 128, 512), 128, 512, {}),
     ("fp8_bhr_hdr_bhd_512", masked(512, 128, 512), 128, 512, {}),
+    # the batched masked mode (A and D in place through 3-D maps; DG_TUNE einsum_batched=1 for now)
+    ("batched_bhr_hdr_bhd_prefill", masked(4096, 128, 512, bf16=True), 0, 512, dict(batched=1)),
+    ("batched_bhd_hdr_bhr_decode", masked(64, 512, 128, bf16=True, mn_major_b=True), 0, 128,
+     dict(mn_major_b=1, batched=1)),
+    ("batched_fp8_bhr_hdr_bhd_decode", masked(64, 128, 512), 128, 512, dict(batched=1)),
 ]  # fmt: skip
 
 
@@ -289,6 +294,33 @@ PER_HEAD_SHAPES = [
 @pytest.mark.parametrize("expr", ["bhr,hdr->bhd", "bhd,hdr->bhr"])
 @pytest.mark.parametrize(("batch", "heads", "dim_d", "dim_r"), PER_HEAD_SHAPES)
 def test_per_head_matches_reference(expr, batch, heads, dim_d, dim_r, use_cublaslt) -> None:
+    check_per_head(expr, batch, heads, dim_d, dim_r, use_cublaslt)
+
+
+# The batched masked mode, opt-in until it has run on a GPU (then the default): A and D in place, no copies
+BATCHED_TUNE = "bf16_gemm:einsum_batched=1;fp8_gemm:einsum_batched=1"
+
+
+@gpu
+@pytest.mark.parametrize("expr", ["bhr,hdr->bhd", "bhd,hdr->bhr"])
+@pytest.mark.parametrize(("batch", "heads", "dim_d", "dim_r"), PER_HEAD_SHAPES)
+def test_per_head_batched_mode_matches_reference(expr, batch, heads, dim_d, dim_r, monkeypatch) -> None:
+    monkeypatch.setenv("DG_TUNE", BATCHED_TUNE)
+    check_per_head(expr, batch, heads, dim_d, dim_r, False)
+
+
+@gpu
+@pytest.mark.parametrize(("batch", "heads", "dim_d", "dim_r"), [(64, 128, 128, 512), (129, 5, 200, 384), (1, 3, 128, 512)])
+def test_fp8_einsum_batched_mode_matches_reference(batch, heads, dim_d, dim_r, monkeypatch) -> None:
+    monkeypatch.setenv("DG_TUNE", BATCHED_TUNE)
+    a, sfa, b, sfb = fp8_inputs(batch, heads, dim_d, dim_r, seed=batch + heads + 7)
+    d = nan_like((batch, heads, dim_d), pad=16)
+    deep_gemm.fp8_einsum("bhr,hdr->bhd", (a, sfa), (b, sfb), d)
+    check_close(d, fp8_reference(a, sfa, b, sfb), f"batched fp8 b={batch} h={heads} d={dim_d} r={dim_r}")
+    assert torch.isnan(d._base[..., dim_d:]).all(), "batched fp8: the padding columns of D were written"
+
+
+def check_per_head(expr, batch, heads, dim_d, dim_r, use_cublaslt) -> None:
     bhr = expr == "bhr,hdr->bhd"
     seed = batch * 1000 + heads * 10 + dim_d + dim_r
     # A as a head slice of a wider tensor (its strides are not the contiguous ones), D likewise
@@ -304,6 +336,7 @@ def test_per_head_matches_reference(expr, batch, heads, dim_d, dim_r, use_cublas
     atol = 2.0**-5 if use_cublaslt else 2.0**-7
     check_close(d, ref, f"{expr} b={batch} h={heads} d={dim_d} r={dim_r}", atol=atol,
                 max_diff=1e-4 if use_cublaslt else 5e-6)
+    assert torch.isnan(d._base[..., d.shape[-1] :]).all(), f"{expr}: the padding columns of D were written"
 
 
 @gpu

@@ -10,10 +10,10 @@
 //   copied heads-first into [h, max_m, .] (max_m = b rounded up to whole 64-row blocks), the GEMM writes
 //   [h, max_m, .], and that is copied into D's [b, h, .] layout. One GEMM launch over all heads (a launch per
 //   head leaves most SMs idle: h = 128 GEMMs of a few tiles each), at the cost of the two copies (A and D once
-//   more through memory, and scratch of their size). (A batched mode inside the kernel, 3-D TMA maps over A and
-//   D with their own strides, would drop the copies: not done yet.) B is read in place: [h, d, r] is the masked
-//   GEMM's [G, N, K] (bhr) or, as its transpose, an MN-major [G, K, N] (bhd), which BF16 wgmma reads from shared
-//   memory as it is.
+//   more through memory, and scratch of their size). (The kernel's batched mode, 3-D TMA maps over A and D with
+//   their own strides, drops the copies: written, not yet the default, see einsum_batched below.) B is read in
+//   place: [h, d, r] is the masked GEMM's [G, N, K] (bhr) or, as its transpose, an MN-major [G, K, N] (bhd), which
+//   BF16 wgmma reads from shared memory as it is.
 // - bmk,bnk->mn launches the plain GEMM once per batch entry, accumulating in FP32 in place (C = D, which the
 //   kernel adds with TMA reduce-adds). Not the k-grouped mode: it writes one D per group rather than their sum,
 //   and its BF16 form reads MN-major operands, while A[b] / B[b] here are K-major. Not a single GEMM over the
@@ -90,6 +90,28 @@ inline at::Tensor stacked_groups(const at::Tensor& t) {
     at::Tensor copy = stacked_scratch(t.size(0), t.size(1), t.size(2), t.options());
     copy.copy_(t);
     return copy;
+}
+
+// The batched masked mode (GemmOperands::batched: A [b, h, k] and D [b, h, n] read and written in place through 3-D
+// TMA maps, no copies) serves the per-head expressions when DG_TUNE's section of the GEMM's family sets
+// einsum_batched=1: it has not run on a GPU yet, so the heads-first copies below stay the default until it has (then
+// it becomes the default and the key goes). D's rows and heads must be TMA-addressable (16-byte strides, start).
+inline bool einsum_batched(const kernels::GemmOperands& operands, const at::Tensor& d) {
+    const auto& tune = tune_settings(operands.is_fp8() ? TuneFamily::kFp8Gemm : TuneFamily::kBf16Gemm);
+    const int64_t elem = d.element_size();
+    return tune.get("einsum_batched").value_or(0) == 1 &&
+           kernels::dense_tma_store_fits(operands, d.size(2), elem, d.stride(0) * elem,
+                                         reinterpret_cast<uintptr_t>(d.data_ptr())) &&
+           (d.stride(1) * elem) % 16 == 0;
+}
+
+// The per-head product on the batched masked mode: every head (group) has all `batch` rows.
+inline void run_batched(const at::Tensor& a, const at::Tensor& b_nk, const at::Tensor& d, const at::Tensor* sfa,
+                        const at::Tensor* sfb, kernels::GemmOperands operands) {
+    const int64_t batch = a.size(0), heads = a.size(1);
+    operands.batched = true;
+    const at::Tensor masked_m = at::full({heads}, batch, a.options().dtype(at::kInt));
+    run_masked({a, b_nk, d, nullptr, sfa, sfb, operands, false, false, true}, masked_m, (batch + 63) / 64 * 64, batch);
 }
 
 // The heads-first scratch of the per-head expressions: A [h, max_m, k] holding A[:, h, :] in its first `batch`
@@ -190,11 +212,13 @@ inline void einsum_per_head(EinsumExpr expr, const at::Tensor& a, const at::Tens
         return;
     }
     const int64_t n = bhr ? dim_d : dim_r, k = a_last;
-    const HeadsFirst s = heads_first(a, n, d.options());
     // bhr: B [h, d, r] is [G, N, K] K-major; bhd: B [h, d, r] is [G, K, N], read as its MN-major [G, N, K] transpose
     const at::Tensor b_stacked = stacked_groups(b);
     const at::Tensor b_nk = bhr ? b_stacked : b_stacked.transpose(1, 2);
     const kernels::GemmOperands operands{kernels::OperandKind::kBf16, false, !bhr, false};
+    if (einsum_batched(operands, d))
+        return run_batched(a, b_nk, d, nullptr, nullptr, operands);
+    const HeadsFirst s = heads_first(a, n, d.options());
     // K compiled in, N a runtime value: the masked BF16 kernel with N = 512 compiled in and the 64 x 256 tile the
     // heuristic picks for it spills (ptxas: 228 bytes; with N at run time, none)
     run_masked({s.a.view({heads * s.max_m, k}), b_nk, s.d.view({heads * s.max_m, n}), nullptr, nullptr, nullptr,
@@ -256,14 +280,18 @@ inline void fp8_einsum(const std::string& expr, const TensorPair& a, const Tenso
         return;
     if (r == 0)
         return void(d.zero_());
-    // Heads first as for the BF16 expressions; A's scales straight into the layout the kernel reads, MN-major per
-    // K block over all heads' rows: [ceil(r/128)][h * max_m] (one copy of the small scale tensor)
-    const detail::HeadsFirst s = detail::heads_first(a_data, dim_d, d.options());
-    const at::Tensor sfa_rows = at::empty({sf_r, heads * s.max_m}, sfa.options());
-    sfa_rows.view({sf_r, heads, s.max_m}).narrow(2, 0, batch).copy_(sfa.permute({2, 1, 0}));
+    // A's scales straight into the layout the kernel reads, MN-major per K block over all heads' rows (each head
+    // max_m rows apart): [ceil(r/128)][h * max_m] (one copy of the small scale tensor)
+    const int64_t max_m = (batch + 63) / 64 * 64;
+    const at::Tensor sfa_rows = at::empty({sf_r, heads * max_m}, sfa.options());
+    sfa_rows.view({sf_r, heads, max_m}).narrow(2, 0, batch).copy_(sfa.permute({2, 1, 0}));
     const at::Tensor sfa_mn_major = sfa_rows.t();  // [h * max_m, ceil(r/128)]
     const at::Tensor b_stacked = detail::stacked_groups(b_data);
     const at::Tensor sfb_rows = sfb.contiguous();
+    if (detail::einsum_batched(kernels::fp8_operands(false), d))
+        return detail::run_batched(a_data, b_stacked, d, &sfa_mn_major, &sfb_rows, kernels::fp8_operands(false));
+    // Heads first as for the BF16 expressions
+    const detail::HeadsFirst s = detail::heads_first(a_data, dim_d, d.options());
     detail::run_masked({s.a.view({heads * s.max_m, r}), b_stacked, s.d.view({heads * s.max_m, dim_d}), nullptr,
                         &sfa_mn_major, &sfb_rows, kernels::fp8_operands(false), false, true, true},
                        s.masked_m, s.max_m, batch);

@@ -24,6 +24,9 @@ struct GemmOperands {
     bool mn_major_a = false, mn_major_b = false;  // BF16 only: A stored [K, M], B stored [K, N]
     bool fp32_out = false;                        // FP32 D (always so with kFp8RowScaled)
     bool has_c = false;                           // a C added by the epilogue
+    // Masked GEMMs only: A [rows, groups, K] and D [rows, groups, N] (K-major A, BF16 D through TMA), read and
+    // written in place through 3-D TMA maps at (K or N, row in the group, group): einsum's per-head expressions
+    bool batched = false;
 
     bool is_fp8() const { return kind != OperandKind::kBf16; }
     bool per_row_sfb() const { return kind == OperandKind::kFp8RowScaled; }
@@ -96,7 +99,8 @@ struct GemmConfig {
                 .gemm_type = gemm_type,
                 .max_k_groups = max_k_groups,
                 .overlap_promotion = overlap_promotion,
-                .stream_k = stream_k > 0};
+                .stream_k = stream_k > 0,
+                .batched = operands.batched};
     }
     std::string describe() const {
         static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16", "fp8 x fp4"};

@@ -44,7 +44,8 @@ struct GemmArgs {
     // M-grouped contiguous (then B is [G, N, K] and sfb [G, ceil(N/128), ceil(K/128)]; FP32 D without C): the layout tensor
     // (int32 [M] group ids, or [G] cumulative ends) and the segment alignment
     // Masked (A [G * max_m, K], D [G * max_m, N]): the layout tensor is masked_m [G]; config_m is the row
-    // count the heuristic plans for (G x expected_m), 0 for the real one.
+    // count the heuristic plans for (G x expected_m), 0 for the real one. Batched (operands.batched): A [rows, G, K]
+    // and D [rows, G, N] as they are (each group's rows `rows`, the tensors' strides), every masked_m = rows.
     GemmType gemm_type = GemmType::kNormal;
     const at::Tensor* grouped_layout = nullptr;
     uint32_t num_groups = 1;
@@ -93,7 +94,10 @@ class Sm90GemmRunner : private Sm90GemmMaps {
 public:
     static void run(const GemmArgs& args) {
         const int device = args.a.device().index();
-        const uint32_t m = args.a.size(0), k = args.a.size(1), n = args.b.size(args.b.dim() - 2);
+        const bool batched = args.operands.batched;
+        // (batched: the scheduler's rows, max_m per group; the tensors hold `rows` per group)
+        const uint32_t m = batched ? args.num_groups * args.max_m : args.a.size(0);
+        const uint32_t k = args.a.size(-1), n = args.b.size(args.b.dim() - 2);
         GemmOperands operands = args.operands;
         operands.has_c = args.c != nullptr;
         const bool fp8 = operands.is_fp8(), sfb_by_tma = operands.sfb_by_tma();
@@ -112,7 +116,9 @@ public:
         const int64_t sfb_stride = !sfb_by_tma ? 0 : args.sfb->size(-1) > 1 ? args.sfb->stride(-1) : (n + 3) / 4 * 4;
         // Row strides: between K rows of an MN-major operand, between MN rows of a K-major one
         const uint32_t num_groups = args.b.dim() == 3 ? static_cast<uint32_t>(args.b.size(0)) : 1;
-        const int64_t lda = operands.mn_major_a ? row_stride(args.a, 1, k, m) : row_stride(args.a, 0, m, k);
+        const int64_t lda = operands.mn_major_a ? row_stride(args.a, 1, k, m)
+                            : batched           ? row_stride(args.a, 0, args.a.size(0), k)
+                                                : row_stride(args.a, 0, m, k);
         // (FP8 x FP4: B's rows hold K / 2 bytes)
         const int64_t ldb = operands.mn_major_b ? row_stride(args.b, args.b.dim() - 1, int64_t(k) * num_groups, n)
                                                 : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups,
@@ -120,7 +126,8 @@ public:
         const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfb_stride,
                             num_sms, use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
                             args.num_groups, args.grouped_alignment, args.max_m, args.config_m,
-                            jit::DeviceRuntime::instance().gemm_settings_key()};
+                            jit::DeviceRuntime::instance().gemm_settings_key(),
+                            batched ? batched_strides(args, lda) : BatchedStrides{}};
         Plan& plan = get_plan(sig, &args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
@@ -239,6 +246,19 @@ public:
 private:
     static constexpr size_t kNumTma = 6;  // A, B, sfa, sfb (per-row recipe), D (TMA store), C (FP32 D by TMA)
     static inline deep_gemm::KGroupedParams<0> kNoKGroups{};  // (not k-grouped)
+    // A batched masked GEMM's tensors (GemmOperands::batched): each group's rows, and A's and D's group strides
+    // (elements); zeros otherwise.
+    struct BatchedStrides {
+        uint32_t rows = 0;
+        int64_t a_group_stride = 0, d_group_stride = 0;
+        bool operator==(const BatchedStrides&) const = default;
+    };
+    // (a single group's stride is meaningless, as a single row's: the group's rows then, 16-byte aligned already)
+    static BatchedStrides batched_strides(const GemmArgs& args, int64_t lda) {
+        const int64_t rows = args.a.size(0), groups = args.a.size(1);
+        return {static_cast<uint32_t>(rows), groups > 1 ? args.a.stride(1) : lda * rows,
+                groups > 1 ? args.d.stride(1) : args.d.stride(0) * rows};
+    }
     struct Signature {
         int device;
         uint32_t m, n, k;
@@ -251,6 +271,7 @@ private:
         GemmType gemm_type;
         uint32_t num_groups, grouped_alignment, max_m, config_m;
         uint32_t settings = 0;  // DeviceRuntime::gemm_settings_key (block size multiples, deterministic)
+        BatchedStrides batched;
         bool operator==(const Signature&) const = default;
     };
     struct SignatureHash {
@@ -262,7 +283,8 @@ private:
             mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m), mix(s.settings);
             mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.c_by_tma << 4));
             mix(static_cast<uint32_t>(s.operands.kind) | (s.operands.mn_major_a << 4) | (s.operands.mn_major_b << 5) |
-                (s.operands.fp32_out << 6) | (s.operands.has_c << 7));
+                (s.operands.fp32_out << 6) | (s.operands.has_c << 7) | (s.operands.batched << 8));
+            mix(s.batched.rows), mix(s.batched.a_group_stride), mix(s.batched.d_group_stride);
             return h;
         }
     };
@@ -289,8 +311,12 @@ private:
         // The multicast operand is loaded in halves, one by each CTA of the pair
         const bool halve_a = c.num_multicast > 1 && c.is_multicast_on_a;
         const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
-        plan.tma[0] = operand_map(args.a.data_ptr(), operands, operands.mn_major_a, sig.k, sig.m, 1, sig.lda,
-                                  halve_a ? c.block_m / 2 : small_m_box_rows(c, sig.m, 8));
+        plan.tma[0] = operands.batched
+                          ? batched_map(args.a.data_ptr(), operands.element_bytes(), sig.k, sig.batched.rows,
+                                        sig.num_groups, sig.lda, sig.batched.a_group_stride, operands.block_k(),
+                                        small_m_box_rows(c, sig.m, 8), driver::CU_TENSOR_MAP_SWIZZLE_128B)
+                          : operand_map(args.a.data_ptr(), operands, operands.mn_major_a, sig.k, sig.m, 1, sig.lda,
+                                        halve_a ? c.block_m / 2 : small_m_box_rows(c, sig.m, 8));
         // (m-grouped: B's groups stacked densely, [G * N, K] or [G][K][N]; the API checked that they are)
         plan.tma[1] = operands.fp4_b()
                           ? packed_fp4_map(args.b.data_ptr(), sig.k, uint64_t(sig.n) * sig.num_groups, sig.ldb, c.block_n)
@@ -307,7 +333,12 @@ private:
                                     sig.sfb_stride, c.block_n);
             plan.tma_bases[3] = args.sfb->data_ptr();
         }
-        if (c.use_tma_store) {
+        if (c.use_tma_store && operands.batched) {
+            plan.tma[4] = batched_map(args.d.data_ptr(), 2, sig.n, sig.batched.rows, sig.num_groups, sig.ldd,
+                                      sig.batched.d_group_stride, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
+                                      jit::swizzle_for_bytes(c.store_chunk_n * 2));
+            plan.tma_bases[4] = args.d.data_ptr();
+        } else if (c.use_tma_store) {
             plan.tma[4] = operands.fp32_out ? fp32_d_map(args.d.data_ptr(), sig.m, sig.n, sig.ldd, 1, c)
                                             : jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                                                                sig.n, sig.m, sig.ldd * 2, c.store_chunk_n,

@@ -51,6 +51,16 @@ struct Sm90GemmMaps {
                         : k_major_map(base, operands, k, rows * groups, ld, box_rows);
     }
 
+    // A batched operand or D, [rows, groups, cols] (elements of `bytes`; rows `ld` and groups `group_stride` elements
+    // apart, cols contiguous): a 3-D map at (col, row, group), boxes of box_cols x box_rows x 1 (BF16 or 1-byte values).
+    static jit::CUtensorMap batched_map(const void* base, uint32_t bytes, uint64_t cols, uint64_t rows, uint64_t groups,
+                                        uint64_t ld, uint64_t group_stride, uint32_t box_cols, uint32_t box_rows,
+                                        driver::CUtensorMapSwizzle swizzle) {
+        return jit::make_tma_3d(base, bytes == 1 ? driver::CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                 : driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                {cols, rows, groups}, {ld * bytes, group_stride * bytes}, {box_cols, box_rows, 1}, swizzle);
+    }
+
     // FP32 D [groups][M][N] (rows `ldd` elements apart, groups M x ldd): boxes of 32 columns (128-byte rows,
     // swizzled) x a math warpgroup's rows x 1, as the FP32 TMA epilogue stages them.
     static jit::CUtensorMap fp32_d_map(void* base, uint64_t m, uint64_t n, uint64_t ldd, uint64_t groups,

@@ -24,10 +24,12 @@ struct Bf16TmaEpilogue {
     static constexpr uint32_t kStoreChunkBytes = kStoreChunkN * 2;
     static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
 
-    // BF16 via stmatrix into this warpgroup's WG_M rows of the staging tile, then TMA stores.
+    // BF16 via stmatrix into this warpgroup's WG_M rows of the staging tile, then TMA stores (k3d: into a 3-D map at
+    // (column, row, group)).
+    template <bool k3d = false>
     __device__ __forceinline__ static void store(uint8_t* staging_tile, Accum& accum, uint32_t m0, uint32_t n0,
                                                  const TmaDescriptor* tma_d, uint32_t wg_idx, uint32_t warp_in_wg,
-                                                 uint32_t lane) {
+                                                 uint32_t lane, uint32_t group = 0) {
         constexpr uint32_t kChunkSize = WG_M * kStoreChunkBytes;  // bytes of one column chunk of this warpgroup
         uint8_t* staging = staging_tile + wg_idx * WG_M * BLOCK_N * 2;
         const bool is_leader = threadIdx.x % 128 == 0;
@@ -59,8 +61,12 @@ struct Bf16TmaEpilogue {
         ptx::named_barrier_sync(1 + wg_idx, 128);
         if (is_leader) {
             #pragma unroll
-            for (uint32_t c = 0; c < kNumStoreChunks; ++c)
-                ptx::tma_store_2d(tma_d, staging + c * kChunkSize, n0 + c * kStoreChunkN, m0);
+            for (uint32_t c = 0; c < kNumStoreChunks; ++c) {
+                if constexpr (k3d)
+                    ptx::tma_store_3d(tma_d, staging + c * kChunkSize, n0 + c * kStoreChunkN, m0, group);
+                else
+                    ptx::tma_store_2d(tma_d, staging + c * kChunkSize, n0 + c * kStoreChunkN, m0);
+            }
             ptx::tma_store_commit();
         }
     }

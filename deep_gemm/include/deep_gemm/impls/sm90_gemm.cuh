@@ -84,7 +84,9 @@
 //   producer offsets B's rows and the sfb loader its scales by the group (recipe (1, 1, 128): per-row sfb
 //   [groups][K blocks][N], the group's K-block rows); tiles with rows that must not be written are stored
 //   directly with a per-row check, whole ones through TMA. D BF16, or FP32 without C (recipe (1, 1, 128) or
-//   BF16 with FP32 D).
+//   BF16 with FP32 D). Batched (kBatched, einsum's per-head products): a masked GEMM whose A [rows, groups, K] and
+//   D [rows, groups, N] stay in their own layout: 3-D maps at (K or N, row in the group, group), whose bounds zero
+//   A's and clip D's rows past the group's (every group has the same rows; max_m is only the scheduler's stride).
 // K-grouped (kKGroupedContiguous, MoE weight gradients; FP8 recipe (1, 1, 128) or BF16): per group g,
 //   D[g] = C[g] + A_g @ B_g^T with A_g [M, K_g] and B_g [N, K_g] (FP8: K-major; BF16 tn: MN-major [K_g, M] and
 //   [K_g, N]), back to back in flat buffers. Their row strides or extents differ per group, so the host passes
@@ -137,6 +139,8 @@ struct Sm90Gemm {
     static constexpr uint32_t kMaxKGroups = kConfig.max_k_groups;
     static constexpr bool kOverlapPromotion = kConfig.overlap_promotion;
     static constexpr bool kStreamK = kConfig.stream_k;
+    // Masked, batched: A [rows, groups, K] and D [rows, groups, N] in place (3-D maps at (K or N, row, group))
+    static constexpr bool kBatched = kConfig.batched;
     static constexpr bool kIsFp8 = kOperands != OperandKind::kBf16;
     static constexpr bool kBlockSfb = kOperands == OperandKind::kFp8BlockScaled;
     // FP8 x FP4: B arrives packed (e2m1) with UE8M0 exponents per 1x32 and is converted to e4m3 in shared memory
@@ -226,6 +230,9 @@ struct Sm90Gemm {
     static_assert(kIsFp8 ? !kMnMajorA && !kMnMajorB : true, "FP8 wgmma reads K-major operands only");
     static_assert(!kOverlapPromotion || kIsFp8, "only FP8 promotes partial sums (BF16 accumulates in the wgmmas)");
     static_assert(!kIsMGrouped || !kFp32Out || kNumSplits == 1, "m-grouped GEMMs are not split along K");
+    static_assert(!kBatched || (kGemmType == GemmType::kMGroupedMasked && kUseTmaStore && !kFp32Out && !kMnMajorA &&
+                                !kFp4B && kNumMulticast == 1 && kNumSplits == 1),
+                  "batched: a masked GEMM with K-major A, no multicast or split-K, BF16 D through TMA");
     static_assert(!kMnMajorB || BLOCK_N % 64 == 0, "an MN-major B tile is loaded in boxes of 64 columns");
     static_assert(kIsKGrouped == (kMaxKGroups > 0) && (!kIsKGrouped || (kFp32Out && !kBlockSfb)),
                   "k-grouped GEMMs (and only they) take per-group TMA maps, with FP32 D: recipe (1, 1, 128) or BF16");
@@ -379,6 +386,11 @@ struct Sm90Gemm {
                     constexpr uint32_t kHalf = BLOCK_M / 2;
                     ptx::tma_load_2d_multicast(s.a(pipe.stage) + rank * kHalf * 128, tma_a, full, k_block * BLOCK_K,
                                                m_block * BLOCK_M + rank * kHalf, kBothCtas);
+                } else if constexpr (kBatched) {
+                    // A [rows, groups, K] in place: the group's rows of the 3-D map (rows past the group's are
+                    // outside the map: zeros)
+                    ptx::tma_load_3d(s.a(pipe.stage), tma_a, full, k_block * BLOCK_K,
+                                     m_block * BLOCK_M - tile.group * layout.max_m, tile.group);
                 } else {
                     load_tile<BLOCK_M, kMnMajorA>(s.a(pipe.stage), tma_a, full, k_block, m_block * BLOCK_M, 0);
                 }
@@ -746,6 +758,12 @@ struct Sm90Gemm {
                                                            uint32_t shape_m, uint32_t shape_n, __nv_bfloat16* d,
                                                            uint32_t ldd, const TmaDescriptor* tma_d, GroupedLayout layout,
                                                            uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
+        if constexpr (kBatched) {
+            // D [rows, groups, N] in place: the 3-D map's bounds clip the rows past the group's
+            Bf16Epilogue::template store<true>(reinterpret_cast<uint8_t*>(s.d()), accum, m0 - tile.group * layout.max_m,
+                                               n0, tma_d, wg_idx, warp_in_wg, lane, tile.group);
+            return;
+        }
         if constexpr (kUseTmaStore) {
             if (tile_fully_valid(tile, shape_m, layout)) {
                 Bf16Epilogue::store(reinterpret_cast<uint8_t*>(s.d()), accum, m0, n0, tma_d, wg_idx, warp_in_wg, lane);
