@@ -16,12 +16,12 @@ def test_parse_every_family() -> None:
     assert parse(" ; ") == {}
     spec = (
         "fp8_gemm:block_m=128,block_n=112,split_k=2,fp32_buffers=3,stream_k=2,multicast=1,multicast_on_a=0,overlap=0;"
-        " bf16_gemm: block_n = 64 ;mqa_logits:kv_split=4096;paged_mqa_logits:math_wgs=2,stages=6;"
+        " bf16_gemm: block_n = 64, einsum_batched=1 ;mqa_logits:kv_split=4096;paged_mqa_logits:math_wgs=2,stages=6;"
     )
     assert parse(spec) == {
         "fp8_gemm": dict(block_m=128, block_n=112, split_k=2, fp32_buffers=3, stream_k=2, multicast=1,
                          multicast_on_a=0, overlap=0),
-        "bf16_gemm": dict(block_n=64),
+        "bf16_gemm": dict(block_n=64, einsum_batched=1),
         "mqa_logits": dict(kv_split=4096),
         "paged_mqa_logits": dict(math_wgs=2, stages=6),
     }  # fmt: skip
