@@ -103,6 +103,12 @@ def _check_common(
     return y.shape[0]
 
 
+def _check_pair_devices(fn: str, sym_buffer: SymmBuffer, y, l1: tuple, l2: tuple, stats) -> None:
+    """:func:`_check_devices` of a call with (weights, scales) pairs."""
+    tensors = {"y": y, "l1_weights[0]": l1[0], "l1_weights[1]": l1[1], "l2_weights[0]": l2[0], "l2_weights[1]": l2[1]}
+    _check_devices(fn, sym_buffer, {**tensors, "cumulative_local_expert_recv_stats": stats})
+
+
 def _check_expert_ids(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
     """Raise when this rank's top-k ids hold a value outside [-1, E). Reading them is a host synchronization, so, as
     every deep_gemm API does (docs/design.md, "No host synchronization on default paths"), CUDA buffers are checked
@@ -327,18 +333,7 @@ def fp8_mega_moe(
     _check_tensor(fn, "l1_weights[1]", s1, torch.float32, (e_local, 2 * inter // 128, hidden // 128))
     _check_tensor(fn, "l2_weights[0]", w2, torch.float8_e4m3fn, (e_local, hidden, inter))
     _check_tensor(fn, "l2_weights[1]", s2, torch.float32, (e_local, hidden // 128, inter // 128))
-    _check_devices(
-        fn,
-        sym_buffer,
-        {
-            "y": y,
-            "l1_weights[0]": w1,
-            "l1_weights[1]": s1,
-            "l2_weights[0]": w2,
-            "l2_weights[1]": s2,
-            "cumulative_local_expert_recv_stats": cumulative_local_expert_recv_stats,
-        },
-    )
+    _check_pair_devices(fn, sym_buffer, y, (w1, s1), (w2, s2), cumulative_local_expert_recv_stats)
 
     # NOTES: a 128-row block of the interleaved L1 weight holds 64 gate rows and 64 up rows, whose scales differ, so
     # L1 runs once on the grouped GEMM's recipe (1, 1, 128): every interleaved row scaled by its original block's
@@ -468,18 +463,7 @@ def fp8_fp4_mega_moe(
     e_local, hidden, inter = layout.num_local_experts, layout.hidden, layout.intermediate_hidden
     w1, s1 = _check_fp4_weight(fn, "l1_weights", l1_weights, 2 * inter, hidden, e_local)
     w2, s2 = _check_fp4_weight(fn, "l2_weights", l2_weights, hidden, inter, e_local)
-    _check_devices(
-        fn,
-        sym_buffer,
-        {
-            "y": y,
-            "l1_weights[0]": w1,
-            "l1_weights[1]": s1,
-            "l2_weights[0]": w2,
-            "l2_weights[1]": s2,
-            "cumulative_local_expert_recv_stats": cumulative_local_expert_recv_stats,
-        },
-    )
+    _check_pair_devices(fn, sym_buffer, y, (w1, s1), (w2, s2), cumulative_local_expert_recv_stats)
 
     # (the activations arrive with FP32 1x128 scales: the dispatch and the SwiGLU fold 1x32 ones)
     gemm = _C.m_grouped_fp8_fp4_gemm_nt_contiguous
