@@ -238,6 +238,10 @@ COMPILED = [
     ("batched_bhd_hdr_bhr_decode", masked(64, 512, 128, bf16=True, mn_major_b=True), 0, 128,
      dict(mn_major_b=1, batched=1)),
     ("batched_fp8_bhr_hdr_bhd_decode", masked(64, 128, 512), 128, 512, dict(batched=1)),
+    # 'bmk,bnk->mn' in the K-batched mode: one GEMM over b x k (K given at run time: the entry's)
+    ("k_batched_bmk_bnk_mn_fp32", dict(m=4096, n=4096, k=8 * 4096, bf16=True, fp32_out=True, has_c=True), 4096, 0,
+     dict(fp32_out=1, has_c=1, k_batched=1)),
+    ("k_batched_bmk_bnk_mn_bf16", dict(m=4096, n=7168, k=8 * 4096, bf16=True), 7168, 0, dict(k_batched=1)),
 ]  # fmt: skip
 
 
@@ -340,9 +344,12 @@ def check_per_head(expr, batch, heads, dim_d, dim_r, use_cublaslt) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("k_batched", [False, True], ids=["per_entry", "k_batched"])
 @pytest.mark.parametrize("mode", ["bf16", "fp32", "fp32_in_place"])
 @pytest.mark.parametrize(("s", "m", "n", "k"), [(8, 4096, 4096, 4096), (3, 129, 200, 72), (1, 7, 64, 128)])
-def test_bmk_bnk_mn_matches_reference(mode, s, m, n, k) -> None:
+def test_bmk_bnk_mn_matches_reference(mode, s, m, n, k, k_batched, monkeypatch) -> None:
+    if k_batched:  # (the K-batched mode: opt-in until it has run on a GPU)
+        monkeypatch.setenv("DG_TUNE", BATCHED_TUNE)
     a = randn(s, m, k, seed=s + m)
     b = randn(s, n, k, seed=s + n + 1)
     ref = torch.einsum("bmk,bnk->mn", a.double(), b.double())

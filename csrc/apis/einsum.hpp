@@ -15,7 +15,8 @@
 //   place: [h, d, r] is the masked GEMM's [G, N, K] (bhr) or, as its transpose, an MN-major [G, K, N] (bhd), which
 //   BF16 wgmma reads from shared memory as it is.
 // - bmk,bnk->mn launches the plain GEMM once per batch entry, accumulating in FP32 in place (C = D, which the
-//   kernel adds with TMA reduce-adds). Not the k-grouped mode: it writes one D per group rather than their sum,
+//   kernel adds with TMA reduce-adds); or (einsum_batched, opt-in until it has run on a GPU) one launch of the
+//   kernel's K-batched mode, whose K loop runs over every entry's K blocks (A [b, m, k], B [b, n, k] through 3-D maps). Not the k-grouped mode: it writes one D per group rather than their sum,
 //   and its BF16 form reads MN-major operands, while A[b] / B[b] here are K-major. Not a single GEMM over the
 //   concatenated K either: [S, M, K] is no 2-D [M, S * K] view (its batch stride is M * K, not K).
 // use_cublaslt=True serves the per-head expressions through PyTorch's batched matmul (cuBLAS), the vendor baseline.
@@ -164,6 +165,15 @@ inline void einsum_bmk_bnk_mn(const at::Tensor& a, const at::Tensor& b, const at
         if (!c.has_value())
             d.zero_();
         return;
+    }
+    if (tune_settings(TuneFamily::kBf16Gemm).get("einsum_batched").value_or(0) == 1) {
+        // One GEMM whose K loop runs over every batch entry (the K-batched mode: A and B read in place, the sum kept
+        // in the accumulators: no D round trip per entry, BF16 D rounded once); opt-in as the per-head mode is
+        kernels::GemmOperands operands{kernels::OperandKind::kBf16, false, false, d.scalar_type() == at::kFloat};
+        operands.k_batched = true;
+        kernels::GemmArgs args{a, b, d, c.has_value() ? &d : nullptr, nullptr, nullptr, operands, false, true, false};
+        args.num_groups = static_cast<uint32_t>(s);
+        return kernels::Sm90GemmRunner::run(args);
     }
     // FP32 D accumulates in place; BF16 D is rounded once, from an FP32 accumulator
     const at::Tensor acc = d.scalar_type() == at::kFloat ? d : at::empty({m, n}, d.options().dtype(at::kFloat));

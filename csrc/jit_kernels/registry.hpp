@@ -74,6 +74,8 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
               {"gemm_type", "0 normal, 1 m-grouped contiguous, 2 its psum layout, 3 m-grouped masked, 4 k-grouped"},
               {"batched", "masked: 1 if A [rows, groups, K] and D [rows, groups, N] are read and written in place "
                           "through 3-D maps (default 0)"},
+              {"k_batched", "normal BF16: 1 for D = sum_s A[s] @ B[s]^T, A [S, M, K] and B [S, N, K] read through 3-D "
+                            "maps (default 0)"},
               {"max_k_groups", "k-grouped: capacity of the per-group TMA maps (default 8 for gemm_type 4, else 0)"},
               {"use_tma_store", "1: D stored through shared memory and TMA (default: where the epilogue allows)"},
               {"store_chunk_n", "columns per TMA store (default: from block_n)"},

@@ -124,7 +124,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
     use_tma_store = use_tma_store && !operands.direct_store();
     const bool grouped = gemm_type != GemmType::kNormal, m_grouped = is_m_grouped(gemm_type);
     // (FP8 x FP4: B's packed tile is not multicast)
-    allow_multicast = allow_multicast && !grouped && !operands.mn_major_b && !operands.fp4_b();
+    allow_multicast = allow_multicast && !grouped && !operands.mn_major_b && !operands.fp4_b() && !operands.k_batched;
     DG_CHECK_INPUT(num_sms > 0, "num_sms must be positive");
     DG_CHECK_INPUT(operands.is_fp8() ? !operands.mn_major_a && !operands.mn_major_b : true,
                    "FP8 operands must be K-major");
@@ -187,7 +187,8 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                 // Pairs of tiles along M share B through a 2-CTA cluster (not with split-K); forced, pairs along N
                 // share A instead
                 const bool multicast_on_a = forced.multicast_on_a;
-                if (multicast_on_a && (grouped || splits > 1 || n_blocks < 2 || operands.mn_major_a || num_sms < 2))
+                if (multicast_on_a && (grouped || splits > 1 || n_blocks < 2 || operands.mn_major_a || num_sms < 2 ||
+                                       operands.k_batched))
                     continue;
                 const bool multicast = multicast_on_a || (allow_multicast && splits == 1 && m_blocks >= 2 && num_sms >= 2);
                 const uint64_t units = gemm_num_units(m_blocks, n_blocks, multicast ? 2 : 1, multicast_on_a) * splits;

@@ -27,6 +27,9 @@ struct GemmOperands {
     // Masked GEMMs only: A [rows, groups, K] and D [rows, groups, N] (K-major A, BF16 D through TMA), read and
     // written in place through 3-D TMA maps at (K or N, row in the group, group): einsum's per-head expressions
     bool batched = false;
+    // Normal BF16 GEMMs only: D = sum over s of A[s] @ B[s]^T with A [S, M, K] and B [S, N, K] K-major, read in place
+    // through 3-D TMA maps at (K, row, s): the K loop runs over S x ceil(K / BLOCK_K) blocks (einsum 'bmk,bnk->mn')
+    bool k_batched = false;
 
     bool is_fp8() const { return kind != OperandKind::kBf16; }
     bool per_row_sfb() const { return kind == OperandKind::kFp8RowScaled; }
@@ -100,7 +103,8 @@ struct GemmConfig {
                 .max_k_groups = max_k_groups,
                 .overlap_promotion = overlap_promotion,
                 .stream_k = stream_k > 0,
-                .batched = operands.batched};
+                .batched = operands.batched,
+                .k_batched = operands.k_batched};
     }
     std::string describe() const {
         static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16", "fp8 x fp4"};

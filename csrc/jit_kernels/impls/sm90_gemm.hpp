@@ -46,6 +46,8 @@ struct GemmArgs {
     // Masked (A [G * max_m, K], D [G * max_m, N]): the layout tensor is masked_m [G]; config_m is the row
     // count the heuristic plans for (G x expected_m), 0 for the real one. Batched (operands.batched): A [rows, G, K]
     // and D [rows, G, N] as they are (each group's rows `rows`, the tensors' strides), every masked_m = rows.
+    // K-batched (operands.k_batched, a normal GEMM): A [S, M, K] and B [S, N, K], D = sum_s A[s] @ B[s]^T; num_groups
+    // is S.
     GemmType gemm_type = GemmType::kNormal;
     const at::Tensor* grouped_layout = nullptr;
     uint32_t num_groups = 1;
@@ -94,9 +96,9 @@ class Sm90GemmRunner : private Sm90GemmMaps {
 public:
     static void run(const GemmArgs& args) {
         const int device = args.a.device().index();
-        const bool batched = args.operands.batched;
+        const bool batched = args.operands.batched, k_batched = args.operands.k_batched;
         // (batched: the scheduler's rows, max_m per group; the tensors hold `rows` per group)
-        const uint32_t m = batched ? args.num_groups * args.max_m : args.a.size(0);
+        const uint32_t m = batched ? args.num_groups * args.max_m : args.a.size(-2);
         const uint32_t k = args.a.size(-1), n = args.b.size(args.b.dim() - 2);
         GemmOperands operands = args.operands;
         operands.has_c = args.c != nullptr;
@@ -118,7 +120,7 @@ public:
         const uint32_t num_groups = args.b.dim() == 3 ? static_cast<uint32_t>(args.b.size(0)) : 1;
         const int64_t lda = operands.mn_major_a ? row_stride(args.a, 1, k, m)
                             : batched           ? row_stride(args.a, 0, args.a.size(0), k)
-                                                : row_stride(args.a, 0, m, k);
+                                                : row_stride(args.a, args.a.dim() - 2, m, k);
         // (FP8 x FP4: B's rows hold K / 2 bytes)
         const int64_t ldb = operands.mn_major_b ? row_stride(args.b, args.b.dim() - 1, int64_t(k) * num_groups, n)
                                                 : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups,
@@ -127,7 +129,8 @@ public:
                             num_sms, use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
                             args.num_groups, args.grouped_alignment, args.max_m, args.config_m,
                             jit::DeviceRuntime::instance().gemm_settings_key(),
-                            batched ? batched_strides(args, lda) : BatchedStrides{}};
+                            batched ? batched_strides(args, lda) : k_batched ? k_batched_strides(args, lda, ldb)
+                                                                             : BatchedStrides{}};
         Plan& plan = get_plan(sig, &args);
 
         // The descriptors this thread last launched this plan with: only moved tensors are patched
@@ -246,11 +249,12 @@ public:
 private:
     static constexpr size_t kNumTma = 6;  // A, B, sfa, sfb (per-row recipe), D (TMA store), C (FP32 D by TMA)
     static inline deep_gemm::KGroupedParams<0> kNoKGroups{};  // (not k-grouped)
-    // A batched masked GEMM's tensors (GemmOperands::batched): each group's rows, and A's and D's group strides
-    // (elements); zeros otherwise.
+    // The 3-D layouts (elements): a batched masked GEMM (GemmOperands::batched) has each group's rows, A's group
+    // stride and D's; a K-batched one (GemmOperands::k_batched) A's and B's batch-entry strides (rows unused); zeros
+    // otherwise.
     struct BatchedStrides {
         uint32_t rows = 0;
-        int64_t a_group_stride = 0, d_group_stride = 0;
+        int64_t a_stride = 0, other_stride = 0;
         bool operator==(const BatchedStrides&) const = default;
     };
     // (a single group's stride is meaningless, as a single row's: the group's rows then, 16-byte aligned already)
@@ -258,6 +262,11 @@ private:
         const int64_t rows = args.a.size(0), groups = args.a.size(1);
         return {static_cast<uint32_t>(rows), groups > 1 ? args.a.stride(1) : lda * rows,
                 groups > 1 ? args.d.stride(1) : args.d.stride(0) * rows};
+    }
+    static BatchedStrides k_batched_strides(const GemmArgs& args, int64_t lda, int64_t ldb) {
+        const int64_t entries = args.a.size(0);
+        return {0, entries > 1 ? args.a.stride(0) : lda * args.a.size(1),
+                entries > 1 ? args.b.stride(0) : ldb * args.b.size(1)};
     }
     struct Signature {
         int device;
@@ -283,8 +292,9 @@ private:
             mix(s.grouped_alignment), mix(s.max_m), mix(s.config_m), mix(s.settings);
             mix(s.use_tma_store | (s.compile_m << 1) | (s.compile_n << 2) | (s.compile_k << 3) | (s.c_by_tma << 4));
             mix(static_cast<uint32_t>(s.operands.kind) | (s.operands.mn_major_a << 4) | (s.operands.mn_major_b << 5) |
-                (s.operands.fp32_out << 6) | (s.operands.has_c << 7) | (s.operands.batched << 8));
-            mix(s.batched.rows), mix(s.batched.a_group_stride), mix(s.batched.d_group_stride);
+                (s.operands.fp32_out << 6) | (s.operands.has_c << 7) | (s.operands.batched << 8) |
+                (s.operands.k_batched << 9));
+            mix(s.batched.rows), mix(s.batched.a_stride), mix(s.batched.other_stride);
             return h;
         }
     };
@@ -313,12 +323,20 @@ private:
         const bool halve_b = c.num_multicast > 1 && !c.is_multicast_on_a;
         plan.tma[0] = operands.batched
                           ? batched_map(args.a.data_ptr(), operands.element_bytes(), sig.k, sig.batched.rows,
-                                        sig.num_groups, sig.lda, sig.batched.a_group_stride, operands.block_k(),
+                                        sig.num_groups, sig.lda, sig.batched.a_stride, operands.block_k(),
                                         small_m_box_rows(c, sig.m, 8), driver::CU_TENSOR_MAP_SWIZZLE_128B)
+                      : operands.k_batched
+                          ? batched_map(args.a.data_ptr(), 2, sig.k, sig.m, sig.num_groups, sig.lda,
+                                        sig.batched.a_stride, operands.block_k(), small_m_box_rows(c, sig.m, 8),
+                                        driver::CU_TENSOR_MAP_SWIZZLE_128B)
                           : operand_map(args.a.data_ptr(), operands, operands.mn_major_a, sig.k, sig.m, 1, sig.lda,
                                         halve_a ? c.block_m / 2 : small_m_box_rows(c, sig.m, 8));
         // (m-grouped: B's groups stacked densely, [G * N, K] or [G][K][N]; the API checked that they are)
-        plan.tma[1] = operands.fp4_b()
+        plan.tma[1] = operands.k_batched
+                          ? batched_map(args.b.data_ptr(), 2, sig.k, sig.n, sig.num_groups, sig.ldb,
+                                        sig.batched.other_stride, operands.block_k(), c.block_n,
+                                        driver::CU_TENSOR_MAP_SWIZZLE_128B)
+                      : operands.fp4_b()
                           ? packed_fp4_map(args.b.data_ptr(), sig.k, uint64_t(sig.n) * sig.num_groups, sig.ldb, c.block_n)
                           : operand_map(args.b.data_ptr(), operands, operands.mn_major_b, sig.k, sig.n, sig.num_groups,
                                         sig.ldb, halve_b ? c.block_n / 2 : c.block_n);
@@ -335,7 +353,7 @@ private:
         }
         if (c.use_tma_store && operands.batched) {
             plan.tma[4] = batched_map(args.d.data_ptr(), 2, sig.n, sig.batched.rows, sig.num_groups, sig.ldd,
-                                      sig.batched.d_group_stride, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
+                                      sig.batched.other_stride, c.store_chunk_n, c.block_m / c.num_math_warpgroups,
                                       jit::swizzle_for_bytes(c.store_chunk_n * 2));
             plan.tma_bases[4] = args.d.data_ptr();
         } else if (c.use_tma_store) {
@@ -393,7 +411,9 @@ private:
         const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
         // (DG_TUNE's section of this GEMM's family: fp8_gemm or bf16_gemm)
         const GemmOverrides forced = with_gemm_settings(gemm_overrides_for(sig.operands), sig.settings);
-        const GemmProblem problem{sig.m, sig.n, sig.k, static_cast<uint32_t>(sig.num_sms), sig.use_tma_store,
+        // (K-batched: the K loop runs over every entry's K)
+        const uint32_t k_total = sig.operands.k_batched ? sig.k * sig.num_groups : sig.k;
+        const GemmProblem problem{sig.m, sig.n, k_total, static_cast<uint32_t>(sig.num_sms), sig.use_tma_store,
                                   sig.operands, sig.compile_m, sig.compile_n, sig.compile_k, sig.gemm_type,
                                   sig.num_groups, sig.grouped_alignment, sig.config_m};
         const auto choose = [&](const ClusterCapacity* capacity) {

@@ -151,6 +151,7 @@ struct Sm90GemmKernelConfig {
     bool overlap_promotion;         // FP8: block k + 1's wgmmas run during block k's promotion
     bool stream_k;                  // the last wave's tiles shared by all CTAs along K
     bool batched;                   // masked: A [rows, groups, K] and D [rows, groups, N] in place, 3-D TMA maps
+    bool k_batched;                 // normal: D = sum_s A[s] @ B[s]^T, A [S, M, K] and B [S, N, K] by 3-D TMA maps
 
     // Calls f(name, value) for each field, in declaration order (what the JIT renders).
     template <typename F>
@@ -162,7 +163,7 @@ struct Sm90GemmKernelConfig {
         f("num_splits", num_splits), f("operands", operands), f("mn_major_a", mn_major_a);
         f("mn_major_b", mn_major_b), f("fp32_out", fp32_out), f("gemm_type", gemm_type);
         f("max_k_groups", max_k_groups), f("overlap_promotion", overlap_promotion), f("stream_k", stream_k);
-        f("batched", batched);
+        f("batched", batched), f("k_batched", k_batched);
     }
 };
 

@@ -141,6 +141,8 @@ struct Sm90Gemm {
     static constexpr bool kStreamK = kConfig.stream_k;
     // Masked, batched: A [rows, groups, K] and D [rows, groups, N] in place (3-D maps at (K or N, row, group))
     static constexpr bool kBatched = kConfig.batched;
+    // Normal, K-batched: D = sum_s A[s] @ B[s]^T, the K loop over S x ceil(K / BLOCK_K) blocks (3-D maps at (K, row, s))
+    static constexpr bool kKBatched = kConfig.k_batched;
     static constexpr bool kIsFp8 = kOperands != OperandKind::kBf16;
     static constexpr bool kBlockSfb = kOperands == OperandKind::kFp8BlockScaled;
     // FP8 x FP4: B arrives packed (e2m1) with UE8M0 exponents per 1x32 and is converted to e4m3 in shared memory
@@ -233,6 +235,9 @@ struct Sm90Gemm {
     static_assert(!kBatched || (kGemmType == GemmType::kMGroupedMasked && kUseTmaStore && !kFp32Out && !kMnMajorA &&
                                 !kFp4B && kNumMulticast == 1 && kNumSplits == 1),
                   "batched: a masked GEMM with K-major A, no multicast or split-K, BF16 D through TMA");
+    static_assert(!kKBatched || (kGemmType == GemmType::kNormal && !kIsFp8 && !kMnMajorA && !kMnMajorB &&
+                                 kNumMulticast == 1),
+                  "K-batched: a normal BF16 GEMM with K-major operands, no multicast");
     static_assert(!kMnMajorB || BLOCK_N % 64 == 0, "an MN-major B tile is loaded in boxes of 64 columns");
     static_assert(kIsKGrouped == (kMaxKGroups > 0) && (!kIsKGrouped || (kFp32Out && !kBlockSfb)),
                   "k-grouped GEMMs (and only they) take per-group TMA maps, with FP32 D: recipe (1, 1, 128) or BF16");
@@ -386,6 +391,12 @@ struct Sm90Gemm {
                     constexpr uint32_t kHalf = BLOCK_M / 2;
                     ptx::tma_load_2d_multicast(s.a(pipe.stage) + rank * kHalf * 128, tma_a, full, k_block * BLOCK_K,
                                                m_block * BLOCK_M + rank * kHalf, kBothCtas);
+                } else if constexpr (kKBatched) {
+                    // Block k_block is block k_block % kb of batch entry k_block / kb (kb: K blocks per entry)
+                    const uint32_t kb = num_k_blocks / layout.num_groups;
+                    const uint32_t entry = k_block / kb, k_in_entry = (k_block % kb) * BLOCK_K;
+                    ptx::tma_load_3d(s.a(pipe.stage), tma_a, full, k_in_entry, m_block * BLOCK_M, entry);
+                    ptx::tma_load_3d(s.b(pipe.stage), tma_b, full, k_in_entry, b_row, entry);
                 } else if constexpr (kBatched) {
                     // A [rows, groups, K] in place: the group's rows of the 3-D map (rows past the group's are
                     // outside the map: zeros)
@@ -394,7 +405,9 @@ struct Sm90Gemm {
                 } else {
                     load_tile<BLOCK_M, kMnMajorA>(s.a(pipe.stage), tma_a, full, k_block, m_block * BLOCK_M, 0);
                 }
-                if constexpr (kFp4B) {
+                if constexpr (kKBatched) {
+                    // (B loaded with A above)
+                } else if constexpr (kFp4B) {
                     // Packed B (K in bytes: two values each) and the rows' exponent words, for the converter
                     uint64_t* loaded = s.b_loaded(pipe.stage);
                     ptx::mbarrier_arrive_expect_tx(loaded, SMEM_B_PACKED_SIZE_PER_STAGE + BLOCK_N * 4);
@@ -813,7 +826,8 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
     shape_m = Gemm::SHAPE_M != 0 ? Gemm::SHAPE_M : shape_m;
     shape_n = Gemm::SHAPE_N != 0 ? Gemm::SHAPE_N : shape_n;
     shape_k = Gemm::SHAPE_K != 0 ? Gemm::SHAPE_K : shape_k;
-    const uint32_t num_k_blocks = ceil_div(shape_k, Gemm::BLOCK_K);
+    // (K-batched: every batch entry's K blocks, grouped_layout.num_groups entries)
+    const uint32_t num_k_blocks = ceil_div(shape_k, Gemm::BLOCK_K) * (Gemm::kKBatched ? grouped_layout.num_groups : 1);
     if constexpr (Gemm::kIsKGrouped)
         grouped_layout.k_blocks = k_groups.k_blocks;
 
