@@ -102,8 +102,8 @@ def test_mid_zero_and_any_sizes_accepted_on_the_host() -> None:
 
 @pytest.mark.nvcc
 def test_kernel_compiles_without_spills(tmp_path, monkeypatch) -> None:
-    """The GEMM the call runs: the 1d2d FP8 kernel at the heuristic's configs for the tested shapes (the column
-    placement is done by strided copies, no kernel variant of its own)."""
+    """The GEMM the call runs by default: the 1d2d FP8 kernel at the heuristic's configs for the tested shapes (the
+    column placement by strided copies; the fused epilogue's kernels: test_fused_epilogue_kernels_compile...)."""
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("DG_JIT_PTXAS_CHECK", "1")
     for m, n, k in [(128, 2 * 256, 7168), (4096, 64 * 192, 1536)]:
@@ -175,6 +175,39 @@ SHAPES = [
     (33, 256, 3, (0, 16, 48)),
     (33, 256, 3, (48, 16, 0)),
 ]
+
+
+# The epilogue column remap (left and right whole 64-column chunks): opt-in until it has run on a GPU
+FUSED_TUNE = "fp8_gemm:skip_head_mid_fused=1"
+FUSED_SHAPES = [
+    (128, 7168, 2, (128, 64, 128)),
+    (1000, 1536, 64, (128, 64, 64)),
+    (4096, 1536, 128, (128, 64, 64)),
+    (33, 256, 3, (0, 16, 64)),
+    (7, 512, 5, (64, 192, 0)),
+    (129, 384, 4, (64, 40, 64)),  # (2 * 64 columns a head: the last tile holds columns of a phantom head)
+]
+
+
+@gpu
+@pytest.mark.parametrize(("m", "k", "heads", "splits"), FUSED_SHAPES)
+def test_skip_head_mid_fused_epilogue_matches_reference(m: int, k: int, heads: int, splits, monkeypatch) -> None:
+    monkeypatch.setenv("DG_TUNE", FUSED_TUNE)
+    test_skip_head_mid_matches_reference(m, k, heads, splits)
+
+
+@pytest.mark.nvcc
+def test_fused_epilogue_kernels_compile_without_spills(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DG_JIT_PTXAS_CHECK", "1")
+    for m, k, heads, (left, mid, right) in FUSED_SHAPES:
+        n = heads * (left + right)
+        # (the launch plans this mode without split-K, whose direct store has no column remap)
+        cfg = deep_gemm._C.get_gemm_config(m, n, k, num_splits=1)
+        params = compile_params(cfg, n, k, head_left=left, head_mid=mid, head_right=right)
+        result = deep_gemm.compile_kernel("sm90_gemm", params)
+        assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+        assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
 
 
 @gpu

@@ -7,8 +7,10 @@
 // Served as a composition on the shared SM90 GEMM kernel: the GEMM writes a dense [M, N] BF16 scratch tensor,
 // then two strided copies (PyTorch) place its left and right parts in D. This needs no alignment of left, mid or
 // right (any sizes, D's columns need not be 16-byte aligned per head part), at the cost of one extra pass over
-// M x N BF16 (write + read of the scratch). With mid = 0 the GEMM writes D directly. (An epilogue column remap
-// inside the kernel would drop the scratch pass; not done yet.)
+// M x N BF16 (write + read of the scratch). With mid = 0 the GEMM writes D directly. The kernel's epilogue column
+// remap (GemmOperands::head_left/mid/right: each store chunk at its head part's D column) drops the scratch pass
+// where left and right are whole 64-column chunks and D is TMA-addressable; it has not run on a GPU yet, so it is
+// taken only under DG_TUNE's fp8_gemm:skip_head_mid_fused=1 (then the default, and the key goes).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -79,6 +81,20 @@ inline void fp8_gemm_nt_skip_head_mid(const TensorPair& a, const TensorPair& b, 
     if (mid == 0)  // (D's columns are the GEMM's)
         return fp8_gemm_nt(a_data, sfa, b_data, sfb, d, std::nullopt, recipe, std::nullopt, std::nullopt,
                            compiled_dims, disable_ue8m0_cast);
+    const int64_t elem = d.element_size();
+    if (tune_settings(TuneFamily::kFp8Gemm).get("skip_head_mid_fused").value_or(0) == 1 && left % 64 == 0 &&
+        right % 64 == 0 && (d.stride(0) * elem) % 16 == 0 && reinterpret_cast<uintptr_t>(d.data_ptr()) % 16 == 0 &&
+        (d.stride(1) == 1 || d.size(1) <= 1)) {
+        const auto cdims = parse_compiled_dims(compiled_dims);
+        at::Tensor sfa_storage;
+        const at::Tensor& sfa_mn = mn_major_tma_aligned(sfa, sfa_storage);
+        const at::Tensor sfb_rows = sfb.is_contiguous() ? sfb : sfb.contiguous();
+        kernels::GemmOperands operands = kernels::fp8_operands(false);
+        operands.head_left = static_cast<uint32_t>(left), operands.head_mid = static_cast<uint32_t>(mid);
+        operands.head_right = static_cast<uint32_t>(right);
+        return kernels::Sm90GemmRunner::run({a_data, b_data, d, nullptr, &sfa_mn, &sfb_rows, operands, cdims.m,
+                                             cdims.n, cdims.k});
+    }
     const at::Tensor scratch = at::empty({m, n}, d.options());
     fp8_gemm_nt(a_data, sfa, b_data, sfb, scratch, std::nullopt, recipe, std::nullopt, std::nullopt, compiled_dims,
                 disable_ue8m0_cast);

@@ -76,6 +76,9 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
                           "through 3-D maps (default 0)"},
               {"k_batched", "normal BF16: 1 for D = sum_s A[s] @ B[s]^T, A [S, M, K] and B [S, N, K] read through 3-D "
                             "maps (default 0)"},
+              {"head_left", "skip-head-mid: the left columns of each head (a multiple of 64; default 0: off)"},
+              {"head_mid", "skip-head-mid: the columns of each head left unwritten (default 0)"},
+              {"head_right", "skip-head-mid: the right columns of each head (a multiple of 64; default 0)"},
               {"max_k_groups", "k-grouped: capacity of the per-group TMA maps (default 8 for gemm_type 4, else 0)"},
               {"use_tma_store", "1: D stored through shared memory and TMA (default: where the epilogue allows)"},
               {"store_chunk_n", "columns per TMA store (default: from block_n)"},

@@ -46,6 +46,7 @@ inline const std::array<TuneFamilyKeys, kNumTuneFamilies>& tune_families() {
         };
         std::vector<TuneKey> fp8_gemm = gemm;
         fp8_gemm.push_back({"overlap", 0, 1, 1});  // (the overlapped promotion exists for FP8 only)
+        fp8_gemm.push_back({"skip_head_mid_fused", 0, 1, 1});  // (fp8_gemm_nt_skip_head_mid is FP8 only)
         return std::array<TuneFamilyKeys, kNumTuneFamilies>{{
             {"fp8_gemm", fp8_gemm},
             {"bf16_gemm", gemm},

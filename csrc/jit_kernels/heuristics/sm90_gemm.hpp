@@ -178,7 +178,7 @@ inline GemmConfig get_gemm_config(uint32_t m, uint32_t n, uint32_t k, uint32_t n
                                       : splits > 1 && (m_blocks * n_blocks >= num_sms ||
                                                        splits * kMinKBlocksPerSplit > num_k_blocks))
                     continue;
-                if (splits > num_k_blocks || (splits > 1 && (grouped || forced.fixed_reduction)))
+                if (splits > num_k_blocks || (splits > 1 && (grouped || forced.fixed_reduction || operands.skip_head_mid())))
                     continue;
                 const bool tma_store = use_tma_store && splits == 1;
                 if (gemm_max_stages(block_m, block_n, tma_store, operands, splits,

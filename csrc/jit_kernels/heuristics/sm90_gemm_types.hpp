@@ -30,6 +30,10 @@ struct GemmOperands {
     // Normal BF16 GEMMs only: D = sum over s of A[s] @ B[s]^T with A [S, M, K] and B [S, N, K] K-major, read in place
     // through 3-D TMA maps at (K, row, s): the K loop runs over S x ceil(K / BLOCK_K) blocks (einsum 'bmk,bnk->mn')
     bool k_batched = false;
+    // fp8_gemm_nt_skip_head_mid in the epilogue (head_left + head_right > 0): the GEMM's column n = h * (left + right)
+    // + j lands in D column h * (left + mid + right) + (j < left ? j : j + mid); BF16 D through TMA, no split-K
+    uint32_t head_left = 0, head_mid = 0, head_right = 0;
+    bool skip_head_mid() const { return head_left + head_right > 0; }
 
     bool is_fp8() const { return kind != OperandKind::kBf16; }
     bool per_row_sfb() const { return kind == OperandKind::kFp8RowScaled; }
@@ -104,7 +108,10 @@ struct GemmConfig {
                 .overlap_promotion = overlap_promotion,
                 .stream_k = stream_k > 0,
                 .batched = operands.batched,
-                .k_batched = operands.k_batched};
+                .k_batched = operands.k_batched,
+                .head_left = operands.head_left,
+                .head_mid = operands.head_mid,
+                .head_right = operands.head_right};
     }
     std::string describe() const {
         static constexpr const char* kKinds[] = {"fp8 sfb per-block", "fp8 sfb per-row", "bf16", "fp8 x fp4"};

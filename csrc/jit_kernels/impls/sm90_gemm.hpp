@@ -294,6 +294,7 @@ private:
             mix(static_cast<uint32_t>(s.operands.kind) | (s.operands.mn_major_a << 4) | (s.operands.mn_major_b << 5) |
                 (s.operands.fp32_out << 6) | (s.operands.has_c << 7) | (s.operands.batched << 8) |
                 (s.operands.k_batched << 9));
+            mix(s.operands.head_left | (uint64_t(s.operands.head_mid) << 20) | (uint64_t(s.operands.head_right) << 40));
             mix(s.batched.rows), mix(s.batched.a_stride), mix(s.batched.other_stride);
             return h;
         }
@@ -357,9 +358,14 @@ private:
                                       jit::swizzle_for_bytes(c.store_chunk_n * 2));
             plan.tma_bases[4] = args.d.data_ptr();
         } else if (c.use_tma_store) {
+            // (skip-head-mid: D has every head's mid columns too)
+            const uint64_t d_cols = operands.skip_head_mid()
+                                        ? uint64_t(sig.n) / (operands.head_left + operands.head_right) *
+                                              (operands.head_left + operands.head_mid + operands.head_right)
+                                        : sig.n;
             plan.tma[4] = operands.fp32_out ? fp32_d_map(args.d.data_ptr(), sig.m, sig.n, sig.ldd, 1, c)
                                             : jit::make_tma_2d(args.d.data_ptr(), driver::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                                                               sig.n, sig.m, sig.ldd * 2, c.store_chunk_n,
+                                                               d_cols, sig.m, sig.ldd * 2, c.store_chunk_n,
                                                                c.block_m / c.num_math_warpgroups,
                                                                jit::swizzle_for_bytes(c.store_chunk_n * 2));
             plan.tma_bases[4] = args.d.data_ptr();

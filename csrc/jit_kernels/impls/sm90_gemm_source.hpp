@@ -55,6 +55,8 @@ inline GemmConfig config_from_params(const KernelParams& params) {
                       get("fp32_out", 0) != 0, get("has_c", 0) != 0};
     c.operands.batched = get("batched", 0) != 0;
     c.operands.k_batched = get("k_batched", 0) != 0;
+    c.operands.head_left = get("head_left", 0), c.operands.head_mid = get("head_mid", 0);
+    c.operands.head_right = get("head_right", 0);
     c.gemm_type = static_cast<GemmType>(get("gemm_type", 0));
     DG_CHECK_INPUT(static_cast<uint32_t>(c.gemm_type) <= 4, "gemm_type must be 0 (normal), 1 (m-grouped contiguous), "
                    "2 (m-grouped contiguous, psum layout), 3 (m-grouped masked) or 4 (k-grouped contiguous)");

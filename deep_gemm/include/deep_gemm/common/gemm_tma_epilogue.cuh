@@ -16,6 +16,11 @@
 
 namespace deep_gemm {
 
+// The D column of a tile column: the identity, or a remap the kernel defines (skip-head-mid), applied per store chunk.
+struct IdentityColumns {
+    __device__ __forceinline__ uint32_t operator()(uint32_t n) const { return n; }
+};
+
 // Staging: BLOCK_M x BLOCK_N BF16, each warpgroup's WG_M rows one after another, and inside them column chunks
 // of kStoreChunkN (16, 32 or 64 columns: one TMA box each, swizzled to match it).
 template <uint32_t WG_M, uint32_t BLOCK_N, uint32_t kNumWgmmaM, uint32_t kNumAccum, uint32_t kStoreChunkN>
@@ -25,11 +30,11 @@ struct Bf16TmaEpilogue {
     static constexpr uint32_t kNumStoreChunks = BLOCK_N / kStoreChunkN;
 
     // BF16 via stmatrix into this warpgroup's WG_M rows of the staging tile, then TMA stores (k3d: into a 3-D map at
-    // (column, row, group)).
-    template <bool k3d = false>
+    // (column, row, group)), each chunk at D column column_of(its first column).
+    template <bool k3d = false, typename ColumnOf = IdentityColumns>
     __device__ __forceinline__ static void store(uint8_t* staging_tile, Accum& accum, uint32_t m0, uint32_t n0,
                                                  const TmaDescriptor* tma_d, uint32_t wg_idx, uint32_t warp_in_wg,
-                                                 uint32_t lane, uint32_t group = 0) {
+                                                 uint32_t lane, uint32_t group = 0, ColumnOf column_of = {}) {
         constexpr uint32_t kChunkSize = WG_M * kStoreChunkBytes;  // bytes of one column chunk of this warpgroup
         uint8_t* staging = staging_tile + wg_idx * WG_M * BLOCK_N * 2;
         const bool is_leader = threadIdx.x % 128 == 0;
@@ -63,9 +68,9 @@ struct Bf16TmaEpilogue {
             #pragma unroll
             for (uint32_t c = 0; c < kNumStoreChunks; ++c) {
                 if constexpr (k3d)
-                    ptx::tma_store_3d(tma_d, staging + c * kChunkSize, n0 + c * kStoreChunkN, m0, group);
+                    ptx::tma_store_3d(tma_d, staging + c * kChunkSize, column_of(n0 + c * kStoreChunkN), m0, group);
                 else
-                    ptx::tma_store_2d(tma_d, staging + c * kChunkSize, n0 + c * kStoreChunkN, m0);
+                    ptx::tma_store_2d(tma_d, staging + c * kChunkSize, column_of(n0 + c * kStoreChunkN), m0);
             }
             ptx::tma_store_commit();
         }

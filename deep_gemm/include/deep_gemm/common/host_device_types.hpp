@@ -152,6 +152,9 @@ struct Sm90GemmKernelConfig {
     bool stream_k;                  // the last wave's tiles shared by all CTAs along K
     bool batched;                   // masked: A [rows, groups, K] and D [rows, groups, N] in place, 3-D TMA maps
     bool k_batched;                 // normal: D = sum_s A[s] @ B[s]^T, A [S, M, K] and B [S, N, K] by 3-D TMA maps
+    // Skip-head-mid (head_left + head_right > 0): output column n = h * (left + right) + j is stored at D column
+    // h * (left + mid + right) + (j < left ? j : j + mid); left and right multiples of 64 (whole store chunks)
+    uint32_t head_left, head_mid, head_right;
 
     // Calls f(name, value) for each field, in declaration order (what the JIT renders).
     template <typename F>
@@ -163,7 +166,8 @@ struct Sm90GemmKernelConfig {
         f("num_splits", num_splits), f("operands", operands), f("mn_major_a", mn_major_a);
         f("mn_major_b", mn_major_b), f("fp32_out", fp32_out), f("gemm_type", gemm_type);
         f("max_k_groups", max_k_groups), f("overlap_promotion", overlap_promotion), f("stream_k", stream_k);
-        f("batched", batched), f("k_batched", k_batched);
+        f("batched", batched), f("k_batched", k_batched), f("head_left", head_left), f("head_mid", head_mid);
+        f("head_right", head_right);
     }
 };
 

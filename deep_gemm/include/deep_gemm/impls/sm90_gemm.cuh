@@ -143,6 +143,15 @@ struct Sm90Gemm {
     static constexpr bool kBatched = kConfig.batched;
     // Normal, K-batched: D = sum_s A[s] @ B[s]^T, the K loop over S x ceil(K / BLOCK_K) blocks (3-D maps at (K, row, s))
     static constexpr bool kKBatched = kConfig.k_batched;
+    // Skip-head-mid: each head's (left + right) GEMM columns stored around a gap of `mid` D columns
+    static constexpr uint32_t kHeadLeft = kConfig.head_left, kHeadMid = kConfig.head_mid, kHeadRight = kConfig.head_right;
+    static constexpr bool kSkipHeadMid = kHeadLeft + kHeadRight > 0;
+    struct HeadMidColumns {
+        __device__ __forceinline__ uint32_t operator()(uint32_t n) const {
+            const uint32_t head = n / (kHeadLeft + kHeadRight), j = n % (kHeadLeft + kHeadRight);
+            return head * (kHeadLeft + kHeadMid + kHeadRight) + (j < kHeadLeft ? j : j + kHeadMid);
+        }
+    };
     static constexpr bool kIsFp8 = kOperands != OperandKind::kBf16;
     static constexpr bool kBlockSfb = kOperands == OperandKind::kFp8BlockScaled;
     // FP8 x FP4: B arrives packed (e2m1) with UE8M0 exponents per 1x32 and is converted to e4m3 in shared memory
@@ -238,6 +247,9 @@ struct Sm90Gemm {
     static_assert(!kKBatched || (kGemmType == GemmType::kNormal && !kIsFp8 && !kMnMajorA && !kMnMajorB &&
                                  kNumMulticast == 1),
                   "K-batched: a normal BF16 GEMM with K-major operands, no multicast");
+    static_assert(!kSkipHeadMid || (kGemmType == GemmType::kNormal && kUseTmaStore && !kFp32Out && kNumSplits == 1 &&
+                                    kHeadLeft % 64 == 0 && kHeadRight % 64 == 0),
+                  "skip-head-mid: a normal GEMM with BF16 D through TMA, no split-K, left and right whole 64 columns");
     static_assert(!kMnMajorB || BLOCK_N % 64 == 0, "an MN-major B tile is loaded in boxes of 64 columns");
     static_assert(kIsKGrouped == (kMaxKGroups > 0) && (!kIsKGrouped || (kFp32Out && !kBlockSfb)),
                   "k-grouped GEMMs (and only they) take per-group TMA maps, with FP32 D: recipe (1, 1, 128) or BF16");
@@ -771,6 +783,12 @@ struct Sm90Gemm {
                                                            uint32_t shape_m, uint32_t shape_n, __nv_bfloat16* d,
                                                            uint32_t ldd, const TmaDescriptor* tma_d, GroupedLayout layout,
                                                            uint32_t wg_idx, uint32_t warp_in_wg, uint32_t lane) {
+        if constexpr (kSkipHeadMid) {
+            // (every chunk inside one head's left or right part: its D column is its first column's)
+            Bf16Epilogue::template store<false>(reinterpret_cast<uint8_t*>(s.d()), accum, m0, n0, tma_d, wg_idx,
+                                                warp_in_wg, lane, 0, HeadMidColumns{});
+            return;
+        }
         if constexpr (kBatched) {
             // D [rows, groups, N] in place: the 3-D map's bounds clip the rows past the group's
             Bf16Epilogue::template store<true>(reinterpret_cast<uint8_t*>(s.d()), accum, m0 - tile.group * layout.max_m,
