@@ -82,7 +82,9 @@ inline void fp8_gemm_nt_skip_head_mid(const TensorPair& a, const TensorPair& b, 
         return fp8_gemm_nt(a_data, sfa, b_data, sfb, d, std::nullopt, recipe, std::nullopt, std::nullopt,
                            compiled_dims, disable_ue8m0_cast);
     const int64_t elem = d.element_size();
-    if (tune_settings(TuneFamily::kFp8Gemm).get("skip_head_mid_fused").value_or(0) == 1 && left % 64 == 0 &&
+    // (K = 0 takes the composition, whose GEMM writes the zeros)
+    if (tune_settings(TuneFamily::kFp8Gemm).get("skip_head_mid_fused").value_or(0) == 1 && a_data.size(1) > 0 &&
+        left % 64 == 0 &&
         right % 64 == 0 && (d.stride(0) * elem) % 16 == 0 && reinterpret_cast<uintptr_t>(d.data_ptr()) % 16 == 0 &&
         (d.stride(1) == 1 || d.size(1) <= 1)) {
         const auto cdims = parse_compiled_dims(compiled_dims);

@@ -122,11 +122,16 @@ public:
                             : batched           ? row_stride(args.a, 0, args.a.size(0), k)
                                                 : row_stride(args.a, args.a.dim() - 2, m, k);
         // (FP8 x FP4: B's rows hold K / 2 bytes)
+        // (K-batched: B [S, N, K], N rows an entry)
         const int64_t ldb = operands.mn_major_b ? row_stride(args.b, args.b.dim() - 1, int64_t(k) * num_groups, n)
-                                                : row_stride(args.b, args.b.dim() - 2, int64_t(n) * num_groups,
+                                                : row_stride(args.b, args.b.dim() - 2,
+                                                             int64_t(n) * (k_batched ? 1 : num_groups),
                                                              operands.fp4_b() ? k / 2 : k);
         const Signature sig{device, m, n, k, lda, ldb, args.d.stride(0), ldc, sfa_stride, sfb_stride,
-                            num_sms, use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n, args.compile_k, args.gemm_type,
+                            num_sms, use_tma_store, c_by_tma, operands, args.compile_m, args.compile_n,
+                            // (K-batched: the kernel's shape_k is one entry's K, the planned K all entries': not
+                            // compiled in)
+                            args.compile_k && !k_batched, args.gemm_type,
                             args.num_groups, args.grouped_alignment, args.max_m, args.config_m,
                             jit::DeviceRuntime::instance().gemm_settings_key(),
                             batched ? batched_strides(args, lda) : k_batched ? k_batched_strides(args, lda, ldb)
@@ -417,8 +422,13 @@ private:
         const bool k_grouped = sig.gemm_type == GemmType::kKGroupedContiguous;
         // (DG_TUNE's section of this GEMM's family: fp8_gemm or bf16_gemm)
         const GemmOverrides forced = with_gemm_settings(gemm_overrides_for(sig.operands), sig.settings);
-        // (K-batched: the K loop runs over every entry's K)
-        const uint32_t k_total = sig.operands.k_batched ? sig.k * sig.num_groups : sig.k;
+        // (K-batched: the K loop runs over every entry's K blocks, S x ceil(K / BLOCK_K) of them)
+        const uint64_t num_k_blocks = (uint64_t(sig.k) + sig.operands.block_k() - 1) / sig.operands.block_k() *
+                                      (sig.operands.k_batched ? sig.num_groups : 1);
+        const uint32_t k_total = !sig.operands.k_batched
+                                     ? sig.k
+                                     : static_cast<uint32_t>(std::min<uint64_t>(num_k_blocks * sig.operands.block_k(),
+                                                                                UINT32_MAX));
         const GemmProblem problem{sig.m, sig.n, k_total, static_cast<uint32_t>(sig.num_sms), sig.use_tma_store,
                                   sig.operands, sig.compile_m, sig.compile_n, sig.compile_k, sig.gemm_type,
                                   sig.num_groups, sig.grouped_alignment, sig.config_m};
@@ -482,7 +492,6 @@ private:
         // kMinStreamKBlocksPerCta; the scheduler relies on every range holding one)
         if (c.stream_k > 0) {
             DG_CHECK(!k_grouped && cluster == 1, "stream-K runs on normal GEMMs without clusters");
-            const uint64_t num_k_blocks = (sig.k + c.operands.block_k() - 1) / c.operands.block_k();
             DG_CHECK(gemm_stream_k_fits(units, slots, c.stream_k, num_k_blocks), "stream-K mode {} does not fit {} "
                      "tiles of {} K blocks on {} CTAs", c.stream_k, units, num_k_blocks, slots);
             plan->launch.grid[0] = static_cast<unsigned>(slots);
