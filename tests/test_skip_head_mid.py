@@ -100,19 +100,6 @@ def test_mid_zero_and_any_sizes_accepted_on_the_host() -> None:
             deep_gemm.fp8_gemm_nt_skip_head_mid((a, sfa), (b, sfb), d, splits)
 
 
-@pytest.mark.nvcc
-def test_kernel_compiles_without_spills(tmp_path, monkeypatch) -> None:
-    """The GEMM the call runs by default: the 1d2d FP8 kernel at the heuristic's configs for the tested shapes (the
-    column placement by strided copies; the fused epilogue's kernels: test_fused_epilogue_kernels_compile...)."""
-    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("DG_JIT_PTXAS_CHECK", "1")
-    for m, n, k in [(128, 2 * 256, 7168), (4096, 64 * 192, 1536)]:
-        cfg = deep_gemm._C.get_gemm_config(m, n, k)
-        result = deep_gemm.compile_kernel("sm90_gemm", compile_params(cfg, n, k))
-        assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
-        assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
-
-
 # ----------------------------------------------------------------------------- GPU tier
 def dequantized_reference(a, sfa, b, sfb) -> torch.Tensor:
     """float64 product of exactly the FP8 values and scales the kernel sees."""
@@ -196,18 +183,28 @@ def test_skip_head_mid_fused_epilogue_matches_reference(m: int, k: int, heads: i
     test_skip_head_mid_matches_reference(m, k, heads, splits)
 
 
+# (M, N, K, head splits): the GEMMs the call runs by default (the 1d2d FP8 kernel at the heuristic's configs; the
+# columns placed by strided copies), then with the fused epilogue (the head splits compiled in, planned without
+# split-K, whose direct store has no remap)
+COMPILE_CASES = [(128, 2 * 256, 7168, None), (4096, 64 * 192, 1536, None)] + [
+    (m, heads * (left + right), k, (left, mid, right)) for m, k, heads, (left, mid, right) in FUSED_SHAPES
+]
+
+
 @pytest.mark.nvcc
-def test_fused_epilogue_kernels_compile_without_spills(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize(("m", "n", "k", "splits"), COMPILE_CASES)
+def test_kernels_compile_without_spills(tmp_path, monkeypatch, m: int, n: int, k: int, splits) -> None:
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("DG_JIT_PTXAS_CHECK", "1")
-    for m, k, heads, (left, mid, right) in FUSED_SHAPES:
-        n = heads * (left + right)
-        # (the launch plans this mode without split-K, whose direct store has no column remap)
-        cfg = deep_gemm._C.get_gemm_config(m, n, k, num_splits=1)
-        params = compile_params(cfg, n, k, head_left=left, head_mid=mid, head_right=right)
-        result = deep_gemm.compile_kernel("sm90_gemm", params)
-        assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
-        assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
+    if splits is None:
+        params = compile_params(deep_gemm._C.get_gemm_config(m, n, k), n, k)
+    else:
+        left, mid, right = splits
+        params = compile_params(deep_gemm._C.get_gemm_config(m, n, k, num_splits=1), n, k, head_left=left,
+                                head_mid=mid, head_right=right)  # fmt: skip
+    result = deep_gemm.compile_kernel("sm90_gemm", params)
+    assert result["spill_store_bytes"] == 0 and result["spill_load_bytes"] == 0, result["ptxas_report"]
+    assert result["stack_frame_bytes"] == 0, result["ptxas_report"]
 
 
 @gpu
