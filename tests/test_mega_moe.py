@@ -284,6 +284,12 @@ def test_transform_fp4_weights_lays_scales_out_for_the_gemm(packed: bool) -> Non
          r"l1_weights must be a \(weights, scales\) pair"),
         (lambda: mega.transform_weights_for_mega_moe_sm90((torch.zeros(1, 256, 128), torch.zeros(1, 256, 1)), None),
          ValueError, r"l1_weights\[1\] must be 128 x 128 block scales"),
+        (lambda: mega.transform_weights_for_mega_moe(torch.zeros(1, 32, 8), (torch.zeros(1, 32, 64, dtype=torch.int8),
+                                                                             torch.ones(32, 4))),
+         ValueError, r"transform_weights_for_mega_moe: l2_weights\[1\] must be a 3-D FP32 or int32 scale tensor"),
+        (lambda: mega.transform_weights_for_mega_moe((torch.zeros(1, 32, 64, dtype=torch.int8), torch.full((1, 32, 4), 1.5)),
+                                                     None),
+         ValueError, r"transform_weights_for_mega_moe: l1_weights\[1\]: pack_ue8m0_to_int: x must hold powers of two"),
     ],
 )  # fmt: skip
 def test_transform_bad_arguments(call, error: type, pattern: str) -> None:
@@ -603,6 +609,17 @@ def test_pre_dispatch_on_cpu_writes_the_packed_format() -> None:
         mega.mega_moe_pre_dispatch_sm90(x, idx, w, *fp32_views, 5, group_size=32)
 
 
+def test_mega_layer_calls_only_names_the_extension_has() -> None:
+    # Every _C name the Mega MoE layer calls exists in the built extension (the CPU tier emulates the kernels, so a
+    # wrong name would otherwise surface only on a GPU)
+    import re
+
+    from deep_gemm.mega import moe
+
+    names = set(re.findall(r"_C\.(\w+)", Path(moe.__file__).read_text()))
+    assert names and all(hasattr(deep_gemm._C, n) for n in names), sorted(n for n in names if not hasattr(deep_gemm._C, n))
+
+
 def test_buffer_exposes_its_dims_under_the_reference_names() -> None:
     buffer = cpu_buffer(e=8, max_tokens=16, topk=2, hidden=256, inter=128)
     assert (buffer.num_experts, buffer.num_max_tokens_per_rank, buffer.num_topk, buffer.hidden,
@@ -861,6 +878,11 @@ class EmulatedExtension:
     NotImplementedError = NotImplementedError
 
     def __init__(self, buffer: SymmBuffer) -> None:
+        # (only names the real extension has: a call of a missing one must fail here as it would on a GPU)
+        for name in dir(type(self)):
+            if not name.startswith("__") and name not in ("NotImplementedError",) and not name.startswith("_check") \
+                    and not name.startswith("_grouped") and not name.startswith("_fp8_fp4"):  # fmt: skip
+                assert hasattr(deep_gemm._C, name), f"the emulated extension has {name}, the real one has not"
         self.buffer = buffer
 
     @staticmethod
@@ -941,6 +963,9 @@ class EmulatedExtension:
         assert use_psum_layout and not ensure_zero_padding
         (a, sfa), (b, sfb) = a_pair, b_pair
         assert sfa.stride() == (1, (a.shape[0] + 3) // 4 * 4), "the scales must already be MN-major TMA-aligned"
+        if b.dtype in (torch.int8, torch.uint8):  # (a packed FP4 B: the FP8 x FP4 mode the extension dispatches to)
+            assert recipe is None
+            return self._fp8_fp4_contiguous(a, sfa, b, sfb, d, ends)
         if recipe == (1, 1, 128):  # (linear 1: per-row scales, MN-major, FP32 D)
             assert d.dtype == torch.float32 and sfb.shape == (*b.shape[:2], b.shape[2] // 128)
             assert sfb.stride() == (sfb.shape[1] * sfb.shape[2], 1, sfb.shape[1]), "per-row sfb must be MN-major"
@@ -949,9 +974,8 @@ class EmulatedExtension:
             assert recipe is None and d.dtype == torch.bfloat16
             self._grouped(dequant_rows(a, sfa), dequant_blocks(b, sfb), d, ends)
 
-    def m_grouped_fp8_fp4_gemm_nt_contiguous(self, a_pair, b_pair, d, ends, use_psum_layout, ensure_zero_padding):
-        assert use_psum_layout and not ensure_zero_padding and d.dtype == torch.bfloat16
-        (a, sfa), (b, sfb) = a_pair, b_pair
+    def _fp8_fp4_contiguous(self, a, sfa, b, sfb, d, ends) -> None:
+        assert d.dtype == torch.bfloat16
         assert sfa.dtype == torch.float32 and sfa.stride() == (1, (a.shape[0] + 3) // 4 * 4)
         sf32 = unpack_ue8m0_from_int(sfb) if sfb.dtype == torch.int32 else sfb
         k = a.shape[1]

@@ -62,9 +62,10 @@ def _check_common(
     if sym_buffer.storage is None:
         raise ValueError(f"{fn}: sym_buffer was destroyed")
     if sym_buffer.use_fp8_dispatch != use_fp8:
+        types = "'fp8xfp4' or 'fp8xfp8'" if use_fp8 else "'bf16xbf16'"
         raise ValueError(
             f"{fn}: sym_buffer must be allocated with use_fp8_dispatch={use_fp8} (mma_type "
-            f"{'fp8xfp8' if use_fp8 else 'bf16xbf16'}), got mma_type={sym_buffer.mma_type!r}, "
+            f"{types}), got mma_type={sym_buffer.mma_type!r}, "
             f"use_fp8_dispatch={sym_buffer.use_fp8_dispatch}"
         )
     layout = sym_buffer.layout
@@ -400,13 +401,16 @@ def _check_fp4_weight(fn: str, name: str, pair, rows: int, k: int, e_local: int)
     """An FP4 weight ``(int8/uint8 [E_local, rows, k / 2], scales)``, the scales per row and 1x32 of K: FP32
     ``[E_local, rows, k / 32]`` or UE8M0 packed four to an int32 ``[E_local, rows, k / 128]`` (any strides)."""
     w, sf = _check_pair(fn, name, pair)
-    if not isinstance(w, torch.Tensor) or w.dtype not in (torch.int8, torch.uint8):
+    for part, t in (("[0]", w), ("[1]", sf)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name}{part} must be a torch.Tensor, got {type(t).__name__}")
+    if w.dtype not in (torch.int8, torch.uint8):
         raise ValueError(
             f"{fn}: {name}[0] must be packed FP4 (int8 or uint8, two e2m1 values a byte), got "
             f"{getattr(w, 'dtype', type(w).__name__)}"
         )
     _check_tensor(fn, f"{name}[0]", w, w.dtype, (e_local, rows, k // 2))
-    if not isinstance(sf, torch.Tensor) or sf.dtype not in (torch.float32, torch.int32):
+    if sf.dtype not in (torch.float32, torch.int32):
         raise ValueError(
             f"{fn}: {name}[1] must be FP32 1x32 scales or packed UE8M0 int32 words, got "
             f"{getattr(sf, 'dtype', type(sf).__name__)}"
@@ -465,8 +469,9 @@ def fp8_fp4_mega_moe(
     w2, s2 = _check_fp4_weight(fn, "l2_weights", l2_weights, hidden, inter, e_local)
     _check_pair_devices(fn, sym_buffer, y, (w1, s1), (w2, s2), cumulative_local_expert_recv_stats)
 
-    # (the activations arrive with FP32 1x128 scales: the dispatch and the SwiGLU fold 1x32 ones)
-    gemm = _C.m_grouped_fp8_fp4_gemm_nt_contiguous
+    # (the activations arrive with FP32 1x128 scales: the dispatch and the SwiGLU fold 1x32 ones; the extension's
+    # m-grouped FP8 GEMM takes a packed FP4 B, as the reference's m_grouped_fp8_fp4_gemm_nt_contiguous name does)
+    gemm = _C.m_grouped_fp8_gemm_nt_contiguous
     _run_mega_moe(fn, y, _fp8_gemm_step(gemm, (w1, s1)), _fp8_gemm_step(gemm, (w2, s2)), sym_buffer,
                   cumulative_local_expert_recv_stats, activation_clamp, fast_math, None, fp4_weights=True)  # fmt: skip
 

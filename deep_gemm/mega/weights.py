@@ -112,7 +112,7 @@ def _transform_l1(fn: str, l1_weights, keep_block_scales: bool):
         )
     if sf.shape[1] == data.shape[1]:
         # Per-row scales (1 x 32 or 1 x 128 along K): the rows move with the weights
-        return interleave_gate_up(data), _kernel_scales(data, interleave_gate_up(sf))
+        return interleave_gate_up(data), _kernel_scales(fn, "l1_weights[1]", data, interleave_gate_up(sf))
     if keep_block_scales and sf.shape[1] * 128 == data.shape[1]:
         # 128 x 128 block scales: unchanged (the kernels read the gate and up blocks' scales separately)
         return interleave_gate_up(data), sf
@@ -126,22 +126,26 @@ def _is_fp4(t: object) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype in (torch.int8, torch.uint8)
 
 
-def fp4_scale_words(sf: torch.Tensor) -> torch.Tensor:
+def fp4_scale_words(sf: torch.Tensor, fn: str = "fp4_scale_words", name: str = "sf") -> torch.Tensor:
     """FP4 weights' 1x32 scales ``[E, N, K / 32]`` (FP32 powers of two) or ``[E, N, K / 128]`` (packed UE8M0 int32)
     as the FP8 x FP4 GEMM reads them: UE8M0 words, four to an int32, MN-major with the N stride aligned to 4 (so a
     call runs no layout kernel on them). Same values, another layout: ``[E, N, K / 128]`` int32 with strides
     ``(K / 128 * align(N, 4), 1, align(N, 4))``.
 
     Raises:
-        ValueError: ``sf`` is not a 3-D FP32 or int32 tensor, or (FP32, checked as :func:`pack_ue8m0_to_int` checks)
-            holds values that are not powers of two.
+        ValueError: naming ``name`` (errors say ``fn``): ``sf`` is not a 3-D FP32 or int32 tensor, its FP32 scales'
+            count is no multiple of 4, or (FP32, checked as :func:`pack_ue8m0_to_int` checks) they are not powers of
+            two.
     """
     if not isinstance(sf, torch.Tensor) or sf.dim() != 3 or sf.dtype not in (torch.float32, torch.int32):
         raise ValueError(
-            f"fp4_scale_words: sf must be a 3-D FP32 or int32 scale tensor, got "
+            f"{fn}: {name} must be a 3-D FP32 or int32 scale tensor, got "
             f"{getattr(sf, 'dtype', type(sf).__name__)} {list(getattr(sf, 'shape', []))}"
         )
-    words = pack_ue8m0_to_int(sf) if sf.dtype == torch.float32 else sf
+    try:
+        words = pack_ue8m0_to_int(sf) if sf.dtype == torch.float32 else sf
+    except ValueError as error:
+        raise ValueError(f"{fn}: {name}: {error}") from None
     e, n, cols = words.shape
     aligned = align(n, 4)
     out = torch.empty(e, cols, aligned, dtype=torch.int32, device=sf.device).transpose(1, 2)[:, :n]
@@ -149,9 +153,9 @@ def fp4_scale_words(sf: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _kernel_scales(data: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+def _kernel_scales(fn: str, name: str, data: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
     """FP4 weights' scales in the GEMM's layout (:func:`fp4_scale_words`); other weights' as they are."""
-    return fp4_scale_words(sf) if _is_fp4(data) else sf
+    return fp4_scale_words(sf, fn, name) if _is_fp4(data) else sf
 
 
 def transform_weights_for_mega_moe(l1_weights, l2_weights, activation="swiglu"):
@@ -177,7 +181,7 @@ def transform_weights_for_mega_moe(l1_weights, l2_weights, activation="swiglu"):
         raise ValueError(f"{fn}: activation must be one of {ACTIVATIONS}, got {activation!r}")
     l1 = _transform_l1(fn, l1_weights, keep_block_scales=True)
     if isinstance(l2_weights, (tuple, list)) and len(l2_weights) == 2 and _is_fp4(l2_weights[0]):
-        l2_weights = (l2_weights[0], fp4_scale_words(l2_weights[1]))
+        l2_weights = (l2_weights[0], fp4_scale_words(l2_weights[1], fn, "l2_weights[1]"))
     return l1, l2_weights
 
 
