@@ -180,6 +180,16 @@ def diff_cell(row: dict[str, Any], spec: str) -> str:
     return fmt(row["ours_diff"], spec) + ("" if row["ours_accurate"] else "!")
 
 
+def median_cell(entry: dict[str, Any] | None) -> str:
+    """A timing cell: the median in microseconds, '-' where the call did not run."""
+    return fmt(entry["median_us"] if entry else None, ".1f")
+
+
+def torch_cells(row: dict[str, Any], diff_spec: str) -> list[str]:
+    """The last cells of the suites timed against PyTorch: its time, our speedup over it, the accuracy cell."""
+    return [median_cell(row.get("torch")), fmt(row["speedup_vs_torch"], ".2f"), diff_cell(row, diff_spec)]
+
+
 def run_rows(
     name: str,
     options: BenchOptions,

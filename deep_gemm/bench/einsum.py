@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import diff_cell, run_rows
+from deep_gemm.bench.common import median_cell, run_rows, torch_cells
 from deep_gemm.bench.grouped import MAX_DIFF, measure_baselines, measure_ours
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt
@@ -207,10 +207,8 @@ def run_einsum(options: BenchOptions) -> SuiteReport:
     shapes = [parse_einsum_shape(s) for s in options.shapes] if options.shapes else list(EINSUM_SHAPES)
 
     def cells(row: dict[str, Any]) -> list[str]:
-        return [row["case"], "x".join(map(str, row["dims"])), fmt(row["ours"]["median_us"] if row["ours"] else None,
-                ".1f"), fmt(row["tflops"], ".0f"), fmt(row["gbps"], ".0f"),
-                fmt(row["torch"]["median_us"] if row.get("torch") else None, ".1f"), fmt(row["speedup_vs_torch"], ".2f"),
-                diff_cell(row, ".1e")]  # fmt: skip
+        return [row["case"], "x".join(map(str, row["dims"])), median_cell(row["ours"]), fmt(row["tflops"], ".0f"),
+                fmt(row["gbps"], ".0f"), *torch_cells(row, ".1e")]  # fmt: skip
 
     return run_rows(
         "einsum",

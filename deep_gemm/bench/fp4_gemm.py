@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import copy_bandwidth_text, derive_throughput, diff_cell, report_header
+from deep_gemm.bench.common import copy_bandwidth_text, derive_throughput, diff_cell, median_cell, report_header
 from deep_gemm.bench.common import time_call as _time
 from deep_gemm.bench.common import try_first_call as _try_first_call
 from deep_gemm.bench.fp8_gemm import parse_mnk
@@ -108,24 +108,21 @@ def _bench_shape(m: int, n: int, k: int, options: BenchOptions) -> dict[str, Any
 
 
 def _format_row(row: dict[str, Any]) -> str:
-    def us(entry: dict[str, Any] | None) -> str:
-        return fmt(entry["median_us"] if entry else None, ".1f")
-
     diff = diff_cell(row, ".1e")
     return _TABLE.row(
         [
             str(row["m"]),
             str(row["n"]),
             str(row["k"]),
-            us(row["ours"]),
+            median_cell(row["ours"]),
             fmt(row["tflops"], ".0f"),
             fmt(row["gbps"], ".0f"),
             fmt(row["pct_copy_bandwidth"], ".0f"),
-            us(row["fp8"]),
+            median_cell(row["fp8"]),
             fmt(row["speedup_vs_fp8"], ".2f"),
             diff,
-            us(row["a1x32"]),
-            us(row["fp4xfp4"]),
+            median_cell(row["a1x32"]),
+            median_cell(row["fp4xfp4"]),
         ]
     )
 

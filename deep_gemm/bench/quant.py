@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from deep_gemm.bench.common import diff_cell, parse_int_shape, run_rows
+from deep_gemm.bench.common import median_cell, parse_int_shape, run_rows, torch_cells
 from deep_gemm.bench.grouped import MAX_DIFF, measure_baselines, measure_ours
 from deep_gemm.bench.registry import BenchOptions, Suite, SuiteReport, register_suite
 from deep_gemm.bench.report import Column, Table, fmt
@@ -120,10 +120,8 @@ def run_quant(options: BenchOptions) -> SuiteReport:
     items = [(case, m, k) for m, k in shapes for case in QUANT_CASES]
 
     def cells(row: dict[str, Any]) -> list[str]:
-        return [row["case"], str(row["m"]), str(row["k"]), fmt(row["ours"]["median_us"] if row["ours"] else None, ".1f"),
-                fmt(row["gbps"], ".0f"), fmt(row["pct_copy_bandwidth"], ".0f"),
-                fmt(row["torch"]["median_us"] if row.get("torch") else None, ".1f"), fmt(row["speedup_vs_torch"], ".2f"),
-                diff_cell(row, ".0f")]  # fmt: skip
+        return [row["case"], str(row["m"]), str(row["k"]), median_cell(row["ours"]), fmt(row["gbps"], ".0f"),
+                fmt(row["pct_copy_bandwidth"], ".0f"), *torch_cells(row, ".0f")]  # fmt: skip
 
     return run_rows("quant", options, items, lambda item, opts: _bench(*item, opts), _TABLE, cells, MAX_DIFF)
 
