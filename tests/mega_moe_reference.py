@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from scale_fold_reference import fold_1x32
 
 from deep_gemm.utils import cast_back_from_fp4, per_token_cast_to_fp8, unpack_ue8m0_from_int
-from scale_fold_reference import fold_1x32
 
 
 def dequant_blocks(w_fp8: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
@@ -63,23 +63,33 @@ def moe_reference(
         w1d, w2d = dequant_blocks(w1, s1), dequant_blocks(w2, s2)
     else:
         xd, w1d, w2d = x.double(), w1.double(), w2.double()
-    num_tokens, hidden = x.shape[0], w2.shape[1]
-    y = torch.zeros(num_tokens, hidden, dtype=torch.float64, device=x.device)
+
+    def quantize(a: torch.Tensor) -> torch.Tensor:
+        if not use_fp8:
+            return a.to(torch.bfloat16).double()
+        return dequant_rows(*per_token_cast_to_fp8(a.float(), use_ue8m0=False))
+
+    # (L1's output FP32 on the FP8 path, BF16 on the BF16 one)
+    l1_dtype = torch.float32 if use_fp8 else torch.bfloat16
+    experts = (w1.shape[0], w2.shape[1], lambda e: w1d[e], lambda e: w2d[e])
+    return _layer(xd, topk_idx, topk_weights, experts, l1_dtype, quantize, inter, clamp)
+
+
+def _layer(xd, topk_idx, topk_weights, experts: tuple, l1_dtype, quantize, inter: int, clamp) -> torch.Tensor:
+    """The float64 layer both references share. ``experts`` = (E, hidden, w1_of, w2_of): w1_of(e) / w2_of(e) give
+    expert e's dequantized weights. Per expert: L1 of its routed tokens rounded to l1_dtype, SwiGLU times the
+    routing weight, ``quantize`` (the activation as the kernels store it), L2 rounded to BF16, summed over the
+    slots (ids outside [0, E) route nowhere)."""
+    num_experts, hidden, w1_of, w2_of = experts
     weights = topk_weights.double()
-    for expert in range(w1.shape[0]):
+    y = torch.zeros(xd.shape[0], hidden, dtype=torch.float64, device=xd.device)
+    for expert in range(num_experts):
         tok, slot = (topk_idx == expert).nonzero(as_tuple=True)
         if tok.numel() == 0:
             continue
-        h = xd[tok] @ w1d[expert].T
-        h = (h.float() if use_fp8 else h.to(torch.bfloat16)).double()  # L1's FP32 (FP8) or BF16 output
-        a = swiglu64(h, inter, clamp) * weights[tok, slot, None]
-        if use_fp8:
-            a_fp8, a_sf = per_token_cast_to_fp8(a.float(), use_ue8m0=False)
-            a = dequant_rows(a_fp8, a_sf)
-        else:
-            a = a.to(torch.bfloat16).double()
-        out = (a @ w2d[expert].T).to(torch.bfloat16).double()  # L2's BF16 output
-        y.index_add_(0, tok, out)
+        h = (xd[tok] @ w1_of(expert).T).to(l1_dtype).double()
+        a = quantize(swiglu64(h, inter, clamp) * weights[tok, slot, None])
+        y.index_add_(0, tok, (a @ w2_of(expert).T).to(torch.bfloat16).double())
     return y
 
 
@@ -109,25 +119,16 @@ def moe_reference_fp4(
     weight row folded per 128 of K as the GEMM folds it; L1 rounded to BF16; the SwiGLU output times the routing
     weight quantized per 1x32 with UE8M0 scales and folded to 1x128; L2 rounded to BF16; the slots summed."""
     xd = fold_x(x, x_sf)
-    num_tokens, hidden = x.shape[0], w2.shape[1]
-    y = torch.zeros(num_tokens, hidden, dtype=torch.float64, device=x.device)
-    weights = topk_weights.double()
 
     def weight(w: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
-        k = 2 * w.shape[1]
-        return fold_1x32(cast_back_from_fp4(w, torch.ones_like(sf), gran_k=32), sf, k)
+        return fold_1x32(cast_back_from_fp4(w, torch.ones_like(sf), gran_k=32), sf, 2 * w.shape[1])
 
-    for expert in range(w1.shape[0]):
-        tok, slot = (topk_idx == expert).nonzero(as_tuple=True)
-        if tok.numel() == 0:
-            continue
-        h = (xd[tok] @ weight(w1[expert], s1[expert]).T).to(torch.bfloat16).double()  # L1's BF16 output
-        a = swiglu64(h, inter, clamp) * weights[tok, slot, None]
-        a_fp8, a_sf = per_token_cast_to_fp8(a.float(), use_ue8m0=True, gran_k=32)
-        a = fold_1x32(a_fp8, a_sf, inter)
-        out = (a @ weight(w2[expert], s2[expert]).T).to(torch.bfloat16).double()  # L2's BF16 output
-        y.index_add_(0, tok, out)
-    return y
+    def quantize(a: torch.Tensor) -> torch.Tensor:
+        return fold_1x32(*per_token_cast_to_fp8(a.float(), use_ue8m0=True, gran_k=32), inter)
+
+    # (L1's output BF16)
+    experts = (w1.shape[0], w2.shape[1], lambda e: weight(w1[e], s1[e]), lambda e: weight(w2[e], s2[e]))
+    return _layer(xd, topk_idx, topk_weights, experts, torch.bfloat16, quantize, inter, clamp)
 
 
 def expected_routing(topk_per_rank: list[torch.Tensor], rank: int, num_local_experts: int, alignment: int):

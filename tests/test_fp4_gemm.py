@@ -18,12 +18,12 @@ import sys
 import pytest
 import torch
 from jit_helpers import compile_params, dump_sass
+from scale_fold_reference import fold_1x32
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
 from deep_gemm.utils import cast_back_from_fp4, ceil_div, per_token_cast_to_fp4, per_token_cast_to_fp8
 from deep_gemm.utils.casts import pack_scales_along_k
-from scale_fold_reference import fold_1x32
 
 gpu = pytest.mark.gpu
 
