@@ -146,6 +146,9 @@ def op_cases(device: str = "meta") -> dict[str, list[tuple]]:
         (e(5, 2), 5, 256, [1, 128, 128], None, True, False, None),
         (e(2, 5, 2), 5, 256, [1, 128], 2, None, False, None),
         (e(1, 2), 128, 256, [1, 128, 128], None, False, False, None),
+        (e(5, 8), 5, 256, [1, 32], None, None, False, None),
+        (e(3, 5, 8), 5, 256, [1, 1, 32], 3, False, True, None),
+        (e(5, 2, dtype=i32), 5, 256, [1, 32], None, None, False, None),
     ]  # fmt: skip
     cases["einsum"] = [
         ("bhr,hdr->bhd", e(64, 128, 512, dtype=bf16), e(128, 128, 512, dtype=bf16), e(64, 128, 128, dtype=bf16), None,

@@ -39,8 +39,20 @@ def test_transform_rejects_bad_inputs_without_gpu() -> None:
         deep_gemm.transform_sf_into_required_layout(sf, 256, 512, (1, 128, 128))
     with pytest.raises(ValueError, match=r"sf must have shape \[2, 4\]"):
         deep_gemm.transform_sf_into_required_layout(sf, 256, 512, (128, 128))
-    with pytest.raises(ValueError, match="granularity along K must be 128"):
+    with pytest.raises(ValueError, match=r"granularity must be \(1 or 128, 128\) or.*got \(1, 64\)"):
         deep_gemm.transform_sf_into_required_layout(sf, 256, 512, (1, 64))
+    with pytest.raises(ValueError, match=r"got \(128, 32\)"):  # 1x32 scales are per row
+        deep_gemm.transform_sf_into_required_layout(sf, 256, 512, (128, 32))
+    # 1x32: FP32 [MN, ceil(K/32)] or packed int32 [MN, ceil(K/128)]
+    with pytest.raises(ValueError, match=r"sf must have shape \[256, 16\] .*\(1, 32\), got"):
+        deep_gemm.transform_sf_into_required_layout(sf, 256, 512, (1, 32))
+    with pytest.raises(ValueError, match=r"sf must have shape \[256, 1\] .*as packed UE8M0 int32"):
+        deep_gemm.transform_sf_into_required_layout(torch.ones(256, 4, dtype=torch.int32), 256, 128, (1, 32))
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        deep_gemm.transform_sf_into_required_layout(torch.ones(256, 1, dtype=torch.int32), 256, 128, (1, 1, 32),
+                                                    is_sfa=False)
+    with pytest.raises(ValueError, match=r"float32 on SM90 \(packed UE8M0 scales: recipe \(1, 32\)\)"):
+        deep_gemm.transform_sf_into_required_layout(torch.ones(256, 4, dtype=torch.int32), 256, 512, (1, 128))
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         deep_gemm.transform_sf_into_required_layout(sf, 256, 512, (1, 128, 128), is_sfa=True)
 
@@ -94,6 +106,25 @@ def test_transform_sf_per_recipe() -> None:
     sfg = random_sf((4, m, k // 128))
     out_g = deep_gemm.transform_sf_into_required_layout(sfg, m, k, (1, 128), num_groups=4)
     assert torch.equal(out_g, sfg) and out_g.stride(1) == 1
+
+
+@gpu
+@pytest.mark.parametrize("groups", [None, 3], ids=lambda g: f"g{g}")
+def test_transform_sf_1x32_packs_into_the_fp4_gemm_layout(groups: int | None) -> None:
+    # FP4 weights' 1x32 UE8M0 scales (the reference's test_mega_moe / FP8 x FP4 call): FP32 powers of two are packed
+    # four to an int32, MN-major, TMA-aligned; packed words are only moved there; disable_ue8m0_cast keeps FP32
+    n, k = 577, 7168
+    full = (n, k // 32) if groups is None else (groups, n, k // 32)
+    sf = ceil_to_ue8m0(random_sf(full) * 2.0 ** torch.randint(-20, 20, full, device="cuda"))
+    out = deep_gemm.transform_sf_into_required_layout(sf, n, k, (1, 32), num_groups=groups)
+    ref = packed_ue8m0_reference(sf)
+    assert out.dtype == torch.int32 and out.shape == ref.shape and out.stride() == ref.stride()
+    assert torch.equal(out, ref)
+    again = deep_gemm.transform_sf_into_required_layout(ref.contiguous(), n, k, (1, 1, 32), num_groups=groups,
+                                                        is_sfa=False)
+    assert again.stride() == ref.stride() and torch.equal(again, ref)
+    kept = deep_gemm.transform_sf_into_required_layout(sf, n, k, (1, 32), num_groups=groups, disable_ue8m0_cast=True)
+    assert kept.dtype == torch.float32 and kept.stride(-2) == 1 and torch.equal(kept, sf)
 
 
 @gpu

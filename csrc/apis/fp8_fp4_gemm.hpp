@@ -121,18 +121,6 @@ inline at::Tensor fp4_gemm_sfa_fp32(const at::Tensor& sfa, int64_t k) {
     return bits.view(at::kFloat);
 }
 
-// FP32 scales that stand for UE8M0 exponents (1x32 scales of FP4 operands, or of an A folded to 1x128) packed four to
-// an int32 along K, MN-major [(G,)][ceil(K/128)][align(rows, 4)]: their exponent bytes, as the reference casts FP32
-// scales to UE8M0 (per_token_cast_to_fp4(..., use_ue8m0=True) gives powers of two; DG_DEBUG_CHECKS=1 checks that they
-// are, one synchronization, off by default as every value check).
-inline at::Tensor fp4_scale_words(const at::Tensor& sf, const char* name) {
-    if (wants_value_check(sf)) {
-        DG_CHECK_INPUT(!sf.view(at::kInt).bitwise_and(static_cast<int64_t>(0x807FFFFF)).ne(0).any().item<bool>(),
-                       "{}: FP32 1x32 scales must be positive powers of two (UE8M0), got other values", name);
-    }
-    return get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, std::nullopt);
-}
-
 // B's exponent words in the kernel's layout, MN-major [(G,)][ceil(K/128)][align(N, 4)] (packed words moved as FP32
 // bit patterns by the layout kernel).
 inline at::Tensor fp4_b_scale_words(const at::Tensor& sfb) {

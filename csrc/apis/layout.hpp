@@ -11,6 +11,7 @@
 #include "../jit/device_runtime.hpp"
 #include "../jit_kernels/impls/smxx_layout.hpp"
 #include "../utils/tensor_checks.hpp"
+#include "value_checks.hpp"
 
 namespace dg::apis {
 
@@ -106,6 +107,18 @@ inline at::Tensor get_mn_major_tma_aligned_packed_ue8m0_tensor(const at::Tensor&
     return detail::run_layout_kernel(sf, kernels::LayoutKernel::kPackUe8m0);
 }
 
+// FP32 scales that stand for UE8M0 exponents (1x32 scales of FP4 operands, or of an A folded to 1x128) packed four to
+// an int32 along K, MN-major [(G,)][ceil(K/128)][align(rows, 4)]: their exponent bytes, as the reference casts FP32
+// scales to UE8M0 (per_token_cast_to_fp4(..., use_ue8m0=True) gives powers of two; DG_DEBUG_CHECKS=1 checks that they
+// are, one synchronization, off by default as every value check).
+inline at::Tensor fp4_scale_words(const at::Tensor& sf, const char* name) {
+    if (wants_value_check(sf)) {
+        DG_CHECK_INPUT(!sf.view(at::kInt).bitwise_and(static_cast<int64_t>(0x807FFFFF)).ne(0).any().item<bool>(),
+                       "{}: FP32 1x32 scales must be positive powers of two (UE8M0), got other values", name);
+    }
+    return get_mn_major_tma_aligned_packed_ue8m0_tensor(sf, std::nullopt);
+}
+
 // (gran_mn, gran_k) of one operand from a 2-tuple recipe or a 3-tuple (gran_m, gran_n, gran_k).
 inline std::pair<int64_t, int64_t> operand_granularity(const std::vector<int64_t>& recipe, std::optional<bool> is_sfa) {
     if (recipe.size() == 2)
@@ -125,26 +138,40 @@ inline at::Tensor transform_sf_into_required_layout(const at::Tensor& sf, int64_
     detail::check_psum_layout(psum_layout, sf, "transform_sf_into_required_layout");
     const auto [gran_mn, gran_k] = operand_granularity(recipe, is_sfa);
     DG_CHECK_INPUT(gran_mn == 1 || gran_mn == 128, "recipe: scale granularity along MN must be 1 or 128, got {}", gran_mn);
-    DG_CHECK_INPUT(gran_k == 128, "recipe: scale granularity along K must be 128 on SM90, got {}", gran_k);
+    DG_CHECK_INPUT(gran_k == 128 || (gran_k == 32 && gran_mn == 1),
+                   "recipe: scale granularity must be (1 or 128, 128) or, for 1x32 UE8M0 scales (FP4 operands), "
+                   "(1, 32) on SM90, got ({}, {})", gran_mn, gran_k);
     DG_CHECK_INPUT(mn >= 0 && k >= 0, "mn and k must be non-negative, got mn={} k={}", mn, k);
-    const int64_t expected_mn = (mn + gran_mn - 1) / gran_mn, expected_k = (k + gran_k - 1) / gran_k;
+    // 1x32 scales come as FP32 [.., ceil(K/32)] or as UE8M0 bytes packed four to an int32 [.., ceil(K/128)]
+    const bool packed = gran_k == 32 && sf.scalar_type() == at::kInt;
+    const int64_t expected_mn = (mn + gran_mn - 1) / gran_mn;
+    const int64_t expected_k = (k + (packed ? 4 : 1) * gran_k - 1) / ((packed ? 4 : 1) * gran_k);
     const bool batched = num_groups.has_value();
     DG_CHECK_INPUT(sf.dim() == (batched ? 3 : 2), "sf must be {}-D{}, got a {}", batched ? 3 : 2,
                    batched ? " [num_groups, MN, SF_K]" : " [MN, SF_K]", describe(sf));
     DG_CHECK_INPUT(sf.size(-2) == expected_mn && sf.size(-1) == expected_k && (!batched || sf.size(0) == *num_groups),
-                   "sf must have shape {}[{}, {}] for mn={}, k={} and granularity ({}, {}), got a {}",
+                   "sf must have shape {}[{}, {}] for mn={}, k={} and granularity ({}, {}){}, got a {}",
                    batched ? fmt::format("[{}, ...] ", *num_groups) : "", expected_mn, expected_k, mn, k, gran_mn,
-                   gran_k, describe(sf));
+                   gran_k, packed ? " as packed UE8M0 int32" : "", describe(sf));
 
-    DG_CHECK_INPUT(sf.scalar_type() == at::kFloat,
-                   "sf must be float32 on SM90 (packed UE8M0 scales are an SM100 layout), got a {}", describe(sf));
+    DG_CHECK_INPUT(sf.scalar_type() == at::kFloat || packed,
+                   "sf must be float32 on SM90{}, got a {}",
+                   gran_k == 32 ? " or, with 1x32 scales, packed UE8M0 int32" : " (packed UE8M0 scales: recipe (1, 32))",
+                   describe(sf));
     check_cuda(sf, "sf");
     const int arch_major = jit::DeviceRuntime::instance().properties(sf.device().index()).major;
     if (arch_major != 9)
         throw NotImplementedError(fmt::format(
             "transform_sf_into_required_layout: only SM90 (Hopper) is supported, device has compute capability {}.x",
             arch_major));
-    (void)disable_ue8m0_cast;  // SM90 kernels take FP32 scales: there is no UE8M0 cast to disable
+    if (gran_k == 32) {
+        // The FP8 x FP4 GEMMs' layout: UE8M0 words MN-major and TMA-aligned (packed words moved as FP32 bit
+        // patterns); with disable_ue8m0_cast, FP32 scales stay FP32 (MN-major), which those GEMMs also take
+        if (packed)
+            return get_mn_major_tma_aligned_tensor(sf.view(at::kFloat)).view(at::kInt);
+        return disable_ue8m0_cast ? get_mn_major_tma_aligned_tensor(sf) : fp4_scale_words(sf, "sf");
+    }
+    (void)disable_ue8m0_cast;  // SM90 kernels take FP32 1x128 / 128x128 scales: there is no UE8M0 cast to disable
     if (gran_mn == 1)
         return get_mn_major_tma_aligned_tensor(sf);
     return sf.contiguous();  // 128x128 blocks: read K-major by pointer
