@@ -737,19 +737,27 @@ def test_init_dist_nccl_single_rank() -> None:
 
 
 def test_bench_kineto_reads_the_reference_kernel_names() -> None:
-    # The reference's test scripts time our kernels by its own kernel names: GEMM names stand for our one GEMM kernel,
-    # 'clean_logits' (done inside our MQA kernels) for no kernel (0 s), other names match as substrings, unknown ones
-    # match nothing (bench_kineto then raises, listing the kernels seen)
-    from deep_gemm.testing.drop_in_bench import match_kernel_name
+    # The reference's test scripts time our kernels by its own kernel names: GEMM names stand for our one GEMM kernel
+    # (per call: einsum may launch it once per batch entry), 'mega_moe' for the stage kernels and grouped GEMMs,
+    # 'mqa_logits' for the MQA kernel and its pre-pass (per call), 'clean_logits' (done inside our MQA kernels) for no
+    # kernel (0 s); other names match as substrings (per launch); unknown ones match nothing (0 s, a warning)
+    from deep_gemm.testing.drop_in_bench import KernelMatch, match_kernel_name
 
     gemm = "void deep_gemm::sm90_gemm_kernel<deep_gemm::GemmKernelConfig{128u, 64u}>(unsigned int)"
     mqa = "void deep_gemm::sm90_fp8_mqa_logits_kernel<deep_gemm::MqaLogitsConfig{64u}>(unsigned int)"
+    pieces = "void deep_gemm::mqa_logits_pieces_kernel<128u>(float const*)"
     pad = "void deep_gemm::zero_padding_rows_kernel<128u>(int const*)"
-    seen = sorted([gemm, mqa, pad])
-    for name in ("fp8_gemm", "bf16_gemm", "bmn_bnk_mn_gemm_impl", "m_grouped_bf16_gemm_contiguous_tl_impl", "gemm_"):
-        assert match_kernel_name(name, seen)[1] == [gemm], name
-    assert match_kernel_name("fp8_mqa_logits", seen) == ("fp8_mqa_logits", [mqa])
-    assert match_kernel_name("clean_logits", seen) == (None, [])
-    assert match_kernel_name("zero_padding", seen) == ("zero_padding", [pad])
-    assert match_kernel_name("fp8_paged_mqa_logits", seen) == ("fp8_paged_mqa_logits", [])
-    assert match_kernel_name("fp8_gemm", [mqa]) == ("fp8_gemm", [])  # (no GEMM kernel ran: nothing to stand for)
+    moe = [f"void deep_gemm::mega_moe_{stage}_kernel<1u>(int)" for stage in ("combine", "gather", "route", "swiglu")]
+    seen = sorted([gemm, mqa, pieces, pad, *moe])
+    for name in ("fp8_gemm", "bf16_gemm", "bmn_bnk_mn_gemm_impl", "m_grouped_bf16_gemm_contiguous_tl_impl"):
+        assert match_kernel_name(name, seen) == KernelMatch((gemm,), per_call=True), name
+    assert match_kernel_name("gemm_", seen) == KernelMatch((gemm,))  # (a substring of ours: per launch)
+    for name in ("mega_moe", "sm90_fp8_mega_moe_impl"):
+        assert match_kernel_name(name, seen) == KernelMatch(tuple(sorted([gemm, *moe])), per_call=True), name
+    assert match_kernel_name("mqa_logits", seen) == KernelMatch(tuple(sorted([mqa, pieces])), per_call=True)
+    assert match_kernel_name("fp8_mqa_logits", seen) == KernelMatch(tuple(sorted([mqa, pieces])), per_call=True)
+    assert match_kernel_name("clean_logits", seen) == KernelMatch((), fused=True)
+    assert match_kernel_name("zero_padding", seen) == KernelMatch((pad,))
+    assert match_kernel_name("mega_moe_route", seen) == KernelMatch((moe[2],))
+    assert match_kernel_name("fp8_paged_mqa_logits", seen) == KernelMatch(())
+    assert match_kernel_name("fp8_gemm", [mqa]) == KernelMatch(())  # (no GEMM kernel ran: nothing to stand for)

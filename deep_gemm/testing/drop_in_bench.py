@@ -8,6 +8,7 @@ Our own, richer timers (:func:`deep_gemm.testing.bench_kernel` with every sample
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -108,26 +109,55 @@ def _profile_device_kernels(
 
 
 # The reference's test scripts time kernels by names of its own kernels ('fp8_gemm', 'bf16_gemm',
-# 'bmn_bnk_mn_gemm_impl', 'm_grouped_bf16_gemm_contiguous_tl_impl', ('fp8_mqa_logits', 'clean_logits'), ...). Ours are
-# named by family instead: one GEMM kernel, sm90_gemm_kernel, serves every FP8 and BF16 GEMM layout, and the MQA
-# kernels clean the logits themselves. A name that matches none of the kernels seen is looked up here.
+# 'bmn_bnk_mn_gemm_impl', 'm_grouped_bf16_gemm_contiguous_tl_impl', ('fp8_mqa_logits', 'clean_logits'), 'mega_moe', ...).
+# Ours are named by family instead: one GEMM kernel, sm90_gemm_kernel, serves every FP8 and BF16 GEMM layout, the MQA
+# kernels clean the logits themselves, and some work the reference does in one kernel ours does in several kernels or
+# launches. match_kernel_name maps a reference name to ours.
 GEMM_KERNEL = "sm90_gemm_kernel"
 FUSED_KERNEL_NAMES = ("clean_logits",)  # work our kernels do inside another kernel: 0 s, as the reference gives
+# Reference kernels whose work ours split over several kernels: the name stands for every kernel containing one of
+# these substrings, timed per call of fn
+SPLIT_KERNELS = {
+    # route, gather, SwiGLU and combine, and the two grouped GEMMs
+    "mega_moe": ("mega_moe_", GEMM_KERNEL),
+    "sm90_fp8_mega_moe_impl": ("mega_moe_", GEMM_KERNEL),
+    # the MQA kernel and (prefill) its pre-pass, mqa_logits_pieces_kernel
+    "mqa_logits": ("mqa_logits",),
+    "fp8_mqa_logits": ("sm90_fp8_mqa_logits_kernel", "mqa_logits_pieces_kernel"),
+}
 
 
-def match_kernel_name(name: str, seen: list[str]) -> tuple[str | None, list[str]]:
-    """The kernels of ``seen`` that ``name`` (a substring, as the reference's test scripts pass it) stands for: those
-    containing ``name``; else, for a GEMM name of the reference's (any name containing ``gemm``), our GEMM kernel;
-    else none. Returns (the substring used, the distinct kernels it matches); (None, []) for a name of
-    ``FUSED_KERNEL_NAMES`` that matches nothing (its work is inside another kernel)."""
-    direct = [kernel for kernel in seen if name in kernel]
+@dataclass(frozen=True)
+class KernelMatch:
+    """The kernels a name passed to :func:`bench_kineto` stands for.
+
+    kernels: the distinct kernel names (of those seen) it matches; empty for none.
+    per_call: time them per call of ``fn`` (the sum of every launch), as the reference times its one kernel; else per
+        launch of the single kernel (the reference's rule for a name of one of its kernels).
+    fused: the name's work is done inside another kernel of ours (0 s).
+    """
+
+    kernels: tuple[str, ...]
+    per_call: bool = False
+    fused: bool = False
+
+
+def match_kernel_name(name: str, seen: list[str]) -> KernelMatch:
+    """The kernels of ``seen`` that ``name`` (a substring, as the reference's test scripts pass it) stands for:
+    ``SPLIT_KERNELS``'s (per call); else the kernels containing ``name`` (per launch); else, for a GEMM name of the
+    reference's (any name containing ``gemm``), our GEMM kernel, per call (``einsum`` may launch it once per batch
+    entry); else none (``fused`` for a name of ``FUSED_KERNEL_NAMES``)."""
+    if name in SPLIT_KERNELS:
+        parts = SPLIT_KERNELS[name]
+        return KernelMatch(tuple(k for k in seen if any(part in k for part in parts)), per_call=True)
+    direct = tuple(kernel for kernel in seen if name in kernel)
     if direct:
-        return name, direct
+        return KernelMatch(direct)
     if "gemm" in name:
-        gemm = [kernel for kernel in seen if GEMM_KERNEL in kernel]
+        gemm = tuple(kernel for kernel in seen if GEMM_KERNEL in kernel)
         if gemm:
-            return GEMM_KERNEL, gemm
-    return (None, []) if name in FUSED_KERNEL_NAMES else (name, [])
+            return KernelMatch(gemm, per_call=True)
+    return KernelMatch((), fused=name in FUSED_KERNEL_NAMES)
 
 
 def bench_kineto(
@@ -142,14 +172,16 @@ def bench_kineto(
 ) -> float | tuple[float, ...]:
     """Device time of the kernels whose names contain ``kernel_names``, in seconds, under ``torch.profiler``.
 
-    A name of the reference's kernels that matches none of ours stands for the kernel of ours that does that work
-    (:func:`match_kernel_name`): a GEMM name (``'fp8_gemm'``, ``'bf16_gemm'``, ...) for our GEMM kernel, and
-    ``'clean_logits'``, which our MQA kernels do inside, for 0 s (the reference's result for a name it does not find).
+    A name of the reference's kernels stands for the kernels of ours that do that work (:func:`match_kernel_name`):
+    a GEMM name (``'fp8_gemm'``, ``'bf16_gemm'``, ``'bmn_bnk_mn_gemm_impl'``, ...) for our GEMM kernel, ``'mega_moe'``
+    for the Mega MoE stage kernels and grouped GEMMs, ``'mqa_logits'`` for the MQA kernel and its pre-pass, each
+    timed per call of ``fn`` (the sum of its launches); ``'clean_logits'``, which our MQA kernels do inside, gives 0 s.
 
     ``fn`` runs once to warm up, then ``num_tests`` times profiled (L2 flushed before each call
-    with ``flush_l2``, by reading a 256 MiB buffer). For each name the result is the mean time of one
+    with ``flush_l2``, by reading a 256 MiB buffer). For each other name the result is the mean time of one
     launch of the (single) kernel whose name contains it; with ``with_multiple_kernels`` several
-    distinct kernels may match and the result is their summed time per call of ``fn``.
+    distinct kernels may match and the result is their summed time per call of ``fn``. A name that matches
+    no kernel gives 0 s, as in the reference (with a warning listing the kernels seen).
 
     With ``DG_USE_NVIDIA_TOOLS`` set to a non-zero integer (running under Nsight Systems/Compute
     or Compute Sanitizer, whose CUPTI use conflicts with the profiler's) nothing runs and the
@@ -167,13 +199,12 @@ def bench_kineto(
             e.g. ``torch.distributed.barrier`` for collective kernels.
 
     Returns:
-        Seconds per launch (or per call of ``fn``), a float or a tuple of floats.
+        Seconds per launch or per call of ``fn`` (as above), a float or a tuple of floats.
 
     Raises:
         TypeError: ``kernel_names`` is neither a str nor a tuple of str.
-        ValueError: bad counts; a name matches no kernel, aliases included (the reference returns 0
-            there: here the message lists the kernels seen); or, without ``with_multiple_kernels``, a name matches
-            several distinct kernels.
+        ValueError: bad counts; or, without ``with_multiple_kernels``, a name matches several distinct kernels
+            (names of split work excepted).
         RuntimeError: no CUDA GPU.
     """
     is_tuple = isinstance(kernel_names, tuple)
@@ -198,18 +229,20 @@ def bench_kineto(
     seen = sorted({kernel for kernel, _ in kernels})
     times = []
     for name in names:
-        pattern, distinct = match_kernel_name(name, seen)
-        if pattern is None:  # (fused into another kernel: no time of its own)
+        match = match_kernel_name(name, seen)
+        if not match.kernels:
+            # (the reference's result for a name it does not find, e.g. cuBLAS's 'reduce' kernel when it runs none)
+            if not match.fused:
+                warnings.warn(f"bench_kineto: no kernel name contains {name!r} (0 s); kernels seen: {seen}",
+                              stacklevel=2)
             times.append(0.0)
             continue
-        matched = [us for kernel, us in kernels if pattern in kernel]
-        if not matched:
-            raise ValueError(f"bench_kineto: no kernel name contains {name!r}; kernels seen: {seen}")
-        if len(distinct) > 1 and not with_multiple_kernels:
+        if len(match.kernels) > 1 and not (match.per_call or with_multiple_kernels):
             raise ValueError(
-                f"bench_kineto: {name!r} matches {len(distinct)} distinct kernels {distinct}; "
+                f"bench_kineto: {name!r} matches {len(match.kernels)} distinct kernels {list(match.kernels)}; "
                 "pass with_multiple_kernels=True to sum them"
             )
-        total_s = sum(matched) * 1e-6
-        times.append(total_s / num_tests if with_multiple_kernels else total_s / len(matched))
+        launches = [us for kernel, us in kernels if kernel in match.kernels]
+        total_s = sum(launches) * 1e-6
+        times.append(total_s / num_tests if match.per_call or with_multiple_kernels else total_s / len(launches))
     return tuple(times) if is_tuple else times[0]
