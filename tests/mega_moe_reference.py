@@ -95,7 +95,7 @@ def _layer(xd, topk_idx, topk_weights, experts: tuple, l1_dtype, quantize, inter
 
 def fold_x(x: torch.Tensor, x_sf: torch.Tensor) -> torch.Tensor:
     """float64 tokens as the dispatch hands them to linear 1: FP32 1x128 scales multiply as they are; packed UE8M0 1x32
-    words (int32, an 'fp8xfp4' buffer) are folded to 1x128 as the gather kernel folds them."""
+    words (int32, a packed_x_sf buffer) are folded to 1x128 as the gather kernel folds them."""
     if x_sf.dtype != torch.int32:
         return dequant_rows(x, x_sf)
     hidden = x.shape[1]

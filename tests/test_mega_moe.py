@@ -15,6 +15,7 @@ experts, T = 0, T = max, CUDA-graph replay with new routing, and one run on PyTo
 
 from __future__ import annotations
 
+import inspect
 import math
 import socket
 from pathlib import Path
@@ -89,7 +90,11 @@ def test_signatures_match_the_reference(name: str, expected: list) -> None:
     assert getattr(deep_gemm, name) is getattr(mega, name)
     assert name in deep_gemm.__all__ and name in mega.__all__
     fn = getattr(mega, name)
-    assert signature_params(fn) == expected
+    # (our additions are keyword-only, after the reference's parameters)
+    extras = {"SymmBuffer": [("packed_x_sf", "False")], "get_symm_buffer_for_mega_moe": [("packed_x_sf", "False")]}
+    assert signature_params(fn) == expected + extras.get(name, [])
+    keyword_only = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    assert keyword_only == [p for p, _ in extras.get(name, [])]
     assert (fn.__doc__ or "").strip(), name
 
 
@@ -325,15 +330,13 @@ def cpu_buffer(
     topk: int = 2,
     hidden: int = 256,
     inter: int = 128,
-    mma_type: str | None = None,
+    packed_x_sf: bool = False,
 ) -> SymmBuffer:
     """A SymmBuffer laid out as on a GPU but held in CPU memory: enough for the argument checks, which run
     before anything touches the device."""
-    mma_type = mma_type or ("fp8xfp8" if use_fp8 else "bf16xbf16")
+    mma_type = "fp8xfp4" if use_fp8 else "bf16xbf16"
     buffer = SymmBuffer.__new__(SymmBuffer)
-    buffer.layout = mega_moe_buffer_layout(
-        1, e, max_tokens, topk, hidden, inter, use_fp8, 128, packed_x_sf=mma_type == "fp8xfp4"
-    )
+    buffer.layout = mega_moe_buffer_layout(1, e, max_tokens, topk, hidden, inter, use_fp8, 128, packed_x_sf=packed_x_sf)
     buffer.storage = torch.zeros(buffer.layout.num_bytes, dtype=torch.uint8)
     buffer.use_fp8_dispatch = use_fp8
     buffer.mma_type = mma_type
@@ -467,7 +470,7 @@ def fp4_weights(e: int = 4, hidden: int = 256, inter: int = 128):
     ],
 )
 def test_fp8_fp4_mega_moe_bad_arguments(case: str, error: type, pattern: str) -> None:
-    buffer = cpu_buffer(mma_type="fp8xfp4")
+    buffer = cpu_buffer(packed_x_sf=True)
     (w1, s1), (w2, s2) = fp4_weights()
     y = torch.zeros(8, 256, dtype=torch.bfloat16)
     kwargs: dict = {}
@@ -475,7 +478,7 @@ def test_fp8_fp4_mega_moe_bad_arguments(case: str, error: type, pattern: str) ->
         y = torch.zeros(17, 256, dtype=torch.bfloat16)
     elif case == "buffer_bf16":
         buffer = cpu_buffer(use_fp8=False)
-    elif case == "on_cpu_fp32_buffer":  # (an 'fp8xfp8' buffer serves it too)
+    elif case == "on_cpu_fp32_buffer":  # (the default FP32 1x128 buffer serves it too)
         buffer = cpu_buffer()
     elif case == "recipe":
         kwargs["recipe"] = (1, 1, 128)
@@ -590,8 +593,8 @@ def test_pre_dispatch_on_cpu_matches_the_cast() -> None:
 
 
 def test_pre_dispatch_on_cpu_writes_the_packed_format() -> None:
-    # An 'fp8xfp4' buffer: x quantized per 1x32 with UE8M0 scales packed four to an int32, whatever group_size says
-    buffer = cpu_buffer(mma_type="fp8xfp4")
+    # A packed_x_sf buffer: x quantized per 1x32 with UE8M0 scales packed four to an int32, whatever group_size says
+    buffer = cpu_buffer(packed_x_sf=True)
     assert buffer.x_sf.dtype == torch.int32 and buffer.x_sf.shape == (16, 2)
     x = torch.randn(5, 256, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
     idx, w = torch.zeros(5, 2, dtype=torch.int64), torch.ones(5, 2)
@@ -641,7 +644,7 @@ def test_buffer_x_sf_format_follows_mma_type() -> None:
 
 @gpu
 def test_gather_folds_packed_scales_bit_exactly() -> None:
-    # The dispatch of an 'fp8xfp4' buffer: every received row's e4m3 bytes and FP32 1x128 scales are the fold of its
+    # The dispatch of a packed_x_sf buffer: every received row's e4m3 bytes and FP32 1x128 scales are the fold of its
     # token's 1x32 ones, byte for byte (x with blocks spanning many binades, so that the fold rounds)
     problem = make_problem("fp8fp4", 8, 64, 4, 512, 256)
     problem.route(64, "random")
@@ -814,8 +817,8 @@ def fp4_weight(w: torch.Tensor):
 
 
 class Fp4Problem(Problem):
-    """fp8_fp4_mega_moe's layer: FP4 expert weights with 1x32 scales, an 'fp8xfp4' buffer (packed UE8M0 1x32 x_sf)
-    filled by mega_moe_pre_dispatch_sm90, or with ``packed_x_sf=False`` an 'fp8xfp8' buffer (FP32 1x128 x_sf)."""
+    """fp8_fp4_mega_moe's layer: FP4 expert weights with 1x32 scales, a packed_x_sf buffer (packed UE8M0 1x32 x_sf)
+    filled by mega_moe_pre_dispatch_sm90, or with ``packed_x_sf=False`` the default buffer (FP32 1x128 x_sf)."""
 
     def __init__(self, num_experts, max_tokens, topk, hidden, inter, seed=0, clamp=None, device="cuda",
                  packed_x_sf: bool = True, packed_weight_sf: bool = False):  # fmt: skip
@@ -834,12 +837,11 @@ class Fp4Problem(Problem):
         (self.w1, self.s1), (self.w2, self.s2) = fp4_weight(w1), fp4_weight(w2)
         pack = pack_scales_along_k if packed_weight_sf else (lambda sf: sf)
         self.l1, self.l2 = mega.transform_weights_for_mega_moe((self.w1, pack(self.s1)), (self.w2, pack(self.s2)))
-        mma_type = "fp8xfp4" if packed_x_sf else "fp8xfp8"
         if device == "cpu":
-            self.buffer = cpu_buffer(True, num_experts, max_tokens, topk, hidden, inter, mma_type=mma_type)
+            self.buffer = cpu_buffer(True, num_experts, max_tokens, topk, hidden, inter, packed_x_sf=packed_x_sf)
         else:
             self.buffer = mega.get_symm_buffer_for_mega_moe(
-                None, num_experts, max_tokens, topk, hidden, inter, mma_type=mma_type
+                None, num_experts, max_tokens, topk, hidden, inter, packed_x_sf=packed_x_sf
             )
 
     def call(self, y: torch.Tensor, stats: torch.Tensor | None = None) -> None:
@@ -853,9 +855,9 @@ class Fp4Problem(Problem):
 
 
 def make_problem(kind: str, *args, **kwargs) -> Problem:
-    """kind: 'fp8' (fp8_mega_moe, FP32 1x128 buffer), 'fp8-packed' (fp8_mega_moe on an 'fp8xfp4' buffer), 'bf16',
-    'fp8fp4' (fp8_fp4_mega_moe, packed buffer), 'fp8fp4-fp32sf' (fp8_fp4_mega_moe on an 'fp8xfp8' buffer, packed
-    weight scales)."""
+    """kind: 'fp8' (fp8_mega_moe, FP32 1x128 buffer), 'fp8-packed' (fp8_mega_moe on a packed_x_sf buffer), 'bf16',
+    'fp8fp4' (fp8_fp4_mega_moe, packed_x_sf buffer), 'fp8fp4-fp32sf' (fp8_fp4_mega_moe on the default FP32 1x128
+    buffer, packed weight scales)."""
     if kind.startswith("fp8fp4"):
         fp32_sf = kind.endswith("fp32sf")
         return Fp4Problem(*args, packed_x_sf=not fp32_sf, packed_weight_sf=fp32_sf, **kwargs)
@@ -863,9 +865,9 @@ def make_problem(kind: str, *args, **kwargs) -> Problem:
     if kind == "fp8-packed":
         e, t, k, h, i = problem.e, problem.max_tokens, problem.topk, problem.hidden, problem.inter
         if problem.device == "cpu":
-            problem.buffer = cpu_buffer(True, e, t, k, h, i, mma_type="fp8xfp4")
+            problem.buffer = cpu_buffer(True, e, t, k, h, i, packed_x_sf=True)
         else:
-            problem.buffer = mega.get_symm_buffer_for_mega_moe(None, e, t, k, h, i, mma_type="fp8xfp4")
+            problem.buffer = mega.get_symm_buffer_for_mega_moe(None, e, t, k, h, i, packed_x_sf=True)
     return problem
 
 
@@ -1111,6 +1113,33 @@ def test_mega_moe_against_float64(
 
 
 @gpu
+@pytest.mark.parametrize("mma_type", ["fp8xfp4", "fp8xfp8"])
+def test_default_buffer_takes_fp32_scales_copied_in(mma_type: str) -> None:
+    # The SGLang fork's SM90 flow: get_symm_buffer_for_mega_moe with an fp8 mma type (its default included) gives FP32
+    # 1x128 x_sf, which callers fill with copy_ from per_token_cast_to_fp8(x) before fp8_mega_moe
+    problem = make_problem("fp8", 8, 64, 4, 512, 256)
+    problem.buffer = mega.get_symm_buffer_for_mega_moe(None, 8, 64, 4, 512, 256, mma_type=mma_type)
+    assert problem.buffer.x_sf.dtype == torch.float32 and problem.buffer.x_sf.shape == (64, 4)
+    num_tokens = 37
+    gen = torch.Generator(device="cpu").manual_seed(3)
+    x = (torch.randn(num_tokens, 512, generator=gen) * 2).to(torch.bfloat16).cuda()
+    idx = torch.randint(-1, 8, (num_tokens, 4), generator=gen).cuda()
+    x_fp8, x_sf = per_token_cast_to_fp8(x, use_ue8m0=False, gran_k=128)
+    problem.buffer.x[:num_tokens].copy_(x_fp8)
+    problem.buffer.x_sf[:num_tokens].copy_(x_sf)
+    problem.buffer.topk_idx[:num_tokens].copy_(idx)
+    problem.buffer.topk_weights[:num_tokens].copy_(torch.rand(num_tokens, 4, generator=gen).cuda())
+    y = torch.full((num_tokens, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    problem.call(y)
+    torch.cuda.synchronize()
+    check_against_reference(problem, y, num_tokens)
+    packed = mega.get_symm_buffer_for_mega_moe(None, 8, 64, 4, 512, 256, mma_type=mma_type, packed_x_sf=True)
+    assert packed.x_sf.dtype == torch.int32 and packed.x_sf.shape == (64, 1)
+    with pytest.raises(ValueError, match=r"packed_x_sf=True needs FP8 dispatch"):
+        mega.get_symm_buffer_for_mega_moe(None, 8, 64, 4, 512, 256, mma_type="bf16xbf16", packed_x_sf=True)
+
+
+@gpu
 @pytest.mark.parametrize("kind", KINDS)
 def test_mega_moe_no_tokens(kind: str) -> None:
     problem = make_problem(kind, 8, 32, 2, 256, 128)
@@ -1204,13 +1233,14 @@ def test_fp8_mega_moe_on_symmetric_memory_single_rank(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize("w_dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("num_tokens", "scaling"), [(37, 2.5), (64, 1.0), (1, 0.37), (0, 1.0)])
-@pytest.mark.parametrize("mma_type", ["fp8xfp8", "fp8xfp4"])
-def test_pre_dispatch_kernel_is_bit_exact(idx_dtype, w_dtype, num_tokens: int, scaling: float, mma_type: str) -> None:
+@pytest.mark.parametrize("packed_x_sf", [False, True], ids=["fp32", "packed"])
+def test_pre_dispatch_kernel_is_bit_exact(idx_dtype, w_dtype, num_tokens: int, scaling: float,
+                                          packed_x_sf: bool) -> None:  # fmt: skip
     # The kernel against the PyTorch ops it replaces, byte for byte, inputs with padded rows; rows past num_tokens
-    # untouched. 'fp8xfp4': x_sf int32, UE8M0 1x32 scales packed (per_token_cast_to_fp8's packed form).
+    # untouched. packed_x_sf: x_sf int32, UE8M0 1x32 scales packed (per_token_cast_to_fp8's packed form).
     gen = torch.Generator(device="cuda").manual_seed(num_tokens)
-    buffer = mega.get_symm_buffer_for_mega_moe(None, 8, 64, 6, 1024, 256, mma_type=mma_type)
-    assert buffer.x_sf.dtype == (torch.int32 if mma_type == "fp8xfp4" else torch.float32)
+    buffer = mega.get_symm_buffer_for_mega_moe(None, 8, 64, 6, 1024, 256, packed_x_sf=packed_x_sf)
+    assert buffer.x_sf.dtype == (torch.int32 if packed_x_sf else torch.float32)
     ref_storage = buffer.storage.clone()
     x = (torch.randn(70, 1040, device="cuda", generator=gen) * 3).to(torch.bfloat16)[:, :1024]
     x[0, :128] = 0  # an all-zero block: the amax floor

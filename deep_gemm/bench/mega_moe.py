@@ -155,7 +155,7 @@ def _fp8_layer(p: _Inputs) -> _Layer:
 
 
 def _fp4_layer(p: _Inputs) -> _Layer:
-    """FP8 activations (UE8M0 1x32, packed) x FP4 weights (UE8M0 1x32): fp8_fp4_mega_moe on an 'fp8xfp4' buffer; the
+    """FP8 activations (UE8M0 1x32, packed) x FP4 weights (UE8M0 1x32): fp8_fp4_mega_moe on a packed_x_sf buffer; the
     baseline runs the FP8 x FP4 grouped GEMM on the gathered rows (their 1x32 scales folded by the GEMM's pre-pass)."""
     import deep_gemm
     from deep_gemm import mega
@@ -166,7 +166,7 @@ def _fp4_layer(p: _Inputs) -> _Layer:
         return packed.view(e, n, kk // 2), sf.view(e, n, kk // 32)
 
     (w1q, s1), (w2q, s2) = fp4(p.w1), fp4(p.w2)
-    buffer = mega.get_symm_buffer_for_mega_moe(None, p.e, p.t, p.k, p.h, p.inter, mma_type="fp8xfp4")
+    buffer = mega.get_symm_buffer_for_mega_moe(None, p.e, p.t, p.k, p.h, p.inter, packed_x_sf=True)
     l1, l2 = mega.transform_weights_for_mega_moe((w1q, s1), (w2q, s2))
     mega.mega_moe_pre_dispatch_sm90(p.x, p.idx, p.weights, buffer.x, buffer.x_sf, buffer.topk_idx,
                                     buffer.topk_weights, p.t)  # fmt: skip

@@ -82,9 +82,10 @@ class SymmBuffer:
     """One rank's Mega MoE buffer, with the views the caller fills before each call.
 
     Views (this rank's; ``M = num_max_tokens_per_rank``): ``x`` ``[M, hidden]`` (FP8 e4m3 for FP8 dispatch, else
-    BF16), ``x_sf`` ``[M, hidden / 128]``: with ``mma_type='fp8xfp4'`` int32, UE8M0 1x32 scales packed four to a
-    word (what ``per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)`` returns, the
-    reference's format), with ``'fp8xfp8'`` FP32 1x128 scales (the SGLang fork's SM90 format), ``[M, 0]`` for
+    BF16), ``x_sf`` ``[M, hidden / 128]``: for FP8 dispatch FP32 1x128 scales, whatever the FP8 ``mma_type`` (the
+    SGLang fork's SM90 buffer, which its ``get_symm_buffer_for_mega_moe`` gives every ``fp8*`` type on Hopper), or
+    with ``packed_x_sf=True`` int32, UE8M0 1x32 scales packed four to a word (the reference's SM100 format, what
+    ``per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)`` returns); ``[M, 0]`` for
     BF16; ``topk_idx`` int64
     ``[M, num_topk]`` (global expert ids, -1 for none), ``topk_weights`` FP32 ``[M, num_topk]``; and the internal
     activations ``l1_acts``, ``l1_acts_sf``, ``l2_acts``, ``l2_acts_sf`` (the grouped GEMMs' inputs; see
@@ -98,10 +99,11 @@ class SymmBuffer:
         hidden, intermediate_hidden: the model dim and the experts' intermediate dim, multiples of 128.
         num_ring_tokens: the reference sizes its receive ring with it; deep_gemm's stage-1 buffer holds every row a
             rank can receive (no ring), so it is checked (an int >= 0) and recorded, not used.
-        mma_type: ``'fp8xfp4'`` (FP8 dispatch, packed UE8M0 1x32 scales), ``'fp8xfp8'`` (FP8 dispatch, FP32 1x128
-            scales) or ``'bf16xbf16'``. Both FP8 buffers serve ``fp8_mega_moe`` and ``fp8_fp4_mega_moe``: the
-            dispatch folds 1x32 scales into 1x128 ones (exact to 2^-10 of a block's scale, docs/design.md).
+        mma_type: ``'fp8xfp4'``, ``'fp8xfp8'`` (FP8 dispatch) or ``'bf16xbf16'``. Every FP8 buffer serves
+            ``fp8_mega_moe`` and ``fp8_fp4_mega_moe``.
         activation: ``'swiglu'``.
+        packed_x_sf: (keyword only, not in the reference) FP8 dispatch with ``x_sf`` holding packed UE8M0 1x32
+            scales; the dispatch folds them into 1x128 ones (exact to 2^-10 of a block's scale, docs/design.md).
 
     Raises:
         TypeError / ValueError: an argument of the wrong type or value (named).
@@ -119,6 +121,8 @@ class SymmBuffer:
         num_ring_tokens,
         mma_type="fp8xfp4",
         activation="swiglu",
+        *,
+        packed_x_sf=False,
     ):
         self._init(
             group,
@@ -131,6 +135,7 @@ class SymmBuffer:
             mma_type,
             activation,
             mma_type.startswith("fp8") if isinstance(mma_type, str) else True,
+            packed_x_sf,
         )
 
     def _init(
@@ -145,9 +150,14 @@ class SymmBuffer:
         mma_type,
         activation,
         use_fp8_dispatch,
+        packed_x_sf,
     ) -> None:
         fn = "SymmBuffer"
         check_mma_and_activation(fn, mma_type, activation)
+        if not isinstance(packed_x_sf, bool):
+            raise TypeError(f"{fn}: packed_x_sf must be a bool, got {type(packed_x_sf).__name__}")
+        if packed_x_sf and not use_fp8_dispatch:
+            raise ValueError(f"{fn}: packed_x_sf=True needs FP8 dispatch, got mma_type={mma_type!r}")
         if isinstance(num_ring_tokens, bool) or not isinstance(num_ring_tokens, int) or num_ring_tokens < 0:
             raise ValueError(f"{fn}: num_ring_tokens must be an int >= 0, got {num_ring_tokens!r}")
         rank, num_ranks = _group_rank_and_size(fn, group)
@@ -161,7 +171,7 @@ class SymmBuffer:
             intermediate_hidden,
             use_fp8_dispatch,
             alignment,
-            packed_x_sf=use_fp8_dispatch and mma_type == "fp8xfp4",
+            packed_x_sf=packed_x_sf,
         )
         self.group = group
         self.rank = rank
@@ -280,15 +290,18 @@ def get_symm_buffer_for_mega_moe(
     use_fp8_dispatch=None,
     mma_type="fp8xfp4",
     activation="swiglu",
+    *,
+    packed_x_sf=False,
 ) -> SymmBuffer:
     """Allocate the Mega MoE buffer for these dims (a collective over ``group``: every rank calls it alike).
 
     ``use_fp8_dispatch`` (None: FP8 for the ``fp8*`` mma types, BF16 for ``'bf16xbf16'``) picks the dtype of the
-    dispatched tokens ``x``; FP8 with BF16 experts is rejected. ``'fp8xfp4'`` (the default) lays ``x_sf`` out as
-    the reference does (packed UE8M0 1x32 scales), ``'fp8xfp8'`` as the SGLang fork's SM90 buffer (FP32 1x128);
-    either FP8 buffer serves :func:`deep_gemm.mega.fp8_mega_moe` and :func:`deep_gemm.mega.fp8_fp4_mega_moe`, and
-    :func:`deep_gemm.mega.mega_moe_pre_dispatch_sm90` writes the format of the buffer it is given. See
-    :class:`SymmBuffer` for the other arguments, the views and what it raises.
+    dispatched tokens ``x``; FP8 with BF16 experts is rejected. Every FP8 ``mma_type`` gets the SGLang fork's SM90
+    buffer, ``x_sf`` FP32 1x128 (the fork routes ``fp8*`` types there on Hopper, and its callers copy FP32 scales
+    in); ``packed_x_sf=True`` (keyword only, not in the reference) lays ``x_sf`` out as the reference's SM100
+    buffer, UE8M0 1x32 scales packed four to an int32. Every FP8 buffer serves :func:`deep_gemm.mega.fp8_mega_moe`
+    and :func:`deep_gemm.mega.fp8_fp4_mega_moe`, and :func:`deep_gemm.mega.mega_moe_pre_dispatch_sm90` writes the
+    format of the buffer it is given. See :class:`SymmBuffer` for the other arguments, the views and what it raises.
     """
     fn = "get_symm_buffer_for_mega_moe"
     check_mma_and_activation(fn, mma_type, activation)
@@ -312,6 +325,7 @@ def get_symm_buffer_for_mega_moe(
         mma_type,
         activation,
         use_fp8_dispatch,
+        packed_x_sf,
     )
     return buffer
 

@@ -87,7 +87,7 @@ class MegaMoeBufferLayout:
     max_rows: int
     regions: dict[str, Region]
     num_bytes: int
-    packed_x_sf: bool = False  # x_sf holds UE8M0 1x32 scales packed four to an int32 (the 'fp8xfp4' buffer)
+    packed_x_sf: bool = False  # x_sf holds UE8M0 1x32 scales packed four to an int32 (packed_x_sf=True)
 
     def kernel_layout(self, rank: int) -> list[int]:
         """The 15 integers the extension's Mega MoE steps take (the kernels' MegaMoeLayout, in its order)."""
@@ -151,8 +151,8 @@ def mega_moe_buffer_layout(
         use_fp8: FP8 e4m3 activations with scales (else BF16, no scales).
         alignment: the contiguous grouped layout's segment alignment
             (``get_mk_alignment_for_contiguous_layout()``), positive.
-        packed_x_sf: FP8 only: ``x_sf`` holds UE8M0 1x32 scales packed four to an int32 (the reference's
-            ``'fp8xfp4'`` input format) instead of FP32 1x128 scales. The internal activations keep FP32 1x128.
+        packed_x_sf: FP8 only: ``x_sf`` holds UE8M0 1x32 scales packed four to an int32 (the reference's SM100
+            buffer's input format) instead of FP32 1x128 scales. The internal activations keep FP32 1x128.
 
     Raises:
         TypeError / ValueError: naming the argument that is not a positive int, not a multiple of 128, or

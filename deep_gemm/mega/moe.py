@@ -434,8 +434,8 @@ def fp8_fp4_mega_moe(
     """One MoE layer with FP8 activations and FP4 expert weights: ``y[t] = sum_j L2_e(w[t, j] * SwiGLU(L1_e(x_t)))``.
 
     Before the call each rank fills its buffer's first T rows (T = ``y.shape[0]``): ``x`` (FP8 e4m3) and ``x_sf``
-    (with ``mma_type='fp8xfp4'``: UE8M0 1x32 scales packed four to an int32, from ``per_token_cast_to_fp8(x,
-    use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)``; an ``'fp8xfp8'`` buffer takes FP32 1x128 scales),
+    (FP32 1x128 scales; a ``packed_x_sf`` buffer takes UE8M0 1x32 scales packed four to an int32, from
+    ``per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)``),
     ``topk_idx`` and ``topk_weights``, as for :func:`fp8_mega_moe`. On SM90 the FP4 weights stay FP4 in memory and
     become e4m3 in shared memory on their way to the tensor cores (the FP8 x FP4 grouped GEMM); the activations'
     1x32 scales are folded into 1x128 ones (exact except for values below 2^-6 of their 128-block's scale, which
@@ -491,8 +491,8 @@ def mega_moe_pre_dispatch_sm90(
     """Quantize ``x[:num_tokens]`` to FP8 into ``buf_x`` / ``buf_x_sf`` in the buffer's format, and copy the routing
     into ``buf_topk_idx`` / ``buf_topk_weights`` (the weights times ``routed_scaling_factor``).
 
-    The format is ``buf_x_sf``'s: FP32 (an ``'fp8xfp8'`` buffer) takes FP32 1 x ``group_size`` scales; int32 (an
-    ``'fp8xfp4'`` buffer) takes UE8M0 1x32 scales packed four to a word, whatever ``group_size`` (32 or the default
+    The format is ``buf_x_sf``'s: FP32 (an FP8 buffer's default) takes FP32 1 x ``group_size`` scales; int32 (a
+    ``packed_x_sf`` buffer) takes UE8M0 1x32 scales packed four to a word, whatever ``group_size`` (32 or the default
     128) says, since that buffer has one format. On CUDA tensors one kernel (impls/smxx_mega_moe.cuh, step 0) does it
     all, with the bytes of :func:`deep_gemm.utils.per_token_cast_to_fp8` (``use_ue8m0=True, gran_k=32,
     use_packed_ue8m0=True`` for the packed format) and of ``topk_weights.float() * routed_scaling_factor`` (an FP32

@@ -216,7 +216,7 @@ _PRE_DISPATCH_VIEW_DTYPES = (torch.float8_e4m3fn, torch.float32, torch.int64, to
 
 
 def _view_dtypes(packed_x_sf: bool) -> tuple:
-    """The four views' dtypes: x_sf int32 in an 'fp8xfp4' buffer (packed UE8M0 1x32 scales), else FP32."""
+    """The four views' dtypes: x_sf int32 in a packed_x_sf buffer (packed UE8M0 1x32 scales), else FP32."""
     if not packed_x_sf:
         return _PRE_DISPATCH_VIEW_DTYPES
     return (_PRE_DISPATCH_VIEW_DTYPES[0], torch.int32, *_PRE_DISPATCH_VIEW_DTYPES[2:])

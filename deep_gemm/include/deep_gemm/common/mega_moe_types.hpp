@@ -17,7 +17,7 @@ constexpr uint32_t kMegaMoeMaxLocalExperts = 1024;
 enum MegaMoeXFormat : uint32_t {
     kMegaMoeXBf16 = 0,        // BF16, no scales
     kMegaMoeXFp8 = 1,         // e4m3 with FP32 scales per 1x128 (the SM90 FP8 x FP8 buffer)
-    kMegaMoeXFp8Ue8m0x32 = 2  // e4m3 with UE8M0 scales per 1x32, four packed to an int32 (the 'fp8xfp4' buffer)
+    kMegaMoeXFp8Ue8m0x32 = 2  // e4m3 with UE8M0 scales per 1x32, four packed to an int32 (a packed_x_sf buffer)
 };
 
 // What the SwiGLU step writes for linear 2 (impls/smxx_mega_moe.cuh, step 4).

@@ -12,7 +12,7 @@
 //              recv_stats[e] += count_e, and into the source rank's buffer combine_row[t, j] = the row.
 //   2. gather  (a warp per row): copies the routed token's x row (16-byte loads from the peer) into l1_acts; FP8:
 //              its 1x128 scales into l1_acts_sf, MN-major with row stride sf_stride (the GEMM's layout). x with
-//              packed UE8M0 1x32 scales (the 'fp8xfp4' buffer) is folded to 1x128 on the way (common/scale_fold.cuh:
+//              packed UE8M0 1x32 scales (a packed_x_sf buffer) is folded to 1x128 on the way (common/scale_fold.cuh:
 //              each 32-group shifted by its exponent's distance to the block's largest, that largest as the FP32
 //              scale), so both FP8 paths run their GEMMs on 1x128 activations.
 //   3. L1      (the m-grouped contiguous GEMM, psum layout, not in this file): l1_out [rows, 2I], gate and up
@@ -31,7 +31,7 @@
 //              block to FP8 as deep_gemm.utils.per_token_cast_to_fp8 does (amax floored at 1e-4, sf = amax / 448,
 //              q = e4m3(x / sf), true divisions: the same bytes) into the buffer's x / x_sf, or, into an int32
 //              x_sf, per 1x32 with UE8M0 scales packed four to a word (per_token_cast_to_fp8(x, use_ue8m0=True,
-//              gran_k=32, use_packed_ue8m0=True): the 'fp8xfp4' buffer's format); the warp of a token's
+//              gran_k=32, use_packed_ue8m0=True): a packed_x_sf buffer's format); the warp of a token's
 //              first block also copies its top-k ids (int32 or int64 in, int64 out) and weights (FP32, BF16 or
 //              FP16 in, FP32 out, times routed_scaling_factor in FP32).
 // Limits: hidden and I multiples of 128, at most kMaxLocalExperts local experts, num_max_tokens_per_rank * num_topk *
