@@ -348,10 +348,12 @@ def test_pack_unpack_ue8m0_round_trip(shape: tuple[int, ...]) -> None:
         (lambda: pack_ue8m0_to_int(torch.ones(3, 6)), ValueError),
         (lambda: pack_ue8m0_to_int(torch.tensor(1.0)), ValueError),
         (lambda: pack_ue8m0_to_int(torch.ones(4, dtype=torch.float64)), TypeError),
+        (lambda: pack_ue8m0_to_int(torch.tensor([1.0, -2.0, 4.0, 0.5])), ValueError),
+        (lambda: pack_ue8m0_to_int(torch.tensor([1.0, 1.5, 4.0, 0.5])), ValueError),
         (lambda: unpack_ue8m0_from_int(torch.ones(4)), TypeError),
         (lambda: unpack_ue8m0_from_int(torch.tensor(1, dtype=torch.int32)), ValueError),
     ],
-    ids=["pack-last-dim-6", "pack-0d", "pack-fp64", "unpack-fp32", "unpack-0d"],
+    ids=["pack-last-dim-6", "pack-0d", "pack-fp64", "pack-negative", "pack-mantissa", "unpack-fp32", "unpack-0d"],
 )
 def test_ue8m0_bad_inputs(call, error: type[Exception]) -> None:
     with pytest.raises(error, match="(x|packed_sf) must"):

@@ -42,6 +42,7 @@ AMAX_CLAMP_MIN = 1e-4
 
 _FP32_EXPONENT_SHIFT = 23
 _FP32_MANTISSA_MASK = (1 << _FP32_EXPONENT_SHIFT) - 1
+_FP32_SIGN_AND_MANTISSA_MASK = -(1 << 31) | _FP32_MANTISSA_MASK  # (as an int32: 0x807FFFFF)
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 
@@ -405,7 +406,7 @@ def pack_ue8m0_to_int(x: torch.Tensor) -> torch.Tensor:
     Raises:
         TypeError: ``x`` is not a ``torch.float32`` tensor.
         ValueError: ``x`` is 0-dim, its last dim is not a multiple of 4, or (checked as above) a
-            value has mantissa bits.
+            value has sign or mantissa bits.
     """
     _check_fp32("pack_ue8m0_to_int", x)
     if x.dim() == 0 or x.shape[-1] % 4 != 0:
@@ -413,8 +414,12 @@ def pack_ue8m0_to_int(x: torch.Tensor) -> torch.Tensor:
     if x.shape[-1] == 0:
         return torch.empty(x.shape, dtype=torch.int32, device=x.device)
     bits = _row_major(x).view(torch.int32)
-    if (not x.is_cuda or debug_checks_enabled()) and bool(((bits & _FP32_MANTISSA_MASK) != 0).any()):
-        raise ValueError("pack_ue8m0_to_int: x must hold powers of two (zero mantissa bits), e.g. from ceil_to_ue8m0")
+    # (a set sign bit would be dropped: -2.0 packed as 2.0)
+    if (not x.is_cuda or debug_checks_enabled()) and bool(((bits & _FP32_SIGN_AND_MANTISSA_MASK) != 0).any()):
+        raise ValueError(
+            "pack_ue8m0_to_int: x must hold non-negative powers of two (zero sign and mantissa bits), e.g. from "
+            "ceil_to_ue8m0"
+        )
     exponent = (bits >> _FP32_EXPONENT_SHIFT) & 0xFF
     # NOTES: a uint8 -> int32 view reads bytes in memory order, i.e. little-endian on every CUDA host.
     return exponent.to(torch.uint8).view(torch.int32)
