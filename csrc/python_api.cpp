@@ -74,8 +74,8 @@ static const std::string bf16_grouped_doc =
     "\na: BF16 [M, K], K-major: the groups' row segments concatenated, each starting at a multiple of\n"
     "    get_mk_alignment_for_contiguous_layout() (padding rows between them).\n"
     "b: its storage major read from its strides (K-major or N-major, read in place), groups stacked densely.\n"
-    "d: BF16 [M, N], row-major. ensure_zero_padding=True (the default): its padding rows are written as zeros\n"
-    "    (one small kernel after the GEMM, writing only those rows); False: they are left untouched.\n"
+    "d: BF16 [M, N], row-major. Its padding rows are written as zeros (one small kernel after the GEMM, writing\n"
+    "    only those rows) with ensure_zero_padding=True (the default) or the per-row layout; else left untouched.\n"
     "grouped_layout: int32 on the device: [M], each row's group id or -1 for padding (M then a multiple of\n"
     "    the alignment); with use_psum_layout=True, [G] cumulative end rows: group g spans\n"
     "    [align(end[g-1], alignment), end[g]). Ids outside [0, G) are treated as padding; ends past M clamped.\n"
@@ -313,8 +313,9 @@ PYBIND11_MODULE(_C, m) {
           "    [align(end[g-1], alignment), end[g]). Read on the device: ids outside [0, G) are treated as\n"
           "    padding (nothing read or written for their rows); ends past M are clamped to M.\n"
           "recipe: None, (1, 128, 128) or (1, 1, 128) (see b). compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt.\n"
-          "ensure_zero_padding=True (the default): D's padding rows are written as zeros (one small kernel after the\n"
-          "GEMM, writing only those rows); False: they are left untouched. expected_m_for_psum_layout: accepted for\n"
+          "D's padding rows are written as zeros (one small kernel after the GEMM, writing only those rows) with\n"
+          "ensure_zero_padding=True (the default) or the per-row layout (where the reference's SM90 kernel writes them\n"
+          "too); with the psum layout and False they are left untouched. expected_m_for_psum_layout: accepted for\n"
           "API compatibility (the config follows the total row count).\n"
           "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).");
     m.def("m_grouped_fp8_gemm_nt_masked", &dg::apis::m_grouped_fp8_gemm_nt_masked, "a"_a, "b"_a, "d"_a, "masked_m"_a,

@@ -538,7 +538,8 @@ def test_m_grouped_fp8_fp4_contiguous(a_kind: str, psum: bool, num_groups: int, 
         if s < e:
             check_result(d[s:e], a64[s:e] @ folded_fp4_values(b[g], sfb[g], k).t(), f"group {g}")
             written[s:e] = True
-    assert d[~written].isnan().all(), "padding rows of d were written"
+    # (psum: untouched with ensure_zero_padding=False; per-row: zeroed, as the reference's SM90 kernel writes them)
+    assert (d[~written].isnan() if psum else d[~written] == 0).all(), "padding rows of d"
 
 
 @gpu

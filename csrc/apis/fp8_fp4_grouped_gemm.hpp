@@ -47,7 +47,7 @@ inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a_in, 
     const at::Tensor sfb = fp4_b_scale_words(sfb_in);
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n, cdims.k},
                            grouped_layout, use_psum_layout, alignment);
-    if (ensure_zero_padding)
+    if (detail::zeroes_padding_rows(ensure_zero_padding, use_psum_layout))
         detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
 }
 

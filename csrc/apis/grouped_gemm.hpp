@@ -140,9 +140,17 @@ inline void run_contiguous(kernels::GemmArgs args, const at::Tensor& grouped_lay
     kernels::Sm90GemmRunner::run(args);
 }
 
-// ensure_zero_padding=True: write zeros into D's padding rows (the GEMM leaves them untouched), with one small
-// kernel after the GEMM on the same stream that writes only those rows (no host sync). The kernel writes BF16
-// zeros; an FP32 row is zeroed as twice as many BF16 elements (zero is all zero bytes in either type).
+// Whether a contiguous call zeroes D's padding rows: with ensure_zero_padding, and always in the per-row layout. The
+// reference's SM90 kernel stores whole 128-row blocks, so there the padding rows of a group's last block come back
+// written (zeros for zero padding rows of A), and its own tests compare them with ensure_zero_padding=False; ours
+// skips padding rows (a 64-row block can be all padding), so they are zeroed instead.
+inline bool zeroes_padding_rows(bool ensure_zero_padding, bool use_psum_layout) {
+    return ensure_zero_padding || !use_psum_layout;
+}
+
+// Write zeros into D's padding rows (the GEMM leaves them untouched), with one small kernel after the GEMM on the
+// same stream that writes only those rows (no host sync). The kernel writes BF16 zeros; an FP32 row is zeroed as
+// twice as many BF16 elements (zero is all zero bytes in either type).
 inline void zero_padding_rows(const at::Tensor& d, const at::Tensor& grouped_layout, int64_t num_groups,
                               bool use_psum_layout, int64_t alignment) {
     const int64_t halves = d.element_size() / 2;  // BF16 elements per element of D
@@ -231,7 +239,7 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_operands(per_row_sfb), cdims.m, cdims.n,
                             cdims.k},
                            grouped_layout, use_psum_layout, alignment);
-    if (ensure_zero_padding)
+    if (detail::zeroes_padding_rows(ensure_zero_padding, use_psum_layout))
         detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
 }
 
