@@ -184,6 +184,9 @@ PYBIND11_MODULE(_C, m) {
           "MN-major with the MN stride padded to 16 bytes: strides (1, align(MN, 4)) or (SF_K * align(MN, 4), 1,\n"
           "align(MN, 4)). Returns sf itself when it already has that layout; otherwise runs a JIT-compiled\n"
           "transpose kernel on the current stream. Raises ValueError on a bad dtype, rank or device.");
+    m.def("_pack_ue8m0_k_grouped", &dg::apis::pack_ue8m0_k_grouped, "sf"_a, "row_start"_a, "num_rows"_a,
+          "Internal: get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor's packing on a CUDA sf [SF_K, MN], one\n"
+          "launch of the pack kernel per group (scale rows [row_start[g], row_start[g] + num_rows[g])).");
     m.def("get_mn_major_tma_aligned_packed_ue8m0_tensor", &dg::apis::get_mn_major_tma_aligned_packed_ue8m0_tensor,
           "sf"_a, "psum_layout"_a = py::none(),
           "Pack FP32 power-of-two scales sf ([MN, SF_K] or [G, MN, SF_K], CUDA) into UE8M0 bytes, four per int32\n"

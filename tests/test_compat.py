@@ -715,6 +715,44 @@ def test_layout_functions_from_utils_layout_on_gpu() -> None:
 
 
 @gpu
+@pytest.mark.parametrize(
+    ("ks", "mn", "gran_k", "k_alignment", "psum"),
+    [([256, 128], 100, 128, 128, False), ([0, 640, 128, 1280], 4097, 128, 128, False),
+     ([300, 0, 77, 512], 257, 32, 128, True), ([96, 32], 7, 32, 32, True)],
+)  # fmt: skip
+def test_k_grouped_packed_ue8m0_kernel_matches_pytorch(ks, mn: int, gran_k: int, k_alignment: int, psum: bool) -> None:
+    # The CUDA path (the layout kernel, one launch per group, into the output rows) gives the CPU path's words,
+    # strides and padding bit for bit, for row-major and column-major (transposed) scales; the rows past the groups
+    # in sf are not read
+    ends, end = [], 0
+    for k in ks:
+        end = (-(-end // k_alignment) * k_alignment if psum else end) + k
+        ends.append(end)
+    rows = -(-end // gran_k) + 3
+    exps = torch.randint(-30, 30, (rows, mn), generator=torch.Generator().manual_seed(mn))
+    sf = torch.pow(2.0, exps.float())
+    layout = torch.tensor(ends if psum else ks, dtype=torch.int32)
+    cpu = deep_gemm.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, layout, ks, gran_k, k_alignment, psum)
+    for sf_cuda in (sf.cuda(), sf.t().contiguous().cuda().t()):
+        out = deep_gemm.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf_cuda, layout.cuda(), ks, gran_k,
+                                                                              k_alignment, psum)  # fmt: skip
+        assert out.is_cuda and out.shape == cpu.shape and out.stride() == cpu.stride()
+        assert torch.equal(out.cpu(), cpu)
+        storage = torch.as_strided(out, (out.shape[0], out.stride(0)), (out.stride(0), 1))
+        assert (storage[:, mn:] == 0).all(), "the row padding must be zero"
+
+
+def test_k_grouped_pack_entry_checks_its_arguments() -> None:
+    pack = deep_gemm._C._pack_ue8m0_k_grouped
+    with pytest.raises(ValueError, match="sf must be 2-D"):
+        pack(torch.ones(4), [0], [1])
+    with pytest.raises(ValueError, match="sf must have dtype torch.float32"):
+        pack(torch.ones(4, 4, dtype=torch.bfloat16), [0], [1])
+    with pytest.raises(ValueError, match="sf must be on a CUDA device"):
+        pack(torch.ones(4, 4), [0], [1])
+
+
+@gpu
 def test_init_dist_nccl_single_rank() -> None:
     # In a subprocess: init_dist sets the default torch device, as the reference does
     code = textwrap.dedent(
@@ -758,6 +796,8 @@ def test_bench_kineto_reads_the_reference_kernel_names() -> None:
     assert match_kernel_name("fp8_mqa_logits", seen) == KernelMatch(tuple(sorted([mqa, pieces])), per_call=True)
     assert match_kernel_name("clean_logits", seen) == KernelMatch((), fused=True)
     assert match_kernel_name("zero_padding", seen) == KernelMatch((pad,))
+    pack = "void deep_gemm::pack_ue8m0_kernel<256u>(float const*)"
+    assert match_kernel_name("pack_fp32_into_ue8m0", [gemm, pack]) == KernelMatch((pack,), per_call=True)
     assert match_kernel_name("mega_moe_route", seen) == KernelMatch((moe[2],))
     assert match_kernel_name("fp8_paged_mqa_logits", seen) == KernelMatch(())
     assert match_kernel_name("fp8_gemm", [mqa]) == KernelMatch(())  # (no GEMM kernel ran: nothing to stand for)

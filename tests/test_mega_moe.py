@@ -294,7 +294,7 @@ def test_transform_fp4_weights_lays_scales_out_for_the_gemm(packed: bool) -> Non
          ValueError, r"transform_weights_for_mega_moe: l2_weights\[1\] must be a 3-D FP32 or int32 scale tensor"),
         (lambda: mega.transform_weights_for_mega_moe((torch.zeros(1, 32, 64, dtype=torch.int8), torch.full((1, 32, 4), 1.5)),
                                                      None),
-         ValueError, r"transform_weights_for_mega_moe: l1_weights\[1\]: pack_ue8m0_to_int: x must hold powers of two"),
+         ValueError, r"transform_weights_for_mega_moe: l1_weights\[1\]: pack_ue8m0_to_int: x must hold non-negative powers of two"),
     ],
 )  # fmt: skip
 def test_transform_bad_arguments(call, error: type, pattern: str) -> None:

@@ -66,6 +66,45 @@ inline at::Tensor run_layout_kernel(const at::Tensor& sf, kernels::LayoutKernel 
 
 }  // namespace detail
 
+// The K-grouped packing of utils.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor on a CUDA `sf` [SF_K, MN]
+// (any strides): group g's scale rows [row_start[g], row_start[g] + num_rows[g]) packed four to an int32 word, MN-major,
+// into output rows from the sum of the earlier groups' ceil(num_rows / 4) on; one launch of the pack kernel per
+// non-empty group, writing its rows of the output in place. Returns [sum of words, MN] int32, row stride
+// get_tma_aligned_size(MN, 4) (the padding zero). The caller (the Python function) validated the ranges.
+inline at::Tensor pack_ue8m0_k_grouped(const at::Tensor& sf, const std::vector<int64_t>& row_start,
+                                       const std::vector<int64_t>& num_rows) {
+    check_defined(sf, "sf");
+    DG_CHECK_INPUT(sf.dim() == 2, "sf must be 2-D [SF_K, MN], got a {}", describe(sf));
+    check_dtype(sf, at::kFloat, "sf");
+    check_cuda(sf, "sf");
+    DG_CHECK_INPUT(row_start.size() == num_rows.size(), "row_start and num_rows must have one entry per group, got {} "
+                   "and {}", row_start.size(), num_rows.size());
+    const int64_t mn = sf.size(1), aligned_mn = get_tma_aligned_size(mn, 4);
+    int64_t num_words = 0;
+    for (size_t g = 0; g < row_start.size(); ++g) {
+        DG_CHECK_INPUT(row_start[g] >= 0 && num_rows[g] >= 0 && row_start[g] + num_rows[g] <= sf.size(0),
+                       "group {}: scale rows [{}, {}) must lie inside sf's {} rows", g, row_start[g],
+                       row_start[g] + num_rows[g], sf.size(0));
+        num_words += (num_rows[g] + 3) / 4;
+    }
+    DG_CHECK_INPUT(mn <= UINT32_MAX / 2, "sf: MN = {} too large", mn);
+    auto storage = at::empty({num_words, aligned_mn}, sf.options().dtype(at::kInt));  // (every word written)
+    const jit::DeviceScope device_scope(sf.device().index());
+    int64_t word_row = 0;
+    for (size_t g = 0; g < row_start.size(); ++g) {
+        if (num_rows[g] == 0 || mn == 0)
+            continue;
+        // group g's scales viewed as [1, MN, num_rows] (the kernel's [G, MN, SF_K] with its strides)
+        kernels::launch_layout_kernel(kernels::LayoutKernel::kPackUe8m0, sf.device().index(),
+                                      sf.data_ptr<float>() + row_start[g] * sf.stride(0),
+                                      storage.data_ptr<int32_t>() + word_row * aligned_mn, static_cast<uint32_t>(mn),
+                                      static_cast<uint32_t>(num_rows[g]), static_cast<uint32_t>(aligned_mn), 1, 0,
+                                      sf.stride(1), sf.stride(0));
+        word_row += (num_rows[g] + 3) / 4;
+    }
+    return storage.narrow(1, 0, mn);
+}
+
 // `sf` itself when it is MN-major and TMA-aligned (no copy of the handle: the GEMMs' hot path), else `storage`, set to
 // the transformed copy.
 inline const at::Tensor& mn_major_tma_aligned(const at::Tensor& sf, at::Tensor& storage) {

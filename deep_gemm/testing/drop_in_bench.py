@@ -115,9 +115,11 @@ def _profile_device_kernels(
 # launches. match_kernel_name maps a reference name to ours.
 GEMM_KERNEL = "sm90_gemm_kernel"
 FUSED_KERNEL_NAMES = ("clean_logits",)  # work our kernels do inside another kernel: 0 s, as the reference gives
-# Reference kernels whose work ours split over several kernels: the name stands for every kernel containing one of
-# these substrings, timed per call of fn
-SPLIT_KERNELS = {
+# Reference kernel names that ours spell otherwise or whose work ours split over several kernels or launches: the name
+# stands for every kernel containing one of these substrings, timed per call of fn
+STAND_INS = {
+    # the UE8M0 packing of scales (K-grouped: one launch per group)
+    "pack_fp32_into_ue8m0": ("pack_ue8m0_kernel",),
     # route, gather, SwiGLU and combine, and the two grouped GEMMs
     "mega_moe": ("mega_moe_", GEMM_KERNEL),
     "sm90_fp8_mega_moe_impl": ("mega_moe_", GEMM_KERNEL),
@@ -144,11 +146,11 @@ class KernelMatch:
 
 def match_kernel_name(name: str, seen: list[str]) -> KernelMatch:
     """The kernels of ``seen`` that ``name`` (a substring, as the reference's test scripts pass it) stands for:
-    ``SPLIT_KERNELS``'s (per call); else the kernels containing ``name`` (per launch); else, for a GEMM name of the
+    ``STAND_INS``'s (per call); else the kernels containing ``name`` (per launch); else, for a GEMM name of the
     reference's (any name containing ``gemm``), our GEMM kernel, per call (``einsum`` may launch it once per batch
     entry); else none (``fused`` for a name of ``FUSED_KERNEL_NAMES``)."""
-    if name in SPLIT_KERNELS:
-        parts = SPLIT_KERNELS[name]
+    if name in STAND_INS:
+        parts = STAND_INS[name]
         return KernelMatch(tuple(k for k in seen if any(part in k for part in parts)), per_call=True)
     direct = tuple(kernel for kernel in seen if name in kernel)
     if direct:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from deep_gemm._C import (
+    _pack_ue8m0_k_grouped,
     get_mk_alignment_for_contiguous_layout,
     get_tma_aligned_size,
     set_mk_alignment_for_contiguous_layout,
@@ -203,8 +204,8 @@ def get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(
 ) -> torch.Tensor:
     """Pack the FP32 power-of-two scales of a K-grouped operand into UE8M0 words, MN-major and TMA-aligned.
 
-    A plain-PyTorch implementation (the scales of the K-grouped SM100 recipe; the SM90 kernels use
-    FP32 scales). The operand is ``[sum K, MN]`` with the groups concatenated along K, and ``sf`` its
+    The scales of the K-grouped SM100 recipe (the SM90 kernels use FP32 scales): CUDA tensors are packed by the
+    layout kernel (one launch per group), CPU tensors in PyTorch. The operand is ``[sum K, MN]`` with the groups concatenated along K, and ``sf`` its
     per-channel scales (:func:`deep_gemm.utils.per_channel_cast_to_fp8` with ``gran_k``): row ``r``
     of ``sf`` scales K rows ``[r * gran_k, (r + 1) * gran_k)``.
 
@@ -264,6 +265,15 @@ def get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(
         raise ValueError(f"{fn}: sf must have at least {needed_rows} rows (ceil(last group end / gran_k)) for the "
                          f"groups {ranges}, got {sf.shape[0]}")  # fmt: skip
     mn = sf.shape[1]
+    if sf.is_cuda:
+        # One launch of the layout kernel per group, into the output rows (the scales' mantissa and sign bits are
+        # checked as pack_ue8m0_to_int checks CUDA tensors: with DG_DEBUG_CHECKS=1)
+        if debug_checks_enabled():
+            for start, end in ranges:
+                pack_scales_along_k(sf[start // gran_k : ceil_div(end, gran_k)].t())
+        row_start = [start // gran_k for start, _ in ranges]
+        num_rows = [ceil_div(end, gran_k) - start // gran_k for start, end in ranges]
+        return _pack_ue8m0_k_grouped(sf, row_start, num_rows)
     # Per group: its scales [SF_K_g, MN] -> [MN, SF_K_g] -> packed along SF_K -> back to [words, MN]
     words = [
         pack_scales_along_k(sf[start // gran_k : ceil_div(end, gran_k)].t()).t()
