@@ -179,9 +179,9 @@ def bench_kineto(
     for the Mega MoE stage kernels and grouped GEMMs, ``'mqa_logits'`` for the MQA kernel and its pre-pass, each
     timed per call of ``fn`` (the sum of its launches); ``'clean_logits'``, which our MQA kernels do inside, gives 0 s.
 
-    ``fn`` runs once to warm up, then ``num_tests`` times profiled (L2 flushed before each call
-    with ``flush_l2``, by reading a 256 MiB buffer; the flush's kernel is not counted). For each other name the result is the mean time of one
-    launch of the (single) kernel whose name contains it; with ``with_multiple_kernels`` several
+    ``fn`` runs once to warm up, then ``num_tests`` times profiled (L2 flushed before each call with ``flush_l2``,
+    by reading a 256 MiB buffer; the flush's kernel is not counted). For each other name the result is the mean
+    time of one launch of the (single) kernel whose name contains it; with ``with_multiple_kernels`` several
     distinct kernels may match and the result is their summed time per call of ``fn``. A name that matches
     no kernel gives 0 s, as in the reference (with a warning listing the kernels seen).
 
