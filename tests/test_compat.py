@@ -102,6 +102,7 @@ def test_engine_import_of_layout_functions() -> None:
 
     assert get_mn_major_tma_aligned_tensor is deep_gemm.get_mn_major_tma_aligned_tensor
     assert get_mn_major_tma_aligned_tensor.__wrapped__ is deep_gemm._C.get_mn_major_tma_aligned_tensor
+    from deep_gemm.utils.dist import dist_print, init_dist, uneven_all_gather  # noqa: F401
     from deep_gemm.utils.layout import (  # noqa: F401
         get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor,
         get_mn_major_tma_aligned_packed_ue8m0_tensor,
@@ -115,7 +116,6 @@ def test_engine_import_of_layout_functions() -> None:
         per_token_cast_to_fp4,
         per_token_cast_to_fp8,
     )
-    from deep_gemm.utils.dist import dist_print, init_dist, uneven_all_gather  # noqa: F401
 
 
 @pytest.mark.parametrize("name", REFERENCE_UTILS_NAMES)
@@ -496,7 +496,7 @@ def test_init_dist_and_uneven_all_gather_gloo(num_ranks: int) -> None:
         for r in range(num_ranks)
     ]  # fmt: skip
     outputs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outputs, strict=True):
+    for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
     printed = "".join(out for out, _ in outputs)
     assert sorted(line for line in printed.splitlines() if line.startswith("rank")) == [

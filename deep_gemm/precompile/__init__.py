@@ -36,8 +36,9 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence, TextIO, Union
+from typing import TextIO
 
 from deep_gemm.precompile.build import KernelBuild, build_kernels, default_jobs, summary_text
 from deep_gemm.precompile.models import load_model, model_shapes
@@ -90,7 +91,7 @@ class PrecompileResult:
 
 
 @contextlib.contextmanager
-def _cache_dir(path: Optional[str]) -> Iterator[str]:
+def _cache_dir(path: str | None) -> Iterator[str]:
     """DG_JIT_CACHE_DIR set to `path` for the duration (the JIT and the worker processes read it); the cache used."""
     previous = os.environ.get("DG_JIT_CACHE_DIR")
     if path is not None:
@@ -104,7 +105,7 @@ def _cache_dir(path: Optional[str]) -> Iterator[str]:
             os.environ["DG_JIT_CACHE_DIR"] = previous
 
 
-def _cluster_ctas(num_sms: int, cluster_ctas: Union[Sequence[int], str, None]) -> list[int]:
+def _cluster_ctas(num_sms: int, cluster_ctas: Sequence[int] | str | None) -> list[int]:
     if cluster_ctas is None:
         return list(H200_CLUSTER_CTAS) if num_sms == DEFAULT_NUM_SMS else []
     if cluster_ctas == "estimate":
@@ -118,16 +119,16 @@ def _cluster_ctas(num_sms: int, cluster_ctas: Union[Sequence[int], str, None]) -
 
 def precompile(
     shapes: Sequence[Shape],
-    jobs: Optional[int] = None,
+    jobs: int | None = None,
     *,
     max_tokens: int = 16384,
     arch: str = "sm_90a",
     num_sms: int = DEFAULT_NUM_SMS,
-    cluster_ctas: Union[Sequence[int], str, None] = None,
-    cache_dir: Optional[str] = None,
-    use_nvrtc: Optional[bool] = None,
+    cluster_ctas: Sequence[int] | str | None = None,
+    cache_dir: str | None = None,
+    use_nvrtc: bool | None = None,
     progress: bool = True,
-    stream: Optional[TextIO] = None,
+    stream: TextIO | None = None,
     dry_run: bool = False,
 ) -> PrecompileResult:
     """Compile, ahead of time and without a GPU, every kernel the given call sites need, into the kernel cache.
@@ -178,9 +179,9 @@ def precompile(
     return PrecompileResult(builds, summary)
 
 
-def model_shapes_for(model: str, *, tp: Optional[int] = None, ep: Optional[int] = None, max_tokens: int = 16384,
+def model_shapes_for(model: str, *, tp: int | None = None, ep: int | None = None, max_tokens: int = 16384,
                      moe_layouts: Sequence[str] = ("contiguous", "masked"),
-                     masked_max_m: Optional[int] = None) -> list[Shape]:
+                     masked_max_m: int | None = None) -> list[Shape]:
     """The call sites of one rank of `model` ('deepseek-v3', 'deepseek-v3.2' or a JSON file of config.json fields:
     see deep_gemm.precompile.models) at tensor-parallel degree tp and expert-parallel degree ep (None: the JSON's
     "tp" / "ep", else 1), plus the shapes the JSON lists. Raises ValueError naming a missing or malformed field."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from deep_gemm import _C
 from deep_gemm.precompile import DEFAULT_NUM_SMS, model_shapes_for, precompile
@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status: 0, 1 when a compile failed, 2 on bad arguments."""
     parser = _parser()
     args = parser.parse_args(argv)

@@ -9,7 +9,7 @@ import os
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Optional, TextIO
+from typing import TextIO
 
 from deep_gemm import _C
 from deep_gemm.precompile.shapes import PlannedKernel
@@ -29,7 +29,7 @@ class KernelBuild:
     seconds: float = 0.0
 
 
-def _compile_one(family: str, source: str, arch: str, use_nvrtc: Optional[bool]) -> tuple[bool, str, float]:
+def _compile_one(family: str, source: str, arch: str, use_nvrtc: bool | None) -> tuple[bool, str, float]:
     """(cache hit, error message or "", seconds); runs in a worker process (or in this one with one job)."""
     start = time.monotonic()
     try:
@@ -68,7 +68,7 @@ class _Progress:
             self.bar.close()
 
 
-def build_kernels(kernels: list[PlannedKernel], *, jobs: int, arch: str, use_nvrtc: Optional[bool], progress: bool,
+def build_kernels(kernels: list[PlannedKernel], *, jobs: int, arch: str, use_nvrtc: bool | None, progress: bool,
                   stream: TextIO, compile: bool = True) -> list[KernelBuild]:
     """Build every kernel not yet in the cache ($DG_JIT_CACHE_DIR as set now), `jobs` compiles at a time
     (compile=False: look them up only, those missing reported as "pending")."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from deep_gemm import _C
 
@@ -80,13 +80,13 @@ class GemmShape:
     k: int
     num_groups: int = 1
     max_m: int = 0
-    out_dtype: Union[str, None] = None
+    out_dtype: str | None = None
     has_c: bool = False
-    compiled_dims: Union[str, None] = None
+    compiled_dims: str | None = None
     use_psum_layout: bool = False
     ensure_zero_padding: bool = True
-    m_values: Union[tuple[int, ...], None] = None
-    max_rows: Union[int, None] = None
+    m_values: tuple[int, ...] | None = None
+    max_rows: int | None = None
     fp4_b: bool = False
     a_1x32: bool = False
     fp4_a: bool = False
@@ -133,7 +133,7 @@ class PagedMqaLogitsShape:
     max_context_len: int = 65536
     logits_dtype: str = "fp32"
     indices: bool = False
-    max_batch: Union[int, None] = None
+    max_batch: int | None = None
 
     def label(self) -> str:
         return f"fp8_paged_mqa_logits next_n={self.next_n} H={self.num_heads} D={self.head_dim}"
@@ -150,7 +150,7 @@ class RenderedKernel:
         return f"{self.family} (rendered source)"
 
 
-Shape = Union[GemmShape, MqaLogitsShape, PagedMqaLogitsShape, RenderedKernel]
+Shape = GemmShape | MqaLogitsShape | PagedMqaLogitsShape | RenderedKernel
 SHAPE_TYPES = {"fp8_mqa_logits": MqaLogitsShape, "fp8_paged_mqa_logits": PagedMqaLogitsShape}
 
 
@@ -365,7 +365,7 @@ def parse_shape_text(text: str) -> Shape:
     """A shape from the command line's form 'api:field=value,field=value' (lists as 1/64/128)."""
     api, sep, rest = text.partition(":")
     fields = {}
-    for i, item in enumerate(filter(None, rest.split(","))):
+    for item in filter(None, rest.split(",")):
         name, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"--shapes {text!r}: expected field=value, got {item!r}")
