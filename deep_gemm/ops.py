@@ -513,11 +513,13 @@ def _gran_mn(recipe: Sequence[int], is_sfa: bool | None) -> int:
 
 
 def _transform_sf_fake(sf, mn, k, recipe, num_groups, is_sfa, disable_ue8m0_cast, psum_layout):
-    if recipe[-1] == 32 and sf.dtype == torch.int32:  # packed 1x32 UE8M0 words: MN-major, TMA-aligned
-        return _new_mn_major_tma_aligned(sf, sf.size(-1), torch.int32)
-    if recipe[-1] == 32 and not disable_ue8m0_cast:  # FP32 1x32 scales packed into UE8M0 words
-        return _packed_ue8m0_fake(sf, psum_layout)
-    if _gran_mn(recipe, is_sfa) == 1:  # per-row scales: MN-major, TMA-aligned
+    gran_mn = _gran_mn(recipe, is_sfa)
+    if recipe[-1] == 32 and gran_mn == 1:  # 1x32 UE8M0 scales (the extension raises for other 1x32 recipes)
+        if sf.dtype == torch.int32:  # packed words: MN-major, TMA-aligned
+            return _new_mn_major_tma_aligned(sf, sf.size(-1), torch.int32)
+        if not disable_ue8m0_cast:  # FP32 scales packed into UE8M0 words
+            return _packed_ue8m0_fake(sf, psum_layout)
+    if gran_mn == 1:  # per-row scales: MN-major, TMA-aligned
         return _tma_aligned_fake(sf)
     return torch.empty_like(sf, memory_format=torch.contiguous_format)  # 128x128 blocks: K-major, contiguous
 

@@ -777,6 +777,19 @@ def test_init_dist_nccl_single_rank() -> None:
 
 
 
+def test_bench_kineto_drops_only_the_flush_launches() -> None:
+    # Each call's share of the profiled launches starts with the flush's sequence: those are dropped, fn's own
+    # launches of the same kernel stay; a share that does not start so falls back to dropping the flush's names
+    from deep_gemm.testing.drop_in_bench import _without_flush
+
+    flush = ("reduce_kernel<int>", "memset")
+    calls = [("reduce_kernel<int>", 90.0), ("memset", 1.0), ("gemm", 10.0), ("reduce_kernel<int>", 2.0)] * 3
+    assert _without_flush(calls, flush, 3) == [("gemm", 10.0), ("reduce_kernel<int>", 2.0)] * 3
+    assert _without_flush(calls, (), 3) == calls
+    odd = calls[1:]  # (not three equal shares)
+    assert _without_flush(odd, flush, 3) == [("gemm", 10.0)] * 3
+
+
 def test_bench_kineto_reads_the_reference_kernel_names() -> None:
     # The reference's test scripts time our kernels by its own kernel names: GEMM names stand for our one GEMM kernel
     # (per call: einsum may launch it once per batch entry), 'mega_moe' for the stage kernels and grouped GEMMs,
@@ -799,6 +812,8 @@ def test_bench_kineto_reads_the_reference_kernel_names() -> None:
     assert match_kernel_name("fp8_mqa_logits", seen) == KernelMatch(tuple(sorted([mqa, pieces])), per_call=True)
     assert match_kernel_name("clean_logits", seen) == KernelMatch((), fused=True)
     assert match_kernel_name("zero_padding", seen) == KernelMatch((pad,))
+    schedule = "void deep_gemm::paged_mqa_schedule_kernel<1u>(int const*)"
+    assert match_kernel_name("paged_mqa_logits_metadata", [schedule]) == KernelMatch((schedule,), per_call=True)
     pack = "void deep_gemm::pack_ue8m0_kernel<256u>(float const*)"
     assert match_kernel_name("pack_fp32_into_ue8m0", [gemm, pack]) == KernelMatch((pack,), per_call=True)
     assert match_kernel_name("mega_moe_route", seen) == KernelMatch((moe[2],))
