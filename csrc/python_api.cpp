@@ -74,8 +74,9 @@ static const std::string bf16_grouped_doc =
     "\na: BF16 [M, K], K-major: the groups' row segments concatenated, each starting at a multiple of\n"
     "    get_mk_alignment_for_contiguous_layout() (padding rows between them).\n"
     "b: its storage major read from its strides (K-major or N-major, read in place), groups stacked densely.\n"
-    "d: BF16 [M, N], row-major. Its padding rows are written as zeros (one small kernel after the GEMM, writing\n"
-    "    only those rows) with ensure_zero_padding=True (the default) or the per-row layout; else left untouched.\n"
+    "d: BF16 [M, N], row-major. ensure_zero_padding=True (the default): its padding rows are written as zeros\n"
+    "    (one small kernel after the GEMM, writing only those rows); False: in the per-row layout those of\n"
+    "    alignment-sized segments that start with a group's row (which the reference's SM90 kernel writes), else none.\n"
     "grouped_layout: int32 on the device: [M], each row's group id or -1 for padding (M then a multiple of\n"
     "    the alignment); with use_psum_layout=True, [G] cumulative end rows: group g spans\n"
     "    [align(end[g-1], alignment), end[g]). Ids outside [0, G) are treated as padding; ends past M clamped.\n"
@@ -200,7 +201,10 @@ PYBIND11_MODULE(_C, m) {
           "Bring scales into the layout the GEMM kernels read. recipe is (gran_mn, gran_k) or (gran_m, gran_n,\n"
           "gran_k) with is_sfa choosing the operand. sf: FP32 [ceil(mn / gran_mn), ceil(k / gran_k)] (with a\n"
           "leading num_groups dimension when given). On SM90 per-row scales (gran_mn = 1) become MN-major\n"
-          "TMA-aligned FP32; 128x128 block scales stay K-major and contiguous. psum_layout: None, or the int32 [G]\n"
+          "TMA-aligned FP32; 128x128 block scales stay K-major and contiguous. Recipe (1, 32), the 1x32 UE8M0 scales of\n"
+          "FP4 operands: FP32 powers of two [.., ceil(k / 32)] are packed four to an int32 along K, MN-major and\n"
+          "TMA-aligned (what the FP8 x FP4 GEMMs read; disable_ue8m0_cast keeps them FP32, MN-major), and packed int32\n"
+          "[.., ceil(k / 128)] are laid out MN-major and TMA-aligned. psum_layout: None, or the int32 [G]\n"
           "cumulative end rows of an m-grouped psum layout (checked; on SM90 FP32 per-row scales follow A's rows one\n"
           "to one, so it changes nothing). Raises ValueError on a shape or dtype mismatch, NotImplementedError off\n"
           "SM90.");
@@ -316,10 +320,10 @@ PYBIND11_MODULE(_C, m) {
           "    [align(end[g-1], alignment), end[g]). Read on the device: ids outside [0, G) are treated as\n"
           "    padding (nothing read or written for their rows); ends past M are clamped to M.\n"
           "recipe: None, (1, 128, 128) or (1, 1, 128) (see b). compiled_dims, disable_ue8m0_cast: as for fp8_gemm_nt.\n"
-          "D's padding rows are written as zeros (one small kernel after the GEMM, writing only those rows) with\n"
-          "ensure_zero_padding=True (the default) or the per-row layout (where the reference's SM90 kernel writes them\n"
-          "too); with the psum layout and False they are left untouched. expected_m_for_psum_layout: accepted for\n"
-          "API compatibility (the config follows the total row count).\n"
+          "ensure_zero_padding=True (the default): D's padding rows are written as zeros (one small kernel after the\n"
+          "GEMM, writing only those rows); False: in the per-row layout those of alignment-sized segments that start\n"
+          "with a group's row (which the reference's SM90 kernel writes), else none. expected_m_for_psum_layout:\n"
+          "accepted for API compatibility (the config follows the total row count).\n"
           "Raises ValueError on a bad dtype, shape, stride, alignment or device (K must be positive).");
     m.def("m_grouped_fp8_gemm_nt_masked", &dg::apis::m_grouped_fp8_gemm_nt_masked, "a"_a, "b"_a, "d"_a, "masked_m"_a,
           "expected_m"_a, "recipe"_a = py::none(), "recipe_a"_a = py::none(), "recipe_b"_a = py::none(),

@@ -18,6 +18,7 @@ import sys
 import pytest
 import torch
 from jit_helpers import signature_params
+from padding_rows import check_padding_rows, zeroed_padding_rows
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
@@ -665,13 +666,14 @@ def make_m_grouped_inputs(num_groups: int, expected_m: int, n: int, k: int, seed
     return a, b_nk, per_row, ends, segments
 
 
-def check_m_grouped(d, a, b_nk, segments, case: str) -> None:
+def check_m_grouped(d, a, b_nk, segments, zeroed: torch.Tensor, case: str) -> None:
+    """Each group's rows against float64; padding rows zero where ``zeroed``, else untouched."""
     written = torch.zeros(d.shape[0], dtype=torch.bool, device="cuda")
     for g, (s, e) in enumerate(segments):
         if s < e:
             check_output(d[s:e], a[s:e].double() @ b_nk[g].double().t(), f"{case} group {g}")
             written[s:e] = True
-    assert d[~written].isnan().all(), f"{case}: padding rows of d were written"
+    check_padding_rows(d, written, zeroed, case)
 
 
 @gpu
@@ -691,11 +693,13 @@ def test_m_grouped_contiguous(num_groups: int, expected_m: int, n: int, k: int, 
         kwargs["expected_m_for_psum_layout"] = expected_m
     grouped_layout = ends if psum else per_row
     case = f"m_grouped_{layout}-G{num_groups}-m{expected_m}-n{n}-k{k}-{'psum' if psum else 'per_row'}"
-    # (padding rows left untouched: tests/test_compat_gemm.py checks ensure_zero_padding=True, the default)
+    # (psum padding rows left untouched, per-row ones of group segments zeroed: test_compat_gemm.py checks
+    # ensure_zero_padding=True, the default)
     kwargs["ensure_zero_padding"] = False
     d = poisoned(a.shape[0], n, dtype=torch.bfloat16)
     fn(a, b, d, grouped_layout, **kwargs)
-    check_m_grouped(d, a, b_nk, segments, case)
+    alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    check_m_grouped(d, a, b_nk, segments, zeroed_padding_rows(per_row, num_groups, alignment, False, psum), case)
     d2 = poisoned(a.shape[0], n, dtype=torch.bfloat16)
     fn(a, b, d2, grouped_layout, **kwargs)
     assert bitwise_equal(d, d2), f"{case}: two runs differ"

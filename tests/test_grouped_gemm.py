@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 from jit_helpers import compile_params
+from padding_rows import check_padding_rows, zeroed_padding_rows
 
 import deep_gemm
 from deep_gemm.testing import H200_CLUSTER_CTAS, calc_diff
@@ -245,9 +246,9 @@ def make_grouped_inputs(num_groups: int, expected_m: int, n: int, k: int, seed: 
     return a, sfa, b, sfb, per_row, psum, list(zip(starts, ends, strict=False))
 
 
-def check_grouped(d, a, sfa, b, sfb, segments, case: str, padding_zero: bool = False) -> None:
-    """Each group's rows against float64; padding rows untouched (NaN), or zero with padding_zero (the per-row
-    layout, whose padding rows every call zeroes)."""
+def check_grouped(d, a, sfa, b, sfb, segments, case: str, zeroed: torch.Tensor | None = None) -> None:
+    """Each group's rows against float64; padding rows untouched (NaN), or zero where ``zeroed``
+    (padding_rows.zeroed_padding_rows)."""
     k = a.shape[1]
     written = torch.zeros(d.shape[0], dtype=torch.bool, device="cuda")
     for g, (s, e) in enumerate(segments):
@@ -260,10 +261,7 @@ def check_grouped(d, a, sfa, b, sfb, segments, case: str, padding_zero: bool = F
         assert torch.isfinite(d[s:e]).all(), f"{case}: group {g} has unwritten rows"
         assert diff < 5e-6, f"{case}: group {g} calc_diff vs float64 = {diff}"
         written[s:e] = True
-    if padding_zero:
-        assert (d[~written] == 0).all(), f"{case}: padding rows of d are not zero"
-    else:
-        assert d[~written].isnan().all(), f"{case}: padding rows of d were written"
+    check_padding_rows(d, written, torch.zeros_like(written) if zeroed is None else zeroed, case)
 
 
 @gpu
@@ -276,10 +274,12 @@ def test_m_grouped_contiguous(psum: bool, num_groups: int, expected_m: int, n: i
     a, sfa, b, sfb, per_row, ends, segments = make_grouped_inputs(num_groups, expected_m, n, k, seed=num_groups + k)
     d = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
     layout = ends if psum else per_row
-    # (psum padding rows left untouched, per-row ones zeroed: tests/test_compat_gemm.py checks ensure_zero_padding)
+    # (psum padding rows left untouched, per-row ones of group segments zeroed: test_compat_gemm.py checks
+    # ensure_zero_padding)
     deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum,
                                                ensure_zero_padding=False)  # fmt: skip
-    check_grouped(d, a, sfa, b, sfb, segments, f"G{num_groups}-m{expected_m}-n{n}-k{k}", padding_zero=not psum)
+    zeroed = zeroed_padding_rows(per_row, num_groups, deep_gemm.get_mk_alignment_for_contiguous_layout(), False, psum)
+    check_grouped(d, a, sfa, b, sfb, segments, f"G{num_groups}-m{expected_m}-n{n}-k{k}", zeroed)
     d2 = torch.full_like(d, float("nan"))
     deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d2, layout, use_psum_layout=psum,
                                                ensure_zero_padding=False)  # fmt: skip
@@ -288,7 +288,8 @@ def test_m_grouped_contiguous(psum: bool, num_groups: int, expected_m: int, n: i
 
 @gpu
 def test_m_grouped_contiguous_bad_ids_are_padding() -> None:
-    # Device-side ids out of range must not read or write out of bounds: their rows are treated as padding (zeroed)
+    # Device-side ids out of range must not read or write out of bounds: their rows are treated as padding (a segment
+    # that starts with one is left untouched without ensure_zero_padding)
     a, sfa, b, sfb, per_row, _, segments = make_grouped_inputs(4, 256, 1024, 512, seed=7)
     bad = per_row.clone()
     s, e = next(seg for seg in segments if seg[1] > seg[0])
@@ -296,16 +297,24 @@ def test_m_grouped_contiguous_bad_ids_are_padding() -> None:
     d = torch.full((a.shape[0], 1024), float("nan"), device="cuda", dtype=torch.bfloat16)
     deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, bad, ensure_zero_padding=False)
     torch.cuda.synchronize()
-    assert (d[s:e] == 0).all()
+    assert d[s:e].isnan().all()
+
+
+# The padding rows zeroed inside the GEMM (by its producer warps) instead of by a second kernel: opt-in until it has
+# run on a GPU (then the default, and the key goes)
+ZERO_PADDING_IN_GEMM = "fp8_gemm:zero_padding_in_gemm=1;bf16_gemm:zero_padding_in_gemm=1"
 
 
 @gpu
+@pytest.mark.parametrize("in_gemm", [False, True], ids=["zero_kernel", "in_gemm"])
 @pytest.mark.parametrize("dtype", ["fp8", "bf16"])
-def test_m_grouped_contiguous_padding_ids_outside_groups_are_padding(dtype: str) -> None:
+def test_m_grouped_contiguous_padding_ids_outside_groups_are_padding(dtype: str, in_gemm: bool, monkeypatch) -> None:
     # Every group's padding rows (up to the next aligned start) hold ids outside [0, G): G, -1, G + 5 and
-    # INT32_MIN mixed, and one whole block of id G after the last group. Those rows come back zero (the per-row
-    # layout's padding rows are always zeroed); every group's rows match float64 (the FP8 rows as in check_grouped,
-    # the BF16 rows as a BF16 product).
+    # INT32_MIN mixed, and one whole block of id G after the last group. Without ensure_zero_padding those inside
+    # a group's segment come back zero and the trailing block stays poisoned; with it every one is zero. Every
+    # group's rows match float64 (the FP8 rows as in check_grouped, the BF16 rows as a BF16 product).
+    if in_gemm:
+        monkeypatch.setenv("DG_TUNE", ZERO_PADDING_IN_GEMM)
     num_groups, n, k = 4, 1024, 512
     a, sfa, b, sfb, per_row, _, segments = make_grouped_inputs(num_groups, 200, n, k, seed=11)
     alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
@@ -334,14 +343,16 @@ def test_m_grouped_contiguous_padding_ids_outside_groups_are_padding(dtype: str)
         return d
 
     d = run(ensure_zero_padding=False)
+    zeroed = zeroed_padding_rows(per_row, num_groups, alignment, False, False)
+    assert zeroed.any() and (~written & ~zeroed).any(), "the case must have padding rows of both kinds"
     if dtype == "fp8":
-        check_grouped(d, a, sfa, b, sfb, segments, "padding ids outside [0, G)", padding_zero=True)
+        check_grouped(d, a, sfa, b, sfb, segments, "padding ids outside [0, G)", zeroed)
     else:
         for g, (s, e) in enumerate(segments):
             if s < e:
                 ref = a_bf16[s:e].double() @ b_bf16[g].double().t()
                 assert calc_diff(d[s:e], ref) < 1e-5, f"group {g}"
-    assert (d[~written] == 0).all(), "padding rows of d are not zero"
+    check_padding_rows(d, written, zeroed, "padding ids outside [0, G)")
     # ensure_zero_padding=True (the default): the same group rows, bit for bit, and every padding row exactly 0
     d_zeroed = run(ensure_zero_padding=True)
     assert torch.equal(d_zeroed[written].view(torch.int16), d[written].view(torch.int16)), "group rows differ"
@@ -432,7 +443,7 @@ def per_row_reference(a, sfa, b_g, sfb_g) -> torch.Tensor:
 @pytest.mark.parametrize(("num_groups", "expected_m", "n", "k"), [(8, 300, 3072, 7168), (5, 200, 576, 1040)])
 def test_m_grouped_contiguous_per_row_sfb(psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
     # Every group's own per-row B scales (a wrong group's scales, or expert 0's for all, fail the float64 check:
-    # the groups' B and scales differ); psum padding rows stay NaN, per-row ones and ensure_zero_padding are zeroed
+    # the groups' B and scales differ); padding rows as padding_rows.zeroed_padding_rows says (FP32 rows)
     a, sfa, _, _, per_row, ends, segments = make_grouped_inputs(num_groups, expected_m, 128, k, seed=3 * num_groups)
     b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)
     b_bf16 *= torch.rand(num_groups, 1, 1, device="cuda") * 4 + 0.25  # (each group its own scale range)
@@ -449,7 +460,8 @@ def test_m_grouped_contiguous_per_row_sfb(psum: bool, num_groups: int, expected_
         diff = calc_diff(d[s:e], per_row_reference(a[s:e], sfa[s:e], b[g], sfb[g]))
         assert diff < 1e-7, f"group {g} calc_diff vs float64 = {diff}"
         written[s:e] = True
-    assert (d[~written].isnan() if psum else d[~written] == 0).all(), "padding rows of d"
+    alignment = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    check_padding_rows(d, written, zeroed_padding_rows(per_row, num_groups, alignment, False, psum), "per-row sfb")
     # FP32 D is the default recipe's output type; the padding rows are zeroed by default
     d2 = torch.full_like(d, float("nan"))
     deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d2, layout, use_psum_layout=psum)

@@ -22,6 +22,7 @@ HELPER_KERNELS = [
     ("smxx_transpose_fp8", {"aligned": 0}),
     ("smxx_zero_padding_rows", {"psum_layout": 0}),  # ensure_zero_padding of the m-grouped contiguous GEMMs
     ("smxx_zero_padding_rows", {"psum_layout": 1}),
+    ("smxx_zero_padding_rows", {"group_segments": 1}),
     ("smxx_fold_scales", {"fp4_in": 0}),  # FP8 x FP4 GEMMs' A with 1x32 scales, folded to 1x128
     ("smxx_fold_scales", {"fp4_in": 1}),
     ("smxx_paged_mqa_schedule", {}),  # get_paged_mqa_logits_metadata on CUDA tensors

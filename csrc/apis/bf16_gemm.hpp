@@ -124,7 +124,7 @@ inline void bf16_gemm_tt(const at::Tensor& a, const at::Tensor& b, const at::Ten
 }
 
 // M-grouped contiguous: A [M, K] (K-major), B given as [G, N, K] (nt) or [G, K, N] (nn), its storage major read
-// from its strides; D [M, N] BF16. Padding rows written as zeros: detail::zeroes_padding_rows.
+// from its strides; D [M, N] BF16. Padding rows written as zeros: detail::padding_zeroing.
 inline void m_grouped_bf16_gemm_contiguous(const char* fn, bool b_transposed, const at::Tensor& a, const at::Tensor& b,
                                            const at::Tensor& d, const at::Tensor& grouped_layout,
                                            const std::string& compiled_dims, bool use_psum_layout,
@@ -152,9 +152,8 @@ inline void m_grouped_bf16_gemm_contiguous(const char* fn, bool b_transposed, co
         return;
     const kernels::GemmOperands operands{kernels::OperandKind::kBf16, false, mn_major_b, false};
     detail::run_contiguous({a, b_nk, d, nullptr, nullptr, nullptr, operands, cdims.m, cdims.n, cdims.k}, grouped_layout,
-                           use_psum_layout, alignment);
-    if (detail::zeroes_padding_rows(ensure_zero_padding, use_psum_layout))
-        detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
+                           use_psum_layout, alignment,
+                           detail::padding_zeroing(ensure_zero_padding, use_psum_layout));
 }
 
 inline void m_grouped_bf16_gemm_nt_contiguous(const at::Tensor& a, const at::Tensor& b, const at::Tensor& d,

@@ -46,9 +46,8 @@ inline void m_grouped_fp8_fp4_gemm_nt_contiguous_packed(const at::Tensor& a_in, 
     const auto [a, sfa] = fp4_gemm_operand_a(a_in, sfa_in, k, gran_k);
     const at::Tensor sfb = fp4_b_scale_words(sfb_in);
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_fp4_operands(), cdims.m, cdims.n, cdims.k},
-                           grouped_layout, use_psum_layout, alignment);
-    if (detail::zeroes_padding_rows(ensure_zero_padding, use_psum_layout))
-        detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
+                           grouped_layout, use_psum_layout, alignment,
+                           detail::padding_zeroing(ensure_zero_padding, use_psum_layout));
 }
 
 // Masked layout: A e4m3 [G, max_m, K] or packed FP4 [G, max_m, K / 2] with scales [G, max_m, ...], B packed FP4 [G, N, K / 2] with its

@@ -130,34 +130,44 @@ inline void check_grouped_sfb(const at::Tensor& sfb, bool per_row_sfb, int64_t n
         check_scales(sfb, "b[1] (sfb)", {num_groups, (n + 127) / 128, sf_k}, "[G, ceil(N/128), ceil(K/128)]");
 }
 
-// Run the contiguous layout: A [M, K], B [G, N, K] (logical view), D [M, N].
+// Which of D's padding rows a contiguous call zeroes: with ensure_zero_padding all; without it, in the per-row layout,
+// those of segments that start with a group's row. The reference's SM90 kernel stores whole 128-row (alignment)
+// blocks, so there the padding rows of a group's last block come back written (zeros for zero padding rows of A),
+// and its own tests compare them after ensure_zero_padding=False; ours skips padding rows (a 64-row block can be
+// all padding), so it zeroes those. Segments that start with padding stay untouched, as there.
+inline kernels::ZeroPadding padding_zeroing(bool ensure_zero_padding, bool use_psum_layout) {
+    return ensure_zero_padding ? kernels::ZeroPadding::kAll
+           : use_psum_layout   ? kernels::ZeroPadding::kNone
+                               : kernels::ZeroPadding::kGroupSegments;
+}
+
+// Run the contiguous layout: A [M, K], B [G, N, K] (logical view), D [M, N]; D's padding rows zeroed as `zeroing`
+// says: by the GEMM's producer warps under DG_TUNE's <family>:zero_padding_in_gemm=1 (no second launch; the
+// default once it has run on a GPU), else by one small kernel after the GEMM on the same stream that writes only
+// those rows (no host sync). Both zero an FP32 row as twice as many BF16 elements (zero is all zero bytes).
 inline void run_contiguous(kernels::GemmArgs args, const at::Tensor& grouped_layout, bool use_psum_layout,
-                           int64_t alignment) {
+                           int64_t alignment, kernels::ZeroPadding zeroing) {
     args.gemm_type = use_psum_layout ? kernels::GemmType::kMGroupedContiguousPsum : kernels::GemmType::kMGroupedContiguous;
     args.grouped_layout = &grouped_layout;
     args.num_groups = static_cast<uint32_t>(args.b.size(0));
     args.grouped_alignment = static_cast<uint32_t>(alignment);
-    kernels::Sm90GemmRunner::run(args);
-}
-
-// Whether a contiguous call zeroes D's padding rows: with ensure_zero_padding, and always in the per-row layout. The
-// reference's SM90 kernel stores whole 128-row blocks, so there the padding rows of a group's last block come back
-// written (zeros for zero padding rows of A), and its own tests compare them with ensure_zero_padding=False; ours
-// skips padding rows (a 64-row block can be all padding), so they are zeroed instead.
-inline bool zeroes_padding_rows(bool ensure_zero_padding, bool use_psum_layout) {
-    return ensure_zero_padding || !use_psum_layout;
-}
-
-// Write zeros into D's padding rows (the GEMM leaves them untouched), with one small kernel after the GEMM on the
-// same stream that writes only those rows (no host sync). The kernel writes BF16 zeros; an FP32 row is zeroed as
-// twice as many BF16 elements (zero is all zero bytes in either type).
-inline void zero_padding_rows(const at::Tensor& d, const at::Tensor& grouped_layout, int64_t num_groups,
-                              bool use_psum_layout, int64_t alignment) {
+    const at::Tensor& d = args.d;
     const int64_t halves = d.element_size() / 2;  // BF16 elements per element of D
-    kernels::launch_zero_padding_rows(d.device().index(), d.data_ptr(), static_cast<uint32_t>(d.size(0)),
-                                      static_cast<uint32_t>(d.size(1) * halves), static_cast<uint64_t>(d.stride(0) * halves),
-                                      grouped_layout.data_ptr<int32_t>(), static_cast<uint32_t>(num_groups),
-                                      static_cast<uint32_t>(alignment), use_psum_layout);
+    const uint64_t n = static_cast<uint64_t>(d.size(1) * halves), ldd = static_cast<uint64_t>(d.stride(0) * halves);
+    const auto family = args.operands.is_fp8() ? TuneFamily::kFp8Gemm : TuneFamily::kBf16Gemm;
+    const bool zero = zeroing != kernels::ZeroPadding::kNone;
+    const bool segments_only = zeroing == kernels::ZeroPadding::kGroupSegments;
+    const bool in_gemm = zero && tune_settings(family).get("zero_padding_in_gemm").value_or(0) == 1;
+    if (in_gemm) {
+        args.zero_padding = 1u | (kernels::zero_padding_vectorized(d.data_ptr(), n, ldd) ? 2u : 0u) |
+                            (segments_only ? 4u : 0u);
+    }
+    kernels::Sm90GemmRunner::run(args);
+    if (zero && !in_gemm)
+        kernels::launch_zero_padding_rows(d.device().index(), d.data_ptr(), static_cast<uint32_t>(d.size(0)),
+                                          static_cast<uint32_t>(n), ldd, grouped_layout.data_ptr<int32_t>(),
+                                          args.num_groups, static_cast<uint32_t>(alignment), use_psum_layout,
+                                          segments_only);
 }
 
 // Run the masked layout: A [G * max_m, K], B [G, N, K] (logical view), D [G * max_m, N].
@@ -238,9 +248,8 @@ inline void m_grouped_fp8_gemm_nt_contiguous(const TensorPair& a_pair, const Ten
                                                      : (sfb_storage = sfb_in.contiguous());
     detail::run_contiguous({a, b, d, nullptr, &sfa, &sfb, kernels::fp8_operands(per_row_sfb), cdims.m, cdims.n,
                             cdims.k},
-                           grouped_layout, use_psum_layout, alignment);
-    if (detail::zeroes_padding_rows(ensure_zero_padding, use_psum_layout))
-        detail::zero_padding_rows(d, grouped_layout, num_groups, use_psum_layout, alignment);
+                           grouped_layout, use_psum_layout, alignment,
+                           detail::padding_zeroing(ensure_zero_padding, use_psum_layout));
 }
 
 // For each group g, the first masked_m[g] rows: D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T (MoE decode);

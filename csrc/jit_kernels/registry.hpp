@@ -207,8 +207,13 @@ inline const std::map<std::string, KernelFamily>& kernel_registry() {
          {{{"fp4_in", "1: the operand is packed e2m1 (default 0: e4m3)"}},
           [](const KernelParams& p) { return render_fold_scales_kernel(param_or(p, "fp4_in", 0) != 0); }}},
         {"smxx_zero_padding_rows",
-         {{{"psum_layout", "1: the cumulative-ends layout (default 0: per-row ids)"}},
-          [](const KernelParams& p) { return render_zero_padding_kernel(param_or(p, "psum_layout", 0) != 0); }}},
+         {{{"psum_layout", "1: the cumulative-ends layout (default 0: per-row ids)"},
+           {"group_segments", "per-row: 1 for only the padding rows of segments that start with a group's row "
+                              "(ensure_zero_padding=False; default 0: every padding row)"}},
+          [](const KernelParams& p) {
+              return render_zero_padding_kernel(param_or(p, "psum_layout", 0) != 0,
+                                                param_or(p, "group_segments", 0) != 0);
+          }}},
     };
     return registry;
 }

@@ -42,7 +42,7 @@ inline const std::array<TuneFamilyKeys, kNumTuneFamilies>& tune_families() {
         const std::vector<TuneKey> gemm = {
             {"block_m", 64, 256, 64},  {"block_n", 16, 256, 16}, {"split_k", 1, 8, 1},  {"fp32_buffers", 1, 8, 1},
             {"stream_k", 0, 2, 1},     {"multicast", 0, 1, 1},   {"multicast_on_a", 0, 1, 1},
-            {"einsum_batched", 0, 1, 1},
+            {"einsum_batched", 0, 1, 1},       {"zero_padding_in_gemm", 0, 1, 1},
         };
         std::vector<TuneKey> fp8_gemm = gemm;
         fp8_gemm.push_back({"overlap", 0, 1, 1});  // (the overlapped promotion exists for FP8 only)

@@ -251,6 +251,8 @@ def _gemm_kernels(shape: GemmShape, max_tokens: int, num_sms: int, cluster_ctas:
         helpers.append(("smxx_transpose_sf", {}))  # scales not yet MN-major and TMA-aligned
     if api.gemm_type == 1 and shape.ensure_zero_padding:
         helpers.append(("smxx_zero_padding_rows", {"psum_layout": int(shape.use_psum_layout)}))
+    elif api.gemm_type == 1 and not shape.use_psum_layout:  # (per-row without it: the group segments' padding rows)
+        helpers.append(("smxx_zero_padding_rows", {"group_segments": 1}))
     if shape.fp4_b:
         helpers.append(("smxx_pack_ue8m0", {}))  # FP32 1x32 scales packed into the kernel's exponent words
     if shape.a_1x32 or shape.fp4_a:

@@ -100,7 +100,7 @@ int main() {
         if (std::scanf("%d", &v) != 1)
             return 2;
     const std::vector<uint32_t> k_blocks(data.begin(), data.end());
-    const GroupedLayout layout{data.data(), groups, alignment, max_m, k_blocks.data()};
+    const GroupedLayout layout{data.data(), groups, alignment, max_m, 0, k_blocks.data()};
     bool ok = false;
     switch (type) {
         case 0: ok = dispatch_blocks<GemmType::kNormal>(bm, bn, m, n, kb, grid, layout); break;

@@ -54,6 +54,8 @@ struct GemmArgs {
     uint32_t grouped_alignment = 128;
     uint32_t max_m = 0;
     uint32_t config_m = 0;
+    // Contiguous: GroupedLayout::zero_padding (the GEMM zeroes D's padding rows itself; 0: it leaves them)
+    uint32_t zero_padding = 0;
 };
 
 // K-grouped GEMM (MoE weight gradients), validated by the API layer: per group g, D[g] = C[g] + A_g @ B_g^T over
@@ -168,7 +170,7 @@ public:
         uint32_t ldc_param = static_cast<uint32_t>(ldc);
         deep_gemm::GroupedLayout grouped_layout{
             args.grouped_layout != nullptr ? args.grouped_layout->data_ptr<int32_t>() : nullptr, args.num_groups,
-            args.grouped_alignment, args.max_m};
+            args.grouped_alignment, args.max_m, args.zero_padding};
         // Stream-K: a workspace from PyTorch's allocator on this stream (so that concurrent streams and CUDA graphs
         // each get their own), its flags cleared before the kernel
         at::Tensor workspace;
@@ -245,7 +247,7 @@ public:
         const float* sfb = nullptr;
         void* d = args.d.data_ptr();
         const void* c_ptr = args.c != nullptr ? args.c->data_ptr() : nullptr;
-        deep_gemm::GroupedLayout grouped_layout{nullptr, num_groups, 0, 0, nullptr};
+        deep_gemm::GroupedLayout grouped_layout{nullptr, num_groups, 0, 0, 0, nullptr};
         deep_gemm::StreamKParams no_stream_k{nullptr, nullptr, 0};
         plan.kernel->launch(device, launch, shape_m, shape_n, shape_k, sfb, d, ldd, c_ptr, ldc, grouped_layout,
                             no_stream_k, unused, unused, tma_sfa, tma_sfb, tma_d, tma_c, params);

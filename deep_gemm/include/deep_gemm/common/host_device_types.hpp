@@ -79,6 +79,8 @@ struct GroupedLayout {
     uint32_t num_groups;
     uint32_t alignment;      // contiguous: segment start alignment (rows)
     uint32_t max_m;          // masked: rows per group in A and D
+    uint32_t zero_padding;   // contiguous: bit 0, the GEMM zeroes D's padding rows (ensure_zero_padding); bit 1,
+                             // with 16-byte stores; bit 2, only those of group segments (common/zero_padding.cuh)
     const uint32_t* k_blocks;  // k-grouped: K blocks per group (a generic pointer into the kernel's
                                // parameters, set by the kernel: read with plain loads)
 };

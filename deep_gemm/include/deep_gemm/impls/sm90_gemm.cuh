@@ -39,6 +39,9 @@
 //       warp 1 (sfb loader, 1d2d only): the two sfb values of the K block (the tile's first and last 128-column
 //       scale blocks) into stage s, then arrives on full[s]. Its lanes load 32 K blocks' worth at a
 //       time, so the global-load latency is paid once per 32 stages, not on the math warps' path.
+//       M-grouped contiguous, when the host sets GroupedLayout::zero_padding (ensure_zero_padding in the GEMM):
+//       every producer warp, its role done (or idle), zeroes D's padding rows, a row per warp over the grid
+//       (common/zero_padding.cuh), while the math runs; no tile writes those rows.
 // Stage ring: kNumStages stages of A (BLOCK_M x 128 B) + B (BLOCK_N x 128 B) [+ sfa (BLOCK_M x 4 B) + sfb],
 //   128B-swizzled as TMA writes them and as wgmma reads them: K-major tiles one box of rows x 128 bytes;
 //   MN-major tiles boxes of 64 elements (128 bytes) x 64 rows of K, one after another (the descriptor's
@@ -108,6 +111,7 @@
 #include <deep_gemm/common/gemm_tma_epilogue.cuh>
 #include <deep_gemm/common/pipeline.cuh>
 #include <deep_gemm/common/types.cuh>
+#include <deep_gemm/common/zero_padding.cuh>
 #include <deep_gemm/ptx/cluster.cuh>
 #include <deep_gemm/ptx/mbarrier.cuh>
 #include <deep_gemm/ptx/sync.cuh>
@@ -174,6 +178,8 @@ struct Sm90Gemm {
         GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits, kGemmType, kStreamK>;
     static constexpr bool kIsKGrouped = kGemmType == GemmType::kKGroupedContiguous;
     static constexpr bool kIsMGrouped = kGemmType != GemmType::kNormal && !kIsKGrouped;
+    static constexpr bool kIsContiguous =
+        kGemmType == GemmType::kMGroupedContiguous || kGemmType == GemmType::kMGroupedContiguousPsum;
     using KGroups = KGroupedParams<kMaxKGroups>;
     static constexpr uint32_t kNumAccum = Wgmma::kNumAccum;  // per thread per 64 rows
     using Accum = float[kNumWgmmaM][kNumAccum];
@@ -602,6 +608,29 @@ struct Sm90Gemm {
         }
     }
 
+    // ---------------------------------------------------------------- padding rows (producer warps)
+    // ensure_zero_padding inside the GEMM (GroupedLayout::zero_padding, m-grouped contiguous): D's padding rows, which
+    // no tile writes, zeroed by the producer warpgroup's warps once their role is done (the TMA producer's warp after
+    // its last load, the idle ones at once), a row per warp over the grid, in parallel with the math
+    __device__ __forceinline__ static void zero_padding(void* d, uint32_t ldd, uint32_t shape_m, uint32_t shape_n,
+                                                        const GroupedLayout& layout, uint32_t producer_warp,
+                                                        uint32_t lane) {
+        if ((layout.zero_padding & 1) == 0)
+            return;
+        constexpr uint32_t kHalves = sizeof(Out) / 2;  // (zeroed as BF16 elements: zero is all zero bytes)
+        constexpr bool kPsum = kGemmType == GemmType::kMGroupedContiguousPsum;
+        const auto zero = [&](auto group_segments_only) {
+            zero_padding_rows<kPsum, decltype(group_segments_only)::value>(
+                static_cast<uint16_t*>(d), shape_m, shape_n * kHalves, static_cast<uint64_t>(ldd) * kHalves,
+                layout.data, layout.num_groups, layout.alignment, (layout.zero_padding & 2) != 0,
+                blockIdx.x * 4 + producer_warp, gridDim.x * 4, lane);
+        };
+        if (!kPsum && (layout.zero_padding & 4) != 0)
+            zero(cuda::std::true_type{});
+        else
+            zero(cuda::std::false_type{});
+    }
+
     // ---------------------------------------------------------------- math warpgroups
     __device__ __forceinline__ static void math(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                 uint32_t num_k_blocks, void* __restrict__ d, uint32_t ldd,
@@ -913,6 +942,10 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
         else if (Gemm::kFp4B && producer_warp >= 1)
             Gemm::fp4_converter(storage, shape_m, shape_n, num_k_blocks, grouped_layout, stream_k.num_tiles, rank,
                                 threadIdx.x - Gemm::kNumMathThreads - 32);
+        if constexpr (Gemm::kIsContiguous) {
+            __syncwarp();  // (the TMA producer's lanes wait for its one thread)
+            Gemm::zero_padding(d, ldd, shape_m, shape_n, grouped_layout, producer_warp, threadIdx.x % 32);
+        }
     } else {
         ptx::warpgroup_reg_alloc<Gemm::kMathRegs>();
         Gemm::math(storage, shape_m, shape_n, num_k_blocks, d, ldd, static_cast<const typename Gemm::Out*>(c), ldc,
