@@ -609,14 +609,12 @@ struct Sm90Gemm {
     }
 
     // ---------------------------------------------------------------- padding rows (producer warps)
-    // ensure_zero_padding inside the GEMM (GroupedLayout::zero_padding, m-grouped contiguous): D's padding rows, which
-    // no tile writes, zeroed by the producer warpgroup's warps once their role is done (the TMA producer's warp after
-    // its last load, the idle ones at once), a row per warp over the grid, in parallel with the math
+    // ensure_zero_padding inside the GEMM (m-grouped contiguous, GroupedLayout::zero_padding bit 0 set): D's padding
+    // rows, which no tile writes, zeroed by the producer warpgroup's warps once their role is done (the TMA producer's
+    // warp after its last load, the idle ones at once), a row per warp over the grid, in parallel with the math
     __device__ __forceinline__ static void zero_padding(void* d, uint32_t ldd, uint32_t shape_m, uint32_t shape_n,
                                                         const GroupedLayout& layout, uint32_t producer_warp,
                                                         uint32_t lane) {
-        if ((layout.zero_padding & 1) == 0)
-            return;
         constexpr uint32_t kHalves = sizeof(Out) / 2;  // (zeroed as BF16 elements: zero is all zero bytes)
         constexpr bool kPsum = kGemmType == GemmType::kMGroupedContiguousPsum;
         const auto zero = [&](auto group_segments_only) {
@@ -943,8 +941,10 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
             Gemm::fp4_converter(storage, shape_m, shape_n, num_k_blocks, grouped_layout, stream_k.num_tiles, rank,
                                 threadIdx.x - Gemm::kNumMathThreads - 32);
         if constexpr (Gemm::kIsContiguous) {
-            __syncwarp();  // (the TMA producer's lanes wait for its one thread)
-            Gemm::zero_padding(d, ldd, shape_m, shape_n, grouped_layout, producer_warp, threadIdx.x % 32);
+            if ((grouped_layout.zero_padding & 1) != 0) {  // (off: the roles' code path as without the pass)
+                __syncwarp();  // (the TMA producer's lanes wait for its one thread)
+                Gemm::zero_padding(d, ldd, shape_m, shape_n, grouped_layout, producer_warp, threadIdx.x % 32);
+            }
         }
     } else {
         ptx::warpgroup_reg_alloc<Gemm::kMathRegs>();
