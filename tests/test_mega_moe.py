@@ -512,6 +512,22 @@ def test_expert_ids_out_of_range_raise_on_cpu_buffers() -> None:
         _check_expert_ids("fp8_mega_moe", buffer, 3)
 
 
+def test_packed_words_in_an_fp32_x_sf_raise_on_cpu_buffers() -> None:
+    # The reference's packed UE8M0 words copied into the default (FP32 1x128) buffer become numbers of 2^24 or more:
+    # caught where the buffer is checked (CPU buffers always; CUDA ones with DG_DEBUG_CHECKS=1, see the GPU test in
+    # test_default_buffer_takes_fp32_scales_copied_in)
+    from deep_gemm.mega.moe import _check_x_scales
+
+    buffer = cpu_buffer()
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    buffer.x_sf[:3].copy_(per_token_cast_to_fp8(x, use_ue8m0=False)[1])
+    _check_x_scales("fp8_mega_moe", buffer, 3)  # real scales: fine
+    buffer.x_sf[:3].copy_(per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)[1])
+    with pytest.raises(ValueError, match=r"sym_buffer.x_sf .* packed UE8M0 words copied in\? Use .*packed_x_sf=True"):
+        _check_x_scales("fp8_mega_moe", buffer, 3)
+    _check_x_scales("fp8_mega_moe", cpu_buffer(packed_x_sf=True), 3)  # (a packed buffer: its words are words)
+
+
 @pytest.mark.parametrize(
     ("case", "error", "pattern"),
     [
@@ -1133,6 +1149,14 @@ def test_default_buffer_takes_fp32_scales_copied_in(mma_type: str) -> None:
     problem.call(y)
     torch.cuda.synchronize()
     check_against_reference(problem, y, num_tokens)
+    # The reference's packed words copied into this buffer: wrong scales, caught with DG_DEBUG_CHECKS=1
+    problem.buffer.x_sf[:num_tokens].copy_(
+        per_token_cast_to_fp8(x, use_ue8m0=True, gran_k=32, use_packed_ue8m0=True)[1][:, : 512 // 128]
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DG_DEBUG_CHECKS", "1")
+        with pytest.raises(ValueError, match=r"packed UE8M0 words copied in"):
+            problem.call(y)
     packed = mega.get_symm_buffer_for_mega_moe(None, 8, 64, 4, 512, 256, mma_type=mma_type, packed_x_sf=True)
     assert packed.x_sf.dtype == torch.int32 and packed.x_sf.shape == (64, 1)
     with pytest.raises(ValueError, match=r"packed_x_sf=True needs FP8 dispatch"):

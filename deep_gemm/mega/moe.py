@@ -129,6 +129,30 @@ def _check_expert_ids(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
         )
 
 
+# An FP32 1x128 scale at or past this is no activation's (amax / 448 of 7.5e9): it is a packed UE8M0 word copied in
+# as a number (its top byte, the fourth scale's exponent, puts it at 2^24 or more)
+_FP32_SCALE_LIMIT = float(2**24)
+
+
+def _check_x_scales(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
+    """With ``DG_DEBUG_CHECKS=1`` (a host sync; never during CUDA-graph capture): raise when an FP32 ``x_sf`` holds a
+    value no 1x128 scale takes, which is what copying the reference's packed UE8M0 words (int32) into it gives (the
+    copy converts each word to a number); such a call runs on wrong scales without an error otherwise."""
+    x_sf = sym_buffer.x_sf
+    if num_tokens == 0 or x_sf is None or x_sf.dtype != torch.float32:
+        return
+    if x_sf.is_cuda and (not debug_checks_enabled() or torch.cuda.is_current_stream_capturing()):
+        return
+    sf = x_sf[:num_tokens]
+    if bool(((sf >= _FP32_SCALE_LIMIT) | (sf < 0) | sf.isnan()).any()):
+        raise ValueError(
+            f"{fn}: sym_buffer.x_sf (the first T = {num_tokens} rows) must hold FP32 1x128 scales (non-negative, below "
+            f"2^24), got values up to {float(sf.max())}: packed UE8M0 words copied in? Use "
+            "get_symm_buffer_for_mega_moe(..., packed_x_sf=True) for per_token_cast_to_fp8(x, use_ue8m0=True, "
+            "gran_k=32, use_packed_ue8m0=True)'s scales"
+        )
+
+
 def _check_tokens_bound(fn: str, sym_buffer: SymmBuffer, num_tokens: int, num_tokens_bound) -> None:
     if num_tokens_bound is None:
         return
@@ -238,6 +262,7 @@ def _run_mega_moe(
     num_tokens = y.shape[0]
     rows = _rows_for_call(fn, sym_buffer, num_tokens, num_tokens_bound)
     _check_expert_ids(fn, sym_buffer, num_tokens)
+    _check_x_scales(fn, sym_buffer, num_tokens)
     if rows == 0:  # (one rank, no tokens: nothing is received or sent)
         return
     layout = sym_buffer.layout
