@@ -359,6 +359,29 @@ def test_m_grouped_contiguous_padding_ids_outside_groups_are_padding(dtype: str,
     assert (d_zeroed[~written] == 0).all(), "ensure_zero_padding: padding rows not zero"
 
 
+@gpu
+@pytest.mark.parametrize("in_gemm", [False, True], ids=["zero_kernel", "in_gemm"])
+def test_padding_rows_are_zeroed_by_one_mechanism(in_gemm: bool, monkeypatch) -> None:
+    # ensure_zero_padding (the default): the GEMM, then one zeroing kernel; with zero_padding_in_gemm the GEMM alone
+    if in_gemm:
+        monkeypatch.setenv("DG_TUNE", ZERO_PADDING_IN_GEMM)
+    a, sfa, b, sfb, per_row, _, segments = make_grouped_inputs(4, 200, 512, 512, seed=21)
+    d = torch.full((a.shape[0], 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, per_row)  # (warm-up: compiles)
+    torch.cuda.synchronize()
+    d.fill_(float("nan"))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, per_row)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert sum("sm90_gemm_kernel" in name for name in names) == 1, names
+    assert sum("zero_padding_rows_kernel" in name for name in names) == (0 if in_gemm else 1), names
+    written = torch.zeros(d.shape[0], dtype=torch.bool, device="cuda")
+    for s, e in segments:
+        written[s:e] = True
+    check_padding_rows(d, written, ~written, "ensure_zero_padding")
+
+
 def make_masked_inputs(num_groups: int, max_m: int, n: int, k: int):
     a_bf16 = torch.randn(num_groups, max_m, k, device="cuda", dtype=torch.bfloat16)
     b_bf16 = torch.randn(num_groups, n, k, device="cuda", dtype=torch.bfloat16)
@@ -441,7 +464,11 @@ def per_row_reference(a, sfa, b_g, sfb_g) -> torch.Tensor:
 @gpu
 @pytest.mark.parametrize("psum", [False, True], ids=["per_row", "psum"])
 @pytest.mark.parametrize(("num_groups", "expected_m", "n", "k"), [(8, 300, 3072, 7168), (5, 200, 576, 1040)])
-def test_m_grouped_contiguous_per_row_sfb(psum: bool, num_groups: int, expected_m: int, n: int, k: int) -> None:
+@pytest.mark.parametrize("in_gemm", [False, True], ids=["zero_kernel", "in_gemm"])
+def test_m_grouped_contiguous_per_row_sfb(psum: bool, num_groups: int, expected_m: int, n: int, k: int, in_gemm: bool,
+                                          monkeypatch) -> None:  # fmt: skip
+    if in_gemm:  # (FP32 D: the padding pass zeroes each row as twice as many BF16 elements)
+        monkeypatch.setenv("DG_TUNE", ZERO_PADDING_IN_GEMM)
     # Every group's own per-row B scales (a wrong group's scales, or expert 0's for all, fail the float64 check:
     # the groups' B and scales differ); padding rows as padding_rows.zeroed_padding_rows says (FP32 rows)
     a, sfa, _, _, per_row, ends, segments = make_grouped_inputs(num_groups, expected_m, 128, k, seed=3 * num_groups)

@@ -146,6 +146,9 @@ def test_helper_kernels_compile(cache_dir: Path, family: str, params: dict, use_
     result = deep_gemm.compile_kernel(family, params, use_nvrtc=use_nvrtc)
     assert result["compiler"] == ("nvrtc" if use_nvrtc else "nvcc")
     assert not result["cache_hit"]
+    # The cache entry is named after the family the registry knows it by: the name a launch renders it under, so a
+    # cache deep_gemm.precompile builds serves the run
+    assert Path(result["cubin_path"]).parent.name.startswith(f"{family}-"), result["cubin_path"]
     check_clean(result)
 
 

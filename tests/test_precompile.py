@@ -109,6 +109,23 @@ def test_contiguous_and_k_grouped_and_bf16_plans() -> None:
     assert kernel["source"] == registry_source(cfg, shape_n=1024, shape_k=4096, mn_major_b=1, fp32_out=1, has_c=1)
 
 
+def test_contiguous_plans_the_padding_kernel_the_call_launches() -> None:
+    # ensure_zero_padding: every padding row (per-row ids or psum ends); without it, per-row: the group segments'
+    # padding rows; psum: no kernel
+    def zero_kernels(psum: bool, ensure: bool) -> set[str]:
+        shape = GemmShape("m_grouped_fp8_gemm_nt_contiguous", 4096, 7168, num_groups=8, use_psum_layout=psum,
+                          ensure_zero_padding=ensure, m_values=(4096,))  # fmt: skip
+        return {p.source for p in plan_kernels([shape], 64, 132, []) if p.family == "smxx_zero_padding_rows"}
+
+    def render(**params) -> set[str]:
+        return {_C.render_kernel("smxx_zero_padding_rows", params)}
+
+    assert zero_kernels(False, True) == render(psum_layout=0)
+    assert zero_kernels(True, True) == render(psum_layout=1)
+    assert zero_kernels(False, False) == render(group_segments=1)
+    assert zero_kernels(True, False) == set()
+
+
 def test_fp4_plans_and_their_helpers() -> None:
     # FP8 x FP4 (fp4_b): the FP4 mode the launch plans, dense and m-grouped; the scale packing and, for A with 1x32
     # scales or in FP4, the fold pre-pass among the helpers

@@ -15,7 +15,7 @@ constexpr uint32_t kFoldScalesWarps = 8;
 constexpr uint32_t kFoldScalesMaxCtas = 8192;  // (past a few waves the grid-stride loop takes over)
 
 inline jit::KernelSource render_fold_scales_kernel(bool fp4_in) {
-    return {fp4_in ? "smxx_fold_scales_fp4" : "smxx_fold_scales_fp8",
+    return {"smxx_fold_scales",  // (the registry's name for both: precompiled entries serve the run)
             fmt::format("#include <deep_gemm/impls/smxx_fold_scales.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"

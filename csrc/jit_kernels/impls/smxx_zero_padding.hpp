@@ -19,8 +19,9 @@ constexpr uint32_t kZeroPaddingMaxCtas = 4096;
 enum class ZeroPadding { kNone, kAll, kGroupSegments };
 
 inline jit::KernelSource render_zero_padding_kernel(bool psum_layout, bool group_segments_only = false) {
-    return {psum_layout ? "smxx_zero_padding_rows_psum"
-            : group_segments_only ? "smxx_zero_padding_rows_segments" : "smxx_zero_padding_rows",
+    // (one family name for every variant, the registry's, so that a cache deep_gemm.precompile builds serves the
+    // run: the template arguments make the sources, and so the cache keys, differ)
+    return {"smxx_zero_padding_rows",
             fmt::format("#include <deep_gemm/impls/smxx_zero_padding.cuh>\n\n"
                         "using namespace deep_gemm;\n\n"
                         "static void __instantiate_kernel() {{\n"

@@ -4,7 +4,9 @@
 //
 // A row is padding when (per-row layout) its group id lies outside [0, G), or (psum layout, G cumulative end
 // rows) it lies in no group's span [align(end[g-1], alignment), end[g]): the gap before a group's aligned start
-// and every row at or past end[G-1]. No GEMM tile writes a padding row, so zeroing them races with nothing.
+// and every row at or past end[G-1]. No GEMM tile writes a padding row of a valid layout (a segment's padding rows
+// follow its group's rows), so zeroing them races with nothing. (A per-row layout with padding between a group's rows
+// is no valid input: a tile whose last row is the group's is stored whole by TMA, over those rows too.)
 // kGroupSegmentsOnly (per-row layout, ensure_zero_padding=False): only the padding rows of a segment (`alignment`
 // rows from a multiple of it) whose first row is a group's, which a kernel storing whole segment-sized blocks (the
 // reference's) writes; segments that start with padding are left as they are.
