@@ -108,6 +108,23 @@ def _profile_device_kernels(
     return [(name, us) for _, name, us in events], prof
 
 
+# The L2 flush's launch sequence per device (the same for every call: a read of an L2_FLUSH_BYTES buffer), profiled
+# once per process
+_FLUSH_KERNELS: dict[int, tuple[str, ...]] = {}
+
+
+def _flush_kernels(flush: Callable[[], object], device: int) -> tuple[str, ...]:
+    """The kernels one call of the L2 flush launches, in order (profiled alone; a second session where the first
+    comes back without device activity)."""
+    if device not in _FLUSH_KERNELS:
+        for _ in range(2):
+            sequence = tuple(kernel for kernel, _ in _profile_device_kernels(flush, 1, None, None)[0])
+            if sequence:
+                _FLUSH_KERNELS[device] = sequence
+                break
+    return _FLUSH_KERNELS.get(device, ())
+
+
 def _without_flush(kernels: list[tuple[str, float]], flush: tuple[str, ...], num_tests: int) -> list[tuple[str, float]]:
     """The profiled launches (in time order) less the L2 flush's, whose launch sequence per call is ``flush``: each
     call launches the same kernels, the flush's first, so the first ``len(flush)`` of every call's share are dropped
@@ -239,13 +256,9 @@ def bench_kineto(
     torch.cuda.synchronize()
     with suppress_stdout_stderr() if suppress_kineto_output else empty_suppress():
         # The flush's own kernels (PyTorch's reduce_kernel, which a name such as cuBLAS's 'reduce' would match) are
-        # left out: profiled alone first. The first profiler session of a process can come back without any device
-        # activity (a profiler effect that makes the reference return 0 on its first call): one more session then.
-        flush_kernels: tuple[str, ...] = ()
-        for _ in range(2 if flush is not None else 0):
-            flush_kernels = tuple(kernel for kernel, _ in _profile_device_kernels(flush, 1, None, None)[0])
-            if flush_kernels:
-                break
+        # left out (_flush_kernels, _without_flush). The first profiler session of a process can come back without any
+        # device activity (a profiler effect that makes the reference return 0 on its first call): one more then.
+        flush_kernels = _flush_kernels(flush, torch.cuda.current_device()) if flush is not None else ()
         for _ in range(2):
             kernels, prof = _profile_device_kernels(fn, num_tests, flush, barrier)
             kernels = _without_flush(kernels, flush_kernels, num_tests)
