@@ -126,6 +126,21 @@ PYBIND11_MODULE(_C, m) {
     // (one mapping for these bindings and the vectorcall ones: dg::fast_call::set_dg_python_error)
     dg::fast_call::not_implemented_error_type() =
         py::register_exception<dg::NotImplementedError>(m, "NotImplementedError", PyExc_NotImplementedError).ptr();
+    {
+        // A bad argument: a ValueError, and a RuntimeError too, which is what the reference raises for its failed
+        // host checks (engines written for it catch RuntimeError around a call, e.g. to fall back on a shape)
+        PyObject* bases = PyTuple_Pack(2, PyExc_ValueError, PyExc_RuntimeError);
+        PyObject* type = PyErr_NewExceptionWithDoc(
+            "deep_gemm._C.InputError",
+            "A bad argument (dtype, shape, stride, alignment, device, layout, value): a ValueError and a "
+            "RuntimeError.",
+            bases, nullptr);
+        Py_XDECREF(bases);
+        if (type == nullptr)
+            throw py::error_already_set();
+        m.add_object("InputError", py::reinterpret_steal<py::object>(type));
+        dg::fast_call::input_error_type() = type;  // (the module holds the reference)
+    }
     py::register_exception_translator([](std::exception_ptr p) {
         if (p && !dg::fast_call::set_dg_python_error(p))
             std::rethrow_exception(p);

@@ -13,6 +13,7 @@ require_built_extension()
 
 from deep_gemm import testing, utils
 from deep_gemm._C import (
+    InputError,
     compile_kernel,
     get_block_size_multiple_of,
     get_deterministic,
@@ -113,6 +114,7 @@ get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 __version__ = "0.1.0"
 
 __all__ = [
+    "InputError",
     "bf16_gemm_nn",
     "bf16_gemm_nt",
     "bf16_gemm_tn",

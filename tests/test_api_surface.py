@@ -45,8 +45,21 @@ def test_every_public_function_has_a_docstring(module: str) -> None:
 
 def test_stub_matches_extension() -> None:
     exported = {name for name, obj in vars(_C).items() if callable(obj) and not name.startswith("_")}
-    exported.discard("NotImplementedError")
+    exported -= {"NotImplementedError", "InputError"}  # (the exception classes: checked below)
     assert stub_functions() == exported
+
+
+def test_input_errors_are_value_and_runtime_errors() -> None:
+    # A bad argument raises _C.InputError: a ValueError (ours) that is also a RuntimeError (what the reference raises
+    # for a failed host check, and what engines written for it catch), here and through the ops
+    assert deep_gemm.InputError is _C.InputError
+    assert issubclass(_C.InputError, ValueError) and issubclass(_C.InputError, RuntimeError)
+    bad = (torch.ones(4, 4), torch.ones(4, 1))
+    for call in (lambda: deep_gemm.fp8_gemm_nt(bad, bad, torch.ones(4, 4)),
+                 lambda: torch.ops.deep_gemm.fp8_gemm_nt(bad[0], bad[1], bad[0], bad[1], torch.ones(4, 4))):  # fmt: skip
+        with pytest.raises(RuntimeError, match=r"a\[0\] \(A\) must have dtype torch.float8_e4m3fn") as info:
+            call()
+        assert type(info.value) is _C.InputError
 
 
 @pytest.mark.parametrize(

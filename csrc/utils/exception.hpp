@@ -1,5 +1,6 @@
 // Errors raised by the extension. Python sees:
-//   dg::InputError          -> ValueError          (a bad argument: dtype, shape, stride, alignment, device, layout)
+//   dg::InputError          -> _C.InputError       (a bad argument: dtype, shape, stride, alignment, device, layout;
+//                                                   a ValueError, and a RuntimeError as the reference raises there)
 //   dg::NotImplementedError -> NotImplementedError (a valid request this build/arch does not serve)
 //   dg::RuntimeError        -> RuntimeError        (driver, compiler, cache or environment failures)
 // Every message names the argument (or the component) and what was expected.

@@ -40,6 +40,13 @@ inline PyObject*& not_implemented_error_type() {
     return type;
 }
 
+// The Python type of dg::InputError (the module's InputError, a ValueError that is also a RuntimeError, once the
+// module created it).
+inline PyObject*& input_error_type() {
+    static PyObject* type = PyExc_ValueError;
+    return type;
+}
+
 // Sets the Python error for the extension's own exceptions (see exception.hpp for the mapping); false for any
 // other exception (the pybind11 bindings leave those to pybind11's translators).
 inline bool set_dg_python_error(std::exception_ptr error) {
@@ -48,7 +55,7 @@ inline bool set_dg_python_error(std::exception_ptr error) {
     } catch (const TypeError& e) {
         PyErr_SetString(PyExc_TypeError, e.what());
     } catch (const InputError& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
+        PyErr_SetString(input_error_type(), e.what());
     } catch (const NotImplementedError& e) {
         PyErr_SetString(not_implemented_error_type(), e.what());
     } catch (const RuntimeError& e) {
