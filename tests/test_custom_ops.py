@@ -904,7 +904,7 @@ def test_cpp_kernel_raises_what_the_binding_raises_on_cuda() -> None:
     b = torch.zeros(96, 256, device="cuda", dtype=torch.bfloat16)
     d = torch.zeros(64, 96, device="cuda", dtype=torch.bfloat16)
     via_op = outcome(lambda: torch.ops.deep_gemm.bf16_gemm_nt(a, b, d))
-    assert via_op[0] is ValueError and via_op == outcome(lambda: _C.bf16_gemm_nt(a, b, d)), via_op
+    assert via_op[0] is _C.InputError and via_op == outcome(lambda: _C.bf16_gemm_nt(a, b, d)), via_op
 
 
 @pytest.mark.gpu
