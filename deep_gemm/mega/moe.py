@@ -110,6 +110,12 @@ def _check_pair_devices(fn: str, sym_buffer: SymmBuffer, y, l1: tuple, l2: tuple
     _check_devices(fn, sym_buffer, {**tensors, "cumulative_local_expert_recv_stats": stats})
 
 
+def _reads_values(t: torch.Tensor) -> bool:
+    """Whether a check may read ``t``'s values on the host: a CPU tensor always; a CUDA one (a host synchronization)
+    only with ``DG_DEBUG_CHECKS=1`` and never while a CUDA graph is captured."""
+    return not t.is_cuda or (debug_checks_enabled() and not torch.cuda.is_current_stream_capturing())
+
+
 def _check_expert_ids(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
     """Raise when this rank's top-k ids hold a value outside [-1, E). Reading them is a host synchronization, so, as
     every deep_gemm API does (docs/design.md, "No host synchronization on default paths"), CUDA buffers are checked
@@ -118,7 +124,7 @@ def _check_expert_ids(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
     if num_tokens == 0:
         return
     ids = sym_buffer.topk_idx[:num_tokens]
-    if ids.is_cuda and (not debug_checks_enabled() or torch.cuda.is_current_stream_capturing()):
+    if not _reads_values(ids):
         return
     num_experts = sym_buffer.layout.num_experts
     bad = ((ids < -1) | (ids >= num_experts)).any()
@@ -141,7 +147,7 @@ def _check_x_scales(fn: str, sym_buffer: SymmBuffer, num_tokens: int) -> None:
     x_sf = sym_buffer.x_sf
     if num_tokens == 0 or x_sf is None or x_sf.dtype != torch.float32:
         return
-    if x_sf.is_cuda and (not debug_checks_enabled() or torch.cuda.is_current_stream_capturing()):
+    if not _reads_values(x_sf):
         return
     sf = x_sf[:num_tokens]
     if bool(((sf >= _FP32_SCALE_LIMIT) | (sf < 0) | sf.isnan()).any()):
