@@ -1,7 +1,8 @@
 """Shared pytest setup.
 
-- Tests marked ``gpu`` are skipped when no CUDA GPU is visible, and those marked ``multigpu`` (one process per
-  GPU, e.g. test_mega_moe_dist.py) when fewer than two are.
+- Tests marked ``gpu`` are skipped unless the visible CUDA GPU is an SM90 one (H100, H200, H800: the kernels' only
+  target; other GPUs get NotImplementedError from every kernel), and those marked ``multigpu`` (one process per
+  GPU, e.g. test_mega_moe_dist.py) also when fewer than two are.
 - Tests that compile kernels with NVCC (marked ``nvcc``, or parametrized ``use_nvrtc=False``) are skipped when no
   nvcc is found, and those that compile with NVRTC (marked ``nvrtc``, or ``use_nvrtc=True``) when no NVRTC library
   loads: the CPU tier then runs everything else and says what was skipped and why.
@@ -18,8 +19,8 @@ from jit_helpers import find_nvcc, find_nvrtc
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
-    config.addinivalue_line("markers", "multigpu: needs two or more CUDA GPUs (one process per GPU)")
+    config.addinivalue_line("markers", "gpu: needs an SM90 GPU")
+    config.addinivalue_line("markers", "multigpu: needs two or more SM90 GPUs (one process per GPU)")
     config.addinivalue_line("markers", "nvcc: compiles kernels with NVCC (skipped when no nvcc is found)")
     config.addinivalue_line("markers", "nvrtc: compiles kernels with NVRTC (skipped when no NVRTC library loads)")
 
@@ -34,6 +35,9 @@ def compilers_needed(item: pytest.Item) -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    sm90 = capability is not None and capability[0] == 9
+    gpu_found = "no CUDA GPU is visible" if capability is None else f"found compute capability {capability}"
     skips = {
         "nvcc": None if find_nvcc() else pytest.mark.skip(
             reason=f"needs nvcc: DG_JIT_NVCC_COMPILER={os.environ['DG_JIT_NVCC_COMPILER']} is not executable"
@@ -44,11 +48,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "nvrtc": None if find_nvrtc() else pytest.mark.skip(
             reason="needs NVRTC: no libnvrtc.so.13 loads (toolkit, nvidia-cuda-nvrtc wheel, loader path)"
         ),
-        "gpu": None if torch.cuda.is_available() else pytest.mark.skip(
-            reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
-        ),
-        "multigpu": None if torch.cuda.device_count() >= 2 else pytest.mark.skip(
-            reason=f"needs two or more CUDA GPUs (torch.cuda.device_count() is {torch.cuda.device_count()})"
+        "gpu": None if sm90 else pytest.mark.skip(reason=f"needs an SM90 GPU ({gpu_found})"),
+        "multigpu": None if sm90 and torch.cuda.device_count() >= 2 else pytest.mark.skip(
+            reason=f"needs two or more SM90 GPUs ({gpu_found}; torch.cuda.device_count() is {torch.cuda.device_count()})"
         ),
     }
     for item in items:

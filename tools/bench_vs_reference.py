@@ -1,6 +1,6 @@
-"""Times the reference-API calls of issue #48's shape set with whichever `deep_gemm` package is importable, so the
-same script, run twice in one device call (ours; the reference wheel in its own folder on PYTHONPATH, in a separate
-process), gives a same-run, same-GPU comparison. Then --compare renders the ratio table.
+"""Times the reference-API calls of engines' DeepSeek shape set (dense, grouped, weight-gradient, MQA and paged MQA
+calls) with whichever `deep_gemm` package is importable, so the same script, run twice on one GPU in one session
+(ours; the reference wheel in its own folder on PYTHONPATH, in a separate process), gives a same-GPU comparison. Then --compare renders the ratio table.
 
     python3 tools/bench_vs_reference.py --label ours --json OUT/ours.json [--families dense,masked]
     PYTHONPATH=/tmp/ref DG_JIT_CACHE_DIR=/tmp/ref-cache python3 tools/bench_vs_reference.py --label reference \

@@ -5,10 +5,10 @@
 # OUTDIR gets summary.txt (one line per step), perf.md (the bench tables, python -m deep_gemm.bench --markdown),
 # each suite's JSON, and logs/ with every log; logs.tgz packs logs/ after each step, so a run killed at a time
 # limit still leaves its logs in one file.
-# Offline machines: wheels of what the image lacks in .whl/ (the README's `pip download` list); a carried
+# Offline machines: wheels of what the image lacks in .whl/ (the README's `pip download` list); a
 # .jit-prebuilt/kernels.tar.gz (tools/prebuild_jit_cache.py) is unpacked into the kernel cache first.
 # Environment (all optional):
-#   DG_GPU_RUN_SKIP_INSTALL=1   keep the package an earlier call installed (a warm machine; source unchanged)
+#   DG_GPU_RUN_SKIP_INSTALL=1   keep the package an earlier gpu_run.sh installed on this machine (source unchanged)
 #   DG_GPU_RUN_SKIP_TESTS=1 / DG_GPU_RUN_SKIP_JIT=1 / DG_GPU_RUN_SKIP_BENCH=1 / DG_GPU_RUN_SKIP_SMOKE=1   skip that step
 #   DG_GPU_RUN_TEST_PATHS="test_a.py ..."   test files (default: all); pytest runs `-m gpu` plus the given args
 #   DG_GPU_RUN_TEST_WORKERS=N               N pytest-xdist processes (wheels in .whl/); they share the GPU and
@@ -27,6 +27,9 @@
 #                                           against ours on issue #48's calls (tools/bench_vs_reference.py):
 #                                           vs-reference.md; DG_GPU_RUN_REFERENCE_FAMILIES=dense,... picks families
 #   DG_GPU_RUN_SWEEP="--shapes ... --configs ...; ..."      tools/sweep_fp8_gemm.py calls, as sweep-<i>.json
+#   DG_GPU_RUN_TEST_TIMEOUT / _SANITIZE_TIMEOUT / _SUITE_TIMEOUT / _SWEEP_TIMEOUT=S   seconds for the whole test
+#                                           step (default 1200), each sanitizer tool (300), each bench suite (400),
+#                                           each sweep (400)
 set -uo pipefail
 OUT=$(realpath -m "${1:?usage: tools/gpu_run.sh OUTDIR [pytest-args...]}")
 shift
@@ -51,7 +54,7 @@ trap pack EXIT
 note "$(sed -n 2p "$L/env.txt")"
 
 if [[ -n "${DG_GPU_RUN_SKIP_INSTALL:-}" ]] && (cd /tmp && python3 -c "import deep_gemm") 2>/dev/null; then
-    note "install skipped (DG_GPU_RUN_SKIP_INSTALL: the package a previous call installed on this warm machine)"
+    note "install skipped (DG_GPU_RUN_SKIP_INSTALL: the package an earlier run installed on this machine)"
 elif [[ -d .whl ]]; then WHEELHOUSE=.whl ./install.sh > "$L/install.log" 2>&1; else ./install.sh > "$L/install.log" 2>&1; fi || {
     note "install failed"; tail -50 "$L/install.log"; exit 1; }
 jit_cache_unpack | tee -a "$OUT/summary.txt"

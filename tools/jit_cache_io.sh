@@ -1,5 +1,5 @@
 # Sourced by tools/gpu_run.sh: the kernel cache ($DG_JIT_CACHE_DIR) in and out of a GPU run.
-#   jit_cache_unpack        before the first kernel: the entries of .jit-prebuilt/kernels.tar.gz (carried; built on a
+#   jit_cache_unpack        before the first kernel: the entries of .jit-prebuilt/kernels.tar.gz (copied to the GPU machine with the tree; built on a
 #                           CPU machine by tools/prebuild_jit_cache.py) into the cache, so matching kernels load
 #                           instead of compiling; prints how many
 #   jit_cache_sources FILE  the rendered source of every entry in the cache (<family>-<compiler>-<key>/kernel.cu), as

@@ -4,7 +4,7 @@
     python tools/measure_binding_overhead.py [--json out.json]
 
 Builds a stand-alone extension (torch.utils.cpp_extension, ~1 minute) with functions of fp8_gemm_nt's signature
-whose bodies do nothing but touch the arguments: one bound by pybind11 as `_C.fp8_gemm_nt` was until 2026-12-05
+whose bodies do nothing but touch the arguments: one bound by pybind11 as `_C.fp8_gemm_nt` was before its own binding
 (tensor pairs cast to tuples of handles), one through the extension's own vectorcall binding
 (dg::apis::bind_fp8_gemm_nt, tensors borrowed), and that binding followed by fp8_gemm_nt's host checks
 (dg::apis::check_fp8_gemm_nt_host, the extension's own code, on CPU tensors). Times 200000 calls of each, with the

@@ -14,7 +14,8 @@ pairs along N sharing A). A config becomes the DG_TUNE section of the suite's GE
 fp8_gemm, or bf16_gemm for the bf16 suites; e.g. bm128-s2 is DG_TUNE="fp8_gemm:block_m=128,split_k=2". Each config
 runs in its own process (DG_TUNE is read when a shape's plan is made) through `python -m deep_gemm.bench
 --no-baselines`; shapes a config does not fit are reported as errors. Prints a table of median microseconds, the
-fastest config per shape marked with '*', and what the heuristic picked.
+fastest config per shape marked with '*', and what the heuristic picked. A config's process gets
+DG_SWEEP_CONFIG_TIMEOUT seconds (default 300); one that runs longer is reported as an error for its shapes.
 """
 
 import argparse

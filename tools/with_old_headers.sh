@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a command against the installed deep_gemm with the kernel headers of an earlier commit: a same-run
 # baseline for a kernel change (the host code, heuristics included, stays the installed one).
-#   git archive COMMIT deep_gemm/include | gzip > .ab/include-COMMIT.tar.gz    (here; .ab is git-ignored, carried)
+#   git archive COMMIT deep_gemm/include | gzip > .ab/include-COMMIT.tar.gz    (here; .ab is git-ignored: copy it to the GPU machine with the tree)
 #   tools/with_old_headers.sh .ab/include-COMMIT.tar.gz python3 -m deep_gemm.bench --suite mqa ...
 # The installed package is copied to /tmp/dg_old/deep_gemm with the tarball's include/ in place of its own (the
 # JIT reads the headers next to the _C module), put first on PYTHONPATH, with its own JIT cache directory.

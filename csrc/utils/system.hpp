@@ -21,9 +21,9 @@ namespace dg {
 
 namespace fs = std::filesystem;
 
-// NOTES: POSIX I/O keeps the JIT off libstdc++'s locale machinery: built with -fvisibility=hidden, the
-// extension got private copies of the facet ids, and std::regex crashed inside PyTorch's process on
-// the H200 image (2026-12-02). The flag is gone; the plain calls stayed.
+// NOTES: POSIX I/O keeps the JIT off libstdc++'s locale machinery, which the extension shares with PyTorch's
+// process: an extension built with -fvisibility=hidden got private copies of the facet ids, and std::regex
+// crashed there. That flag is gone; the plain calls stayed.
 inline std::optional<std::string> read_file(const fs::path& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)

@@ -138,6 +138,20 @@ def command_from_options(report: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def without_output_paths(command: str) -> str:
+    """A recorded command line without its output files (``--json PATH``, ``--markdown PATH``): where a run wrote
+    its report is the machine's business, not part of how to reproduce the numbers."""
+    words, kept, skip = command.split(), [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in ("--json", "--markdown"):
+            skip = True
+        elif not word.startswith(("--json=", "--markdown=")):
+            kept.append(word)
+    return " ".join(kept)
+
+
 def _metadata_lines(report: dict[str, Any]) -> list[str]:
     """The bullet list heading a report's tables."""
 
@@ -148,7 +162,7 @@ def _metadata_lines(report: dict[str, Any]) -> list[str]:
     timestamp = report.get("timestamp")
     date = timestamp[:16].replace("T", " ") + " UTC" if isinstance(timestamp, str) and timestamp else NOT_RECORDED
     if report.get("command"):
-        command = f"`{report['command']}`"
+        command = f"`{without_output_paths(report['command'])}`"
     elif report.get("options") is not None:
         command = f"`{command_from_options(report)}` (rebuilt from the recorded options)"
     else:

@@ -92,6 +92,7 @@ class GemmShape:
     fp4_a: bool = False
 
     def label(self) -> str:
+        """A one-line name of this call site for the progress bar and the summary."""
         groups = f" G={self.num_groups}" if self.num_groups != 1 else ""
         fp4 = " fp4" if self.fp4_b else ""
         return f"{self.api} n={self.n} k={self.k}{groups}{fp4}"
@@ -111,6 +112,7 @@ class MqaLogitsShape:
     logits_dtype: str = "fp32"
 
     def label(self) -> str:
+        """A one-line name of this call site for the progress bar and the summary."""
         return f"fp8_mqa_logits H={self.num_heads} D={self.head_dim} clean={int(self.clean_logits)}"
 
 
@@ -136,6 +138,7 @@ class PagedMqaLogitsShape:
     max_batch: int | None = None
 
     def label(self) -> str:
+        """A one-line name of this call site for the progress bar and the summary."""
         return f"fp8_paged_mqa_logits next_n={self.next_n} H={self.num_heads} D={self.head_dim}"
 
 
@@ -147,6 +150,7 @@ class RenderedKernel:
     source: str
 
     def label(self) -> str:
+        """A one-line name of this call site for the progress bar and the summary."""
         return f"{self.family} (rendered source)"
 
 
