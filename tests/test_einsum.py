@@ -10,6 +10,7 @@ reference of the same BF16 (or FP8 and scales) values, outputs poisoned with NaN
 import pytest
 import torch
 from jit_helpers import compile_params, parameter_names
+from kernel_trace import count, launched_kernels
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
@@ -369,6 +370,28 @@ def test_bmk_bnk_mn_matches_reference(mode, s, m, n, k, k_batched, monkeypatch) 
     # FP32 sums of exact BF16 products: only FP32 rounding (sum over s * k = 32768 products: about 1e-5 of rms),
     # far below BF16's; a result rounded through BF16 or a missed batch entry fails
     check_close(d, ref, f"FP32 d ({mode}) s={s} m={m} n={n} k={k}", rtol=1e-4, atol=1e-4, max_diff=1e-8)
+
+
+@gpu
+@pytest.mark.parametrize("expr", ["bhr,hdr->bhd", "bhd,hdr->bhr", "bmk,bnk->mn"])
+def test_batched_modes_take_their_path(expr: str, monkeypatch) -> None:
+    # What the opt-in key changes, by the kernels a call launches: the per-head expressions lose the heads-first
+    # copies of A and D (one GEMM, no copy), 'bmk,bnk->mn' its launch per batch entry and the FP32 accumulator's copy
+    if expr == "bmk,bnk->mn":
+        s, m, n, k = 3, 129, 200, 72
+        a, b, d = randn(s, m, k, seed=1), randn(s, n, k, seed=2), nan_like((m, n))
+        default_gemms = s
+    else:
+        batch, heads, dim_d, dim_r = 64, 128, 128, 512
+        a = randn(batch, heads, dim_r if expr == "bhr,hdr->bhd" else dim_d, seed=3)
+        b = randn(heads, dim_d, dim_r, seed=4)
+        d = nan_like((batch, heads, dim_d if expr == "bhr,hdr->bhd" else dim_r))
+        default_gemms = 1
+    default = launched_kernels(lambda: deep_gemm.einsum(expr, a, b, d))
+    assert count(default, "sm90_gemm_kernel") == default_gemms and count(default, "copy") >= 1, default
+    monkeypatch.setenv("DG_TUNE", BATCHED_TUNE)
+    batched = launched_kernels(lambda: deep_gemm.einsum(expr, a, b, d))
+    assert count(batched, "sm90_gemm_kernel") == 1 and count(batched, "copy") == 0, batched
 
 
 def fp8_inputs(batch: int, heads: int, dim_d: int, dim_r: int, seed: int):

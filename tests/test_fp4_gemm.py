@@ -547,6 +547,15 @@ def test_m_grouped_fp8_fp4_contiguous(a_kind: str, in_gemm: bool, psum: bool, nu
             written[s:e] = True
     zeroed = zeroed_padding_rows(per_row, num_groups, alignment, False, psum)
     check_padding_rows(d, written, zeroed, "padding rows of d")
+    # ensure_zero_padding=True (the zeroing kernel, or with in_gemm the GEMM's producer warps): every padding row
+    # zero, the groups' rows the same bits as before
+    first = d.clone()
+    d.fill_(float("nan"))
+    deep_gemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, b_sf), d, layout, use_psum_layout=psum,
+                                                   ensure_zero_padding=True)  # fmt: skip
+    assert torch.equal(d[written], first[written]), "ensure_zero_padding changed the groups' rows"
+    zeroed = zeroed_padding_rows(per_row, num_groups, alignment, True, psum)
+    check_padding_rows(d, written, zeroed, "padding rows of d (ensure_zero_padding)")
 
 
 @gpu
@@ -584,7 +593,7 @@ FORCED_TUNES = {
     "multicast_on_a": ("fp8_gemm:multicast_on_a=1", "multicast=2(A) "),
     "split_k3": ("fp8_gemm:split_k=3", "split_k=3 "),
     "overlap_off": ("fp8_gemm:overlap=0", "overlap=false "),
-    "stream_k1": ("fp8_gemm:stream_k=1,split_k=1,multicast=0", "split_k=1 "),
+    "stream_k1": ("fp8_gemm:stream_k=1,split_k=1,multicast=0", "split_k=1 stream_k=1 "),
 }
 
 

@@ -1021,9 +1021,7 @@ def test_pipeline_plumbing_on_emulated_kernels(kind, num_tokens, pattern, monkey
     stats = torch.full((8,), 2, dtype=torch.int32)
     y = torch.full((num_tokens, 256), float("nan"), dtype=torch.bfloat16)
     problem.call(y, stats)
-    ref = problem.reference(num_tokens)
-    assert not y.isnan().any()
-    assert deep_gemm.testing.calc_diff(y.double(), ref) < 1e-4 or not ref.any()
+    check_against_reference(problem, y, num_tokens)
     ids = problem.buffer.topk_idx[:num_tokens]
     assert torch.equal(stats.long(), 2 + torch.bincount(ids[ids >= 0], minlength=8))
 
@@ -1079,6 +1077,14 @@ def check_against_reference(problem: Problem, y: torch.Tensor, num_tokens: int) 
         diff = deep_gemm.testing.calc_diff(y[routed].double(), ref[routed])
         worst = (y.double() - ref).abs().max().item()
         assert diff < 1e-4, f"calc_diff {diff}, worst abs error {worst}"
+        # Every routed token's row too (the whole-tensor calc_diff lets one token's row be ~20 % off): the reference
+        # quantizes as the kernels do, so a row differs by BF16 rounding (2^-9) and the rare intermediate value whose
+        # FP8 rounding flips under a different FP32 summation order (one such value moves a row by ~0.3 %)
+        y_r, ref_r = y[routed].double(), ref[routed]
+        row_err = (y_r - ref_r).norm(dim=1)
+        bound = 0.03 * ref_r.norm(dim=1) + 1e-3 * ref_r.pow(2).mean().sqrt() * ref_r.shape[1] ** 0.5
+        bad = (row_err > bound).nonzero().flatten().tolist()
+        assert not bad, f"token rows {bad[:8]} off by {(row_err / ref_r.norm(dim=1).clamp_min(1e-30))[bad[:8]].tolist()}"
 
 
 def check_routing_tables(problem: Problem, num_tokens: int) -> None:

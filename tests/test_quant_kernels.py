@@ -299,12 +299,22 @@ def test_bench_suite_is_registered() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- GPU tier
-def poison_free_memory(nbytes: int) -> None:
+def poison_free_memory(x: torch.Tensor, *outputs: torch.Tensor) -> None:
     """Fill free blocks of the caching allocator with 0xff bytes (an FP8 NaN, an FP32 NaN), so an output the call
-    allocates and fails to write shows NaN (the call's outputs are allocated by it and cannot be pre-filled)."""
-    block = torch.empty(max(nbytes, 1), dtype=torch.uint8, device="cuda")
-    block.fill_(0xFF)
-    del block
+    allocates and fails to write shows NaN (the call's outputs are allocated by it and cannot be pre-filled).
+    One large block of 4 x.numel() bytes, then one block of each expected output's size, and of a scale tensor's
+    size with its rows padded to 4 (the MN-major TMA-aligned form): the allocator serves a request from the
+    smallest free block that fits in its pool, and outputs of up to 1 MiB come from the small pool, which the large
+    block does not reach."""
+    sizes = [4 * x.numel()]
+    for t in outputs:
+        sizes.append(t.numel() * t.element_size())
+        if t.dim() >= 2 and t.shape[-2] > 0:
+            sizes.append(t.numel() // t.shape[-2] * ((t.shape[-2] + 3) // 4 * 4) * t.element_size())
+    blocks = [torch.empty(max(n, 1), dtype=torch.uint8, device="cuda") for n in sizes]
+    for block in blocks:
+        block.fill_(0xFF)
+    del blocks
 
 
 def make_input(shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
@@ -365,7 +375,7 @@ TOKEN_SHAPES = [(1, 128), (7, 7168), (129, 1000), (256, 4096), (65, 96), (3, 65,
 def test_per_token_is_bit_exact(shape, dtype, use_ue8m0: bool, gran_k: int, packed: bool, mn_major: bool) -> None:
     x = make_input(shape, dtype, seed=sum(shape))
     want_x, want_sf = per_token_cast_to_fp8_reference(x, use_ue8m0, gran_k, packed)
-    poison_free_memory(4 * x.numel())
+    poison_free_memory(x, want_x, want_sf)
     got_x, got_sf = deep_gemm.per_token_quant_fp8(x, use_ue8m0, gran_k, packed, sf_mn_major=mn_major)
     assert got_x.is_contiguous()
     assert_same_bits(got_x, want_x, "values")
@@ -404,6 +414,8 @@ def test_empty_inputs() -> None:
 
 @gpu
 def test_utils_casts_on_cuda_run_the_kernels(monkeypatch) -> None:
+    # (the dispatch the release turns on once these tests pass: forced here, so that they test it)
+    monkeypatch.setattr(deep_gemm.utils.casts, "_CASTS_RUN_KERNELS", True)
     calls = []
     for name in ("per_token_quant_fp8", "per_block_quant_fp8"):
         original = getattr(deep_gemm.ops, name)
@@ -443,7 +455,7 @@ def test_silu_and_mul_contiguous_is_bit_exact(shape, dtype, use_ue8m0, gran_k, p
     w = torch.rand(shape[0], device="cuda") if weighted else None
     want_x, want_sf = per_token_cast_to_fp8_reference(silu_and_mul_reference(x, w, clamp), use_ue8m0, gran_k, packed)
     for mn_major in (True, False):
-        poison_free_memory(4 * x.numel())
+        poison_free_memory(x, want_x, want_sf)
         got_x, got_sf = deep_gemm.silu_and_mul_quant_fp8(x, use_ue8m0, gran_k, packed, w, clamp, None, mn_major)
         assert_same_bits(got_x, want_x, "values")
         assert_same_bits(got_sf, want_sf, "scales")
@@ -461,7 +473,7 @@ def test_silu_and_mul_masked_is_bit_exact(m_max: int, inter: int, weighted: bool
     masked_m = torch.tensor([0, m_max, m_max // 3, m_max + 5], dtype=torch.int32, device="cuda")  # (the last: capped)
     w = torch.rand(groups, m_max, device="cuda") if weighted else None
     want_x, want_sf = per_token_cast_to_fp8_reference(silu_and_mul_reference(x, w, 7.0), False, 128)
-    poison_free_memory(4 * x.numel())
+    poison_free_memory(x, want_x, want_sf)
     got_x, got_sf = deep_gemm.silu_and_mul_quant_fp8(x, row_weights=w, activation_clamp=7.0, masked_m=masked_m)
     check_mn_major(got_sf, padding_zeroed=False)  # (zeroed only where the last row is computed)
     assert got_x.shape == (groups, m_max, inter) and got_sf.shape == (groups, m_max, (inter + 127) // 128)
@@ -502,7 +514,7 @@ BLOCK_SHAPES = [(128, 128), (300, 1000), (257, 7168), (3, 256, 384), (2, 130, 10
 def test_per_block_is_bit_exact(shape, dtype, use_ue8m0: bool) -> None:
     x = make_input(shape, dtype, seed=sum(shape) + 1)
     want_x, want_sf = per_block_cast_to_fp8_reference(x, use_ue8m0)
-    poison_free_memory(4 * x.numel())
+    poison_free_memory(x, want_x, want_sf)
     got_x, got_sf = deep_gemm.per_block_quant_fp8(x, use_ue8m0)
     assert_same_bits(got_x, want_x, "values")
     assert_same_bits(got_sf, want_sf, "scales")
@@ -522,7 +534,8 @@ FP4_SHAPES = [(1, 128), (7, 7168), (129, 1000), (65, 96), (256, 4096), (3, 34)]
     ("use_ue8m0", "gran_k", "packed"), [(False, 128, False), (True, 128, False), (True, 32, True), (False, 32, False)],
     ids=["fp32sf-g128", "ue8m0-g128", "packed-g32", "fp32sf-g32"],
 )  # fmt: skip
-def test_per_token_fp4_is_bit_exact(shape, dtype, use_ue8m0: bool, gran_k: int, packed: bool) -> None:
+def test_per_token_fp4_is_bit_exact(monkeypatch, shape, dtype, use_ue8m0: bool, gran_k: int, packed: bool) -> None:
+    monkeypatch.setattr(deep_gemm.utils.casts, "_CASTS_RUN_KERNELS", True)  # (the utils dispatch, checked below)
     x = make_input(shape, dtype, seed=sum(shape) + 2)
     # Values exactly on E2M1 midpoints once scaled: a row whose amax is 6 * 2^k with entries at the midpoints
     if shape[0] > 2 and shape[1] >= 16:
@@ -530,14 +543,18 @@ def test_per_token_fp4_is_bit_exact(shape, dtype, use_ue8m0: bool, gran_k: int, 
         x[2, :16] = grid.to(dtype).cuda()
         x[2, 16:] = 0
     want = per_token_cast_to_fp4_reference(x, use_ue8m0, gran_k, packed)
-    poison_free_memory(4 * x.numel())
+    poison_free_memory(x, *want)
     got = deep_gemm.per_token_quant_fp4(x, use_ue8m0, gran_k, packed)
     assert got[0].dtype == torch.int8 and got[0].is_contiguous()
     assert_same_bits(got[0].view(torch.uint8), want[0].view(torch.uint8), "codes")
     assert_same_bits(got[1], want[1], "scales")
     # The utils function takes the kernel on CUDA
+    calls = []
+    original = deep_gemm.ops.per_token_quant_fp4
+    monkeypatch.setattr(deep_gemm.ops, "per_token_quant_fp4", lambda *a, **k: calls.append(1) or original(*a, **k))
     via_utils = deep_gemm.utils.per_token_cast_to_fp4(x, use_ue8m0, gran_k, packed)
-    assert torch.equal(via_utils[0], want[0])
+    assert calls == [1], "deep_gemm.utils.per_token_cast_to_fp4 did not call the kernel"
+    assert torch.equal(via_utils[0], want[0]) and torch.equal(via_utils[1], want[1])
     mn = deep_gemm.per_token_quant_fp4(x, use_ue8m0, gran_k, packed, sf_mn_major=True)[1]
     check_mn_major(mn)
     assert_same_bits(mn, want[1], "MN-major scales")

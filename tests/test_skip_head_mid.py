@@ -9,6 +9,7 @@ were poisoned before the call (NaN), odd head sizes, mid = 0, left = 0, right = 
 import pytest
 import torch
 from jit_helpers import compile_params, parameter_names
+from kernel_trace import count, launched_kernels
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
@@ -132,13 +133,24 @@ def mid_mask(heads: int, splits, device) -> torch.Tensor:
 POISON = 0x7FC1  # a NaN bit pattern no computation produces (canonical NaN is 0x7FC0)
 
 
+GUARD_ROWS, GUARD_COLS = 2, 72  # (72: the row stride keeps cols' residue mod 8, so D is as aligned as a dense one)
+
+
 def poisoned(m: int, cols: int, mid: torch.Tensor) -> torch.Tensor:
-    d = torch.full((m, cols), float("nan"), dtype=torch.bfloat16, device="cuda")
-    d.view(torch.int16)[:, mid] = POISON
+    """D [m, cols] (NaN, its mid columns POISON) as a window of a POISON buffer with guard rows below and guard
+    columns to the right, which no store may reach (`check` asserts it)."""
+    buf = torch.empty(m + GUARD_ROWS, cols + GUARD_COLS, dtype=torch.bfloat16, device="cuda")
+    buf.view(torch.int16).fill_(POISON)
+    d = buf[:m, :cols]
+    d.view(torch.int16)[:, ~mid] = torch.tensor(float("nan"), dtype=torch.bfloat16).view(torch.int16).item()
     return d
 
 
 def check(d: torch.Tensor, ref64: torch.Tensor, mid: torch.Tensor, case: str) -> None:
+    m, cols = d.shape
+    buf = d._base.view(torch.int16)
+    assert buf.shape == (m + GUARD_ROWS, cols + GUARD_COLS), f"{case}: D is not poisoned()'s window"
+    assert (buf[m:] == POISON).all() and (buf[:m, cols:] == POISON).all(), f"{case}: a store landed outside D"
     assert (d.view(torch.int16)[:, mid] == POISON).all(), f"{case}: a mid column was written"
     written, expected = d[:, ~mid], ref64[:, ~mid]
     assert torch.isfinite(written).all(), f"{case}: a left/right column was not written"
@@ -225,6 +237,25 @@ def test_skip_head_mid_matches_reference(m: int, k: int, heads: int, splits) -> 
         d_plain = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d_plain)
         assert torch.equal(d, d_plain)
+
+
+@gpu
+def test_skip_head_mid_fused_takes_its_path(monkeypatch) -> None:
+    # What the opt-in key changes, by the kernels a call launches: no scratch D and no strided copies, one GEMM
+    m, k, heads, splits = 256, 1024, 8, (64, 32, 64)
+    n = heads * (splits[0] + splits[2])
+    a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    b, sfb = per_block_cast_to_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
+    d = poisoned(m, heads * sum(splits), mid_mask(heads, splits, "cuda"))
+
+    def call() -> None:
+        deep_gemm.fp8_gemm_nt_skip_head_mid((a, sfa), (b, sfb), d, splits)
+
+    default = launched_kernels(call)
+    assert count(default, "sm90_gemm_kernel") == 1 and count(default, "copy") >= 1, default
+    monkeypatch.setenv("DG_TUNE", FUSED_TUNE)
+    fused = launched_kernels(call)
+    assert count(fused, "sm90_gemm_kernel") == 1 and count(fused, "copy") == 0, fused
 
 
 @gpu
