@@ -27,6 +27,15 @@ template <typename T>
 T __ldg(const T* p) {
     return *p;
 }
+// (declared for the whole-warp count; the host walk counts serially)
+template <typename T>
+T __shfl_xor_sync(unsigned, T value, int) {
+    return value;
+}
+template <typename T>
+T __shfl_sync(unsigned, T value, int) {
+    return value;
+}
 using std::max;
 using std::min;
 
@@ -40,8 +49,12 @@ static void walk(uint32_t shape_m, uint32_t shape_n, uint32_t num_k_blocks, uint
     gridDim.x = grid;
     for (uint32_t cta = 0; cta < grid; ++cta) {
         blockIdx.x = cta;
-        GemmScheduler<BLOCK_M, BLOCK_N, 8, kNumMulticast, kIsMulticastOnA, kNumSplits, kType, kStreamK> scheduler(
-            shape_m, shape_n, num_k_blocks, cta % kNumMulticast, layout, kStreamK ? layout.max_m : 0);
+        using Scheduler = GemmScheduler<BLOCK_M, BLOCK_N, 8, kNumMulticast, kIsMulticastOnA, kNumSplits, kType, kStreamK>;
+        // (the masked count as one thread makes it; a whole warp's sum is the same number)
+        const uint32_t masked_units =
+            kType == GemmType::kMGroupedMasked ? Scheduler::template masked_units<false>(layout, shape_n, 0) : 0;
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, cta % kNumMulticast, layout, kStreamK ? layout.max_m : 0,
+                            masked_units);
         GemmTile tile;
         // (each unit written over a poisoned tile: a field the scheduler leaves unset shows)
         while (std::memset(&tile, 0xff, sizeof(tile)), scheduler.next(tile) || scheduler.next_stream_k(tile)) {

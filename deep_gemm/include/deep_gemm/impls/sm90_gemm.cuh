@@ -177,6 +177,7 @@ struct Sm90Gemm {
     using Scheduler =
         GemmScheduler<BLOCK_M, BLOCK_N, kNumGroupN, kNumMulticast, kIsMulticastOnA, kNumSplits, kGemmType, kStreamK>;
     static constexpr bool kIsKGrouped = kGemmType == GemmType::kKGroupedContiguous;
+    static constexpr bool kIsMasked = kGemmType == GemmType::kMGroupedMasked;
     static constexpr bool kIsMGrouped = kGemmType != GemmType::kNormal && !kIsKGrouped;
     static constexpr bool kIsContiguous =
         kGemmType == GemmType::kMGroupedContiguous || kGemmType == GemmType::kMGroupedContiguousPsum;
@@ -326,12 +327,22 @@ struct Sm90Gemm {
         }
     };
 
+    // The masked layout's unit count for a role's scheduler, counted by the calling warp, all lanes (GemmScheduler::
+    // masked_units); 0 for the other layouts, whose schedulers do not take it.
+    __device__ __forceinline__ static uint32_t masked_units(uint32_t shape_n, const GroupedLayout& layout, uint32_t lane) {
+        if constexpr (kIsMasked)
+            return Scheduler::template masked_units<true>(layout, shape_n, lane);
+        else
+            return 0;
+    }
+
     // ---------------------------------------------------------------- sfb loader (one warp)
     __device__ __forceinline__ static void sfb_loader(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                       uint32_t num_k_blocks, const float* __restrict__ sfb,
                                                       GroupedLayout layout, uint32_t num_stream_k_tiles,
                                                       uint32_t rank, uint32_t lane) {
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles,
+                            masked_units(shape_n, layout, lane));
         PipelineState<kNumStages> pipe;
         GemmTile tile;
         // sfb [groups][ceil(N / 128)][K blocks]
@@ -373,7 +384,8 @@ struct Sm90Gemm {
                                                     uint32_t num_k_blocks, const TmaDescriptor* tma_a,
                                                     const TmaDescriptor* tma_b, const TmaDescriptor* tma_sfa,
                                                     const TmaDescriptor* tma_sfb, const KGroups& k_groups,
-                                                    GroupedLayout layout, uint32_t num_stream_k_tiles, uint32_t rank) {
+                                                    GroupedLayout layout, uint32_t num_stream_k_tiles, uint32_t rank,
+                                                    uint32_t num_masked_units) {
         // Bytes landing in this CTA per stage, whoever issued them (a multicast half comes from the peer); with
         // M < BLOCK_M, the A and sfa boxes hold only the rows that exist (small_m_box_rows)
         const uint32_t a_rows = small_m_box_rows(shape_m, 8), sfa_rows = small_m_box_rows(shape_m, 4);
@@ -381,7 +393,7 @@ struct Sm90Gemm {
         const uint32_t stage_bytes = a_rows * BLOCK_K * kElemBytes + (kFp4B ? 0 : SMEM_B_SIZE_PER_STAGE) +
                                      (kIsFp8 ? sfa_rows * 4 : 0) + (kPerRowSfb && !kFp4B ? BLOCK_N * 4 : 0);
         constexpr uint16_t kBothCtas = 0b11;
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles, num_masked_units);
         PipelineState<kNumStages> pipe;
         GemmTile tile;
         while (scheduler.next(tile) || scheduler.next_stream_k(tile)) {
@@ -456,7 +468,8 @@ struct Sm90Gemm {
     __device__ __forceinline__ static void fp4_converter(const SharedStorage& s, uint32_t shape_m, uint32_t shape_n,
                                                          uint32_t num_k_blocks, GroupedLayout layout,
                                                          uint32_t num_stream_k_tiles, uint32_t rank, uint32_t thread) {
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles,
+                            masked_units(shape_n, layout, thread % 32));
         PipelineState<kNumStages> pipe;
         GemmTile tile;
         while (scheduler.next(tile) || scheduler.next_stream_k(tile)) {
@@ -641,7 +654,8 @@ struct Sm90Gemm {
         const uint32_t warp_in_wg = (threadIdx.x / 32) % 4;
         const uint32_t lane = threadIdx.x % 32;
 
-        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles);
+        Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles,
+                            masked_units(shape_n, layout, lane));
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
@@ -931,9 +945,15 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
     if (threadIdx.x >= Gemm::kNumMathThreads) {
         ptx::warpgroup_reg_dealloc<Gemm::kProducerRegs>();
         const uint32_t producer_warp = (threadIdx.x - Gemm::kNumMathThreads) / 32;
+        // (the TMA thread's masked unit count, by its whole warp)
+        uint32_t producer_masked_units = 0;
+        if constexpr (Gemm::kIsMasked) {
+            if (producer_warp == 0)
+                producer_masked_units = Gemm::masked_units(shape_n, grouped_layout, threadIdx.x % 32);
+        }
         if (threadIdx.x == Gemm::kNumMathThreads)
             Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, k_groups,
-                           grouped_layout, stream_k.num_tiles, rank);
+                           grouped_layout, stream_k.num_tiles, rank, producer_masked_units);
         else if (Gemm::kBlockSfb && producer_warp == 1)
             Gemm::sfb_loader(storage, shape_m, shape_n, num_k_blocks, sfb, grouped_layout, stream_k.num_tiles, rank,
                              threadIdx.x % 32);
