@@ -138,6 +138,7 @@ struct GemmScheduler {
     __device__ __forceinline__ static uint32_t masked_units(const GroupedLayout& layout, uint32_t shape_n,
                                                             uint32_t lane) {
         uint32_t m_blocks = 0;
+        #pragma unroll 4  // (four loads in flight: up to 128 groups in one round trip for a warp)
         for (uint32_t g = kWholeWarp ? lane : 0; g < layout.num_groups; g += kWholeWarp ? 32 : 1)
             m_blocks += masked_m_blocks(layout, g);
         if constexpr (kWholeWarp) {
