@@ -290,7 +290,9 @@ struct GemmScheduler {
     __device__ __forceinline__ bool next_masked_unit(GemmTile& tile) {
         if (unit_idx >= num_units)
             return false;
-        while (unit_idx >= first_unit + group_units) {
+        // (the last group bounds the walk even if masked_m changed after the count: no hang, and a tile past the
+        // group's rows writes nothing)
+        while (unit_idx >= first_unit + group_units && cur_group + 1 < layout.num_groups) {
             first_unit += group_units;
             enter_group(cur_group + 1);
         }
