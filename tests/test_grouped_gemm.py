@@ -429,6 +429,24 @@ def test_m_grouped_masked(num_groups: int, expected_m: int) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("num_groups", [33, 129, 300])
+def test_m_grouped_masked_many_groups(num_groups: int) -> None:
+    # More groups than a warp has lanes: every role counts all groups' tiles before its tile loop (a lane per group,
+    # four groups a lane in flight, a shuffle sum), so the count's later rounds and remainders must match the tiles
+    # the walk hands out (a mismatch deadlocks the pipeline or drops tiles). Empty groups anywhere, counts past
+    # max_m and negative ones
+    rng = random.Random(num_groups)
+    max_m, n, k = 128, 256, 256
+    a, sfa, b, sfb = make_masked_inputs(num_groups, max_m, n, k)
+    counts = [rng.choice([0, 0, 0, 1, 5, 64, 65, 128, 200, -3]) for _ in range(num_groups)]
+    counts[-1] = 0  # (the last group empty too)
+    masked_m = torch.tensor(counts, device="cuda", dtype=torch.int32)
+    d = torch.full((num_groups, max_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 32)
+    check_masked(d, a, sfa, b, sfb, counts, f"G{num_groups}")
+
+
+@gpu
 def test_m_grouped_masked_graph_replay_and_clamping() -> None:
     # Captured once, replayed with new counts (read on the device); counts past max_m are clamped
     num_groups, max_m, n, k = 4, 256, 1024, 1024
