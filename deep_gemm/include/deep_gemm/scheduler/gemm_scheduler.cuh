@@ -82,7 +82,7 @@ struct GemmScheduler {
     uint32_t shape_m;
     GroupedLayout layout;
     // Masked mode's cursor: the group holding unit `first_unit` .. `first_unit + group_units - 1`
-    uint32_t num_n_blocks, cur_group = 0, first_unit = 0, group_units = 0, group_m_blocks = 0;
+    uint32_t num_n_blocks, cur_group = 0, first_unit = 0, group_units = 0;
     // Stream-K: the tiles given whole (units [0, num_whole_tiles)), and this CTA's range [sk_next, sk_end) of the
     // stream-K tiles' K blocks (counted over those tiles one after the other)
     uint32_t num_whole_tiles = 0, sk_next = 0, sk_end = 0;
@@ -154,8 +154,7 @@ struct GemmScheduler {
     // Masked mode: make group g current.
     __device__ __forceinline__ void enter_group(uint32_t g) {
         cur_group = g;
-        group_m_blocks = masked_m_blocks(layout, g);
-        group_units = group_m_blocks * num_n_blocks;
+        group_units = masked_m_blocks(layout, g) * num_n_blocks;
     }
 
     // The next unit of this CTA; false when none is left. Padding row blocks of grouped GEMMs are skipped.
