@@ -329,7 +329,7 @@ struct Sm90Gemm {
 
     // The masked layout's unit count for a role's scheduler, counted by the calling warp, all lanes (GemmScheduler::
     // masked_units); 0 for the other layouts, whose schedulers do not take it.
-    __device__ __forceinline__ static uint32_t masked_units(uint32_t shape_n, const GroupedLayout& layout, uint32_t lane) {
+    __device__ __forceinline__ static uint32_t masked_units(const GroupedLayout& layout, uint32_t shape_n, uint32_t lane) {
         if constexpr (kIsMasked)
             return Scheduler::template masked_units<true>(layout, shape_n, lane);
         else
@@ -342,7 +342,7 @@ struct Sm90Gemm {
                                                       GroupedLayout layout, uint32_t num_stream_k_tiles,
                                                       uint32_t rank, uint32_t lane) {
         Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles,
-                            masked_units(shape_n, layout, lane));
+                            masked_units(layout, shape_n, lane));
         PipelineState<kNumStages> pipe;
         GemmTile tile;
         // sfb [groups][ceil(N / 128)][K blocks]
@@ -469,7 +469,7 @@ struct Sm90Gemm {
                                                          uint32_t num_k_blocks, GroupedLayout layout,
                                                          uint32_t num_stream_k_tiles, uint32_t rank, uint32_t thread) {
         Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles,
-                            masked_units(shape_n, layout, thread % 32));
+                            masked_units(layout, shape_n, thread % 32));
         PipelineState<kNumStages> pipe;
         GemmTile tile;
         while (scheduler.next(tile) || scheduler.next_stream_k(tile)) {
@@ -655,7 +655,7 @@ struct Sm90Gemm {
         const uint32_t lane = threadIdx.x % 32;
 
         Scheduler scheduler(shape_m, shape_n, num_k_blocks, rank, layout, num_stream_k_tiles,
-                            masked_units(shape_n, layout, lane));
+                            masked_units(layout, shape_n, lane));
         PipelineState<kNumStages> pipe;
         float accum[kNumWgmmaM][kNumAccum];
         float partial[kNumWgmmaM][kNumAccum];
@@ -949,7 +949,7 @@ sm90_gemm_kernel(uint32_t shape_m, uint32_t shape_n, uint32_t shape_k, const flo
         uint32_t producer_masked_units = 0;
         if constexpr (Gemm::kIsMasked) {
             if (producer_warp == 0)
-                producer_masked_units = Gemm::masked_units(shape_n, grouped_layout, threadIdx.x % 32);
+                producer_masked_units = Gemm::masked_units(grouped_layout, shape_n, threadIdx.x % 32);
         }
         if (threadIdx.x == Gemm::kNumMathThreads)
             Gemm::producer(storage, shape_m, shape_n, num_k_blocks, &tma_a, &tma_b, &tma_sfa, &tma_sfb, k_groups,
